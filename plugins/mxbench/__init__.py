@@ -1,0 +1,1 @@
+"""mxbench orchestration side."""

@@ -1,0 +1,124 @@
+"""``mxbench``: read MXNet logs, rebuild a report, compare two launchers or two runs.
+
+    mxbench parse LOG [LOG ...] [--json]
+    mxbench report RUN_DIR
+    mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .metrics import NoSpeedLines, compare_speeds, run_metrics
+from .parse import parse_log
+
+
+def parse_one(path: str) -> dict:
+    parsed = parse_log(path)
+    result = {"log": path, "workers": parsed.workers, "samples_per_sec": None, "sec_per_epoch": None,
+              "epochs": [], "p2p": parsed.p2p, "unparsed_lines": parsed.unparsed}
+    try:
+        metrics = run_metrics(parsed, path)
+    except NoSpeedLines as exc:
+        return {**result, "error": str(exc)}
+    return {**result, **{k: metrics[k] for k in ("workers", "samples_per_sec", "sec_per_epoch", "epochs")}}
+
+
+def cmd_parse(args) -> int:
+    results = []
+    for path in args.logs:
+        try:
+            results.append(parse_one(path))
+        except OSError as exc:
+            results.append({"log": path, "error": f"cannot read {path}: {exc.strerror or exc}"})
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for r in results:
+            print(f"== {r['log']}")
+            if "samples_per_sec" in r and r["samples_per_sec"] is not None:
+                print(f"workers {r['workers']}, steady-state {r['samples_per_sec']:.1f} samples/s, "
+                      f"{r['sec_per_epoch'] if r['sec_per_epoch'] is not None else 'n/a'} s/epoch")
+                if r["epochs"]:
+                    print(pd.DataFrame(r["epochs"]).to_string(index=False))
+                if r["p2p"]:
+                    p = r["p2p"]
+                    print(f"P2P: {p['enabled_pairs']} of {p['total_pairs']} GPU pairs enabled")
+                    print("\n".join(p["matrix"]))
+                print(f"{len(r['unparsed_lines'])} unparsed lines")
+    errors = [r for r in results if "error" in r]
+    for r in errors:
+        print(f"error: {r['error']}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_report(args) -> int:
+    from .pipeline import join, parse_all
+    from .report import build_report
+
+    run_dir = Path(args.run_dir)
+    parse_all(run_dir)
+    join(run_dir)
+    built = build_report(run_dir)
+    print(built["text"])
+    print(f"report: {built['html']}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .pipeline import load_table
+
+    first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
+    if args.other:
+        second = load_table(Path(args.other) / "tables" / "runs.csv")
+        a, b = second, first
+        label = f"{args.other} / {args.run_dir}"
+    else:
+        if not args.launchers:
+            raise SystemExit("error: give a second run folder, or --launchers A B to compare within one")
+        a = first[first["launcher"] == args.launchers[0]]
+        b = first[first["launcher"] == args.launchers[1]]
+        label = f"{args.launchers[0]} / {args.launchers[1]}"
+    rows = []
+    ok_a, ok_b = (t[(t["status"] == "ok") & t["samples_per_sec"].notna()] for t in (a, b))
+    for variant in [v for v in dict.fromkeys(ok_b["variant"]) if v in set(ok_a["variant"])]:
+        cmp = compare_speeds(ok_a.loc[ok_a["variant"] == variant, "samples_per_sec"],
+                             ok_b.loc[ok_b["variant"] == variant, "samples_per_sec"])
+        rows.append({"variant": variant, "ratio": f"{cmp['ratio']:.1%}",
+                     "range": f"{cmp['ratio_low']:.1%}–{cmp['ratio_high']:.1%}", "runs": cmp["runs"],
+                     "verdict": cmp["verdict"]})
+    if not rows:
+        print("error: no variant has successful runs on both sides", file=sys.stderr)
+        return 1
+    print(f"speed ratio {label}")
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="mxbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("parse", help="read MXNet training logs (any vintage)")
+    p.add_argument("logs", nargs="+")
+    p.add_argument("--json", action="store_true", help="one JSON object per log")
+    p.set_defaults(func=cmd_parse)
+    p = sub.add_parser("report", help="rebuild a DAG run's tables and report from its files")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("compare", help="speed ratio of two launchers, or of two DAG runs, per variant")
+    p.add_argument("run_dir")
+    p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
+    p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

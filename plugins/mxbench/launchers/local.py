@@ -1,0 +1,39 @@
+"""The local launcher: the role plan as processes on this machine (the embedded default)."""
+import json
+import os
+import socket
+from pathlib import Path
+
+from mxbench_train.launcher import run_plan
+from mxbench_train.roles import plan_roles
+from mxbench_train.telemetry import gpu_environment
+
+from .. import config
+from ..jobs import job_for
+from ..variants import Target, Variant
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class LocalLauncher:
+    name = "local"
+
+    def target(self) -> Target:
+        gpu = gpu_environment()
+        return Target(self.name, hosts=1, gpus_per_host=len(gpu.get("gpus", [])) if gpu["available"] else 0)
+
+    def plan(self, variant: Variant, data_dir, run_dir):
+        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=config.train_python(),
+                      hosts=(HOST,), port=free_port(), cores_per_host=os.cpu_count() or 1)
+        return plan_roles(job)
+
+    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
+        plan = self.plan(variant, data_dir, run_dir)
+        (Path(run_dir) / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
+        return plan, run_plan(plan, run_dir, deadline_s=deadline_s)

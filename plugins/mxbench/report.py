@@ -1,0 +1,239 @@
+"""The report of one DAG run: Markdown, a self-contained HTML page, CSV tables and PNG plots.
+
+Reads only ``tables/*.csv``, ``request.json``, ``data.json`` and the runs'
+``metrics.json``, so ``mxbench report`` can rebuild it from the files alone.
+"""
+import base64
+import html
+import math
+from pathlib import Path
+from typing import Dict, List
+
+import pandas as pd
+
+from .pipeline import load_table, read_json
+from .variants import SEED_REFERENCE
+
+
+def _fmt(value, digits=1, pct=False):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if pct:
+        return f"{100 * value:.{digits}f}%"
+    return f"{value:,.{digits}f}"
+
+
+def display_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The seed-style table, formatted for people."""
+    rows = []
+    for r in summary.to_dict("records"):
+        seed = SEED_REFERENCE.get(r["variant"])
+        rows.append({
+            "setup": r["setup"], "variant": r["variant"], "launcher": r["launcher"],
+            "batch size": r["batch_size"], "devices": r["devices"],
+            "s/epoch": f"{_fmt(r['sec_per_epoch'], 2)} [{_fmt(r['sec_per_epoch_min'], 2)}–{_fmt(r['sec_per_epoch_max'], 2)}]",
+            "samples/s": f"{_fmt(r['samples_per_sec'])} [{_fmt(r['samples_per_sec_min'])}–{_fmt(r['samples_per_sec_max'])}]",
+            "CV": _fmt(r["samples_per_sec_cv"], 1, pct=True),
+            "GPU util": "n/a" if pd.isna(r["gpu_util_pct"]) else f"{r['gpu_util_pct']:.0f}%",
+            "GPU mem (MiB)": _fmt(r["gpu_mem_mib"], 0),
+            "speedup": _fmt(r["speedup"], 2), "scaling eff.": _fmt(r["scaling_efficiency"], 1, pct=True),
+            "val. acc.": _fmt(r["validation_accuracy"], 3),
+            "runs ok/failed": f"{r['runs_ok']}/{r['runs_failed']}",
+            "seed s/epoch": f"{seed['sec_per_epoch']}" if seed else "",
+        })
+    table = pd.DataFrame(rows)
+    if not table.empty and not table["seed s/epoch"].any():
+        table = table.drop(columns="seed s/epoch")
+    return table
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_none_\n"
+    cells = [[str(c) for c in frame.columns]] + [[str(v).replace("|", "\\|") for v in row]
+                                                  for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    lines.insert(1, "|" + "---|" * len(frame.columns))
+    return "\n".join(lines) + "\n"
+
+
+def provenance(dag_dir: Path) -> List[str]:
+    """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only."""
+    notes = []
+    data = read_json(dag_dir / "data.json", {})
+    if data.get("synthetic"):
+        notes.append("SYNTHETIC DATA: generated CIFAR-format images, not CIFAR-10. Accuracy numbers say "
+                     "nothing about CIFAR-10; speed numbers are representative of the pipeline only.")
+    elif data and not data.get("verified"):
+        notes.append(f"Unverified data: {data.get('source')} is not the official CIFAR-10 archive (MD5 differs).")
+    request = read_json(dag_dir / "request.json", {})
+    for name, target in request.get("targets", {}).items():
+        if target.get("stand_in"):
+            notes.append(f"STAND-IN: the {name} launcher ran against {target['stand_in']}.")
+        if not target.get("gpus_per_host"):
+            notes.append(f"No GPU on the {name} target: training ran on the CPU; GPU columns are n/a, and "
+                         "workers on one host share its cores, so scaling shows the host, not MXNet.")
+    return notes
+
+
+def environment(dag_dir: Path, runs: pd.DataFrame) -> Dict[str, str]:
+    for key in runs.loc[runs["status"] == "ok", "key"] if not runs.empty else []:
+        env = (read_json(dag_dir / key / "metrics.json", {}) or {}).get("environment")
+        if env:
+            gpu = env.get("gpu", {})
+            gpus = ", ".join(g["name"] for g in gpu.get("gpus", [])) if gpu.get("available") else \
+                f"none ({gpu.get('reason')})"
+            return {"MXNet": env.get("mxnet_version", "?"), "Python": env.get("python", "?"),
+                    "CPU": f"{env.get('cpu_model')} ({env.get('cpu_count')} cores)", "GPUs": gpus,
+                    "driver / CUDA": f"{gpu.get('driver') or 'n/a'} / {gpu.get('cuda') or 'n/a'}",
+                    "host": env.get("host", "?")}
+    return {}
+
+
+# --- plots ----------------------------------------------------------------------------------
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    return plt, fig, ax
+
+
+def plot_scaling(summary: pd.DataFrame, path: Path):
+    plt, fig, ax = _figure()
+    ok = summary.dropna(subset=["samples_per_sec"])
+    for (launcher, depth, per_device), group in ok.groupby(["launcher", "num_layers", "batch_per_device"]):
+        group = group.sort_values("devices")
+        err = [group["samples_per_sec"] - group["samples_per_sec_min"],
+               group["samples_per_sec_max"] - group["samples_per_sec"]]
+        line = ax.errorbar(group["devices"], group["samples_per_sec"], yerr=err, marker="o", capsize=3,
+                           label=f"{launcher}, ResNet-{depth}, {per_device}/device")
+        base = group[group["devices"] == 1]["samples_per_sec"]
+        if not base.empty:
+            xs = sorted(group["devices"].unique())
+            ax.plot(xs, [base.iloc[0] * x for x in xs], linestyle="--", color=line[0].get_color(), alpha=0.5)
+    ax.set(xlabel="devices (GPUs, or worker processes on CPU)", ylabel="samples/s (median, min–max)",
+           title="Throughput vs devices (dashed: ideal linear scaling)")
+    ax.legend(fontsize=7)
+    _save(plt, fig, path)
+
+
+def plot_epoch_time(summary: pd.DataFrame, path: Path):
+    plt, fig, ax = _figure()
+    ok = summary.dropna(subset=["sec_per_epoch"])
+    labels = [f"{r.variant}\n{r.launcher}" for r in ok.itertuples()]
+    err = [ok["sec_per_epoch"] - ok["sec_per_epoch_min"], ok["sec_per_epoch_max"] - ok["sec_per_epoch"]]
+    ax.bar(range(len(ok)), ok["sec_per_epoch"], yerr=err, capsize=3)
+    ax.set_xticks(range(len(ok)), labels, fontsize=7, rotation=45, ha="right")
+    ax.set(ylabel="seconds/epoch (median, first epoch excluded)", title="Seconds per epoch by setup")
+    _save(plt, fig, path)
+
+
+def plot_accuracy(epochs: pd.DataFrame, path: Path):
+    plt, fig, ax = _figure()
+    if not epochs.empty and epochs["validation_accuracy"].notna().any():
+        per_run = epochs.groupby(["variant", "launcher", "repeat", "epoch"], as_index=False)["validation_accuracy"].mean()
+        curves = per_run.groupby(["variant", "launcher", "epoch"], as_index=False)["validation_accuracy"].median()
+        for (variant, launcher), group in curves.groupby(["variant", "launcher"]):
+            ax.plot(group["epoch"], group["validation_accuracy"], marker=".", label=f"{variant} ({launcher})")
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no validation accuracy in the logs", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="epoch", ylabel="validation accuracy (median over repeats)", title="Validation accuracy")
+    _save(plt, fig, path)
+
+
+def plot_ratios(ratios: pd.DataFrame, path: Path):
+    plt, fig, ax = _figure()
+    if ratios.empty:
+        ax.text(0.5, 0.5, "only one launcher ran: no launcher ratio", ha="center", transform=ax.transAxes)
+    else:
+        labels = [f"{r.variant}\n{r.launcher}/{r.reference}" for r in ratios.itertuples()]
+        err = [ratios["ratio"] - ratios["ratio_low"], ratios["ratio_high"] - ratios["ratio"]]
+        ax.errorbar(range(len(ratios)), ratios["ratio"], yerr=err, fmt="o", capsize=4)
+        ax.axhline(1.0, color="grey", linestyle="--")
+        ax.set_xticks(range(len(ratios)), labels, fontsize=7)
+    ax.set(ylabel="speed ratio (median; bars: range over repeats)", title="Launcher speed ratio per variant")
+    _save(plt, fig, path)
+
+
+def _save(plt, fig, path):
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --- the report -----------------------------------------------------------------------------
+
+PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per epoch",
+         "accuracy.png": "Validation accuracy per epoch", "ratios.png": "Launcher speed ratio"}
+
+
+def build_report(dag_dir: Path) -> Dict[str, str]:
+    dag_dir = Path(dag_dir)
+    out = dag_dir / "report"
+    out.mkdir(exist_ok=True)
+    tables = dag_dir / "tables"
+    runs, summary = load_table(tables / "runs.csv"), load_table(tables / "summary.csv")
+    ratios, epochs = load_table(tables / "ratios.csv"), load_table(tables / "epochs.csv")
+    if summary.empty:
+        summary = pd.DataFrame(columns=["variant", "launcher", "samples_per_sec", "sec_per_epoch"])
+    plot_scaling(summary, out / "scaling.png")
+    plot_epoch_time(summary, out / "epoch_time.png")
+    plot_accuracy(epochs, out / "accuracy.png")
+    plot_ratios(ratios, out / "ratios.png")
+
+    table = display_table(summary) if "setup" in summary else pd.DataFrame()
+    failed = runs.loc[runs["status"] != "ok", ["key", "status", "cause"]] if not runs.empty else pd.DataFrame()
+    ratio_view = ratios.assign(
+        ratio=ratios["ratio"].map(lambda v: _fmt(v, 1, pct=True)),
+        range=[f"{_fmt(lo, 1, pct=True)}–{_fmt(hi, 1, pct=True)}" for lo, hi in
+               zip(ratios["ratio_low"], ratios["ratio_high"])],
+    )[["variant", "launcher", "reference", "ratio", "range", "runs", "verdict"]] if not ratios.empty else ratios
+    data = read_json(dag_dir / "data.json", {})
+    env = environment(dag_dir, runs)
+    sections = [
+        ("Results", table),
+        ("Failed runs", failed),
+        ("Launcher speed ratio", ratio_view),
+    ]
+    notes = provenance(dag_dir)
+    title = f"mxbench report: {dag_dir.name}"
+    md = [f"# {title}\n"]
+    md += [f"> **{n}**\n" for n in notes]
+    md.append(f"Data: {data.get('source', '?')} ({'synthetic' if data.get('synthetic') else 'CIFAR-10'}, "
+              f"{'verified' if data.get('verified') else 'unverified'}), records {data.get('records', {})}\n")
+    for name, frame in sections:
+        md.append(f"## {name}\n\n{markdown_table(frame)}")
+    md.append("## Environment\n\n" + markdown_table(pd.DataFrame([env])) if env else "")
+    md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in PLOTS.items()) + "\n")
+    md.append("Steady state: samples/s sums the workers' own Speedometer readings after the first epoch; "
+              "s/epoch is the slowest worker's, first epoch excluded. Brackets: min–max over repeats.\n")
+    (out / "report.md").write_text("\n".join(md))
+    (out / "report.html").write_text(render_html(title, notes, data, sections, env, out))
+    table.to_csv(out / "summary.csv", index=False)
+    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
+
+
+def render_html(title, notes, data, sections, env, out: Path) -> str:
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
+             "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
+    parts.append(f"<p>Data: {html.escape(str(data.get('source', '?')))}</p>")
+    for name, frame in sections:
+        body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
+        parts.append(f"<h2>{html.escape(name)}</h2>{body}")
+    if env:
+        parts.append("<h2>Environment</h2>" + pd.DataFrame([env]).to_html(index=False))
+    parts.append("<h2>Plots</h2>")
+    for file, caption in PLOTS.items():
+        encoded = base64.b64encode((out / file).read_bytes()).decode()
+        parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,205 @@
+"""Benchmark variants: the presets, the trigger form's JSON schema, and params -> runs.
+
+A *variant* is one setup of the seed study's table (devices, batch size,
+kvstore, hosts); a *run* is one variant under one launcher, one repeat. Pure
+functions, no Airflow: the DAG maps over what ``expand_runs`` returns.
+"""
+from dataclasses import asdict, dataclass, replace
+from typing import Dict, List, Optional, Sequence
+
+LAUNCHERS = ("local",)  # the SSH and Kubernetes launchers plug in here
+DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
+PRESETS = ("cpu-demo", "seed")
+SYNTHETIC = "synthetic"
+
+
+class VariantError(ValueError):
+    """A variant the target cannot run, or params that make no sense together."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str  # stable, file-name safe: also the run folder's prefix
+    setup: str  # as the seed's table writes it
+    batch_size: int  # per worker, split over its GPUs
+    workers: int = 1
+    hosts: int = 1
+    gpus_per_worker: int = 0  # 0: the worker trains on the CPU
+    kvstore: str = "device"
+    num_layers: int = 110
+    epochs: int = 300
+    disp_batches: int = 20
+
+    @property
+    def devices(self) -> int:
+        """What scaling is measured against: GPUs, or worker processes on the CPU."""
+        return self.workers * max(1, self.gpus_per_worker)
+
+    @property
+    def batch_per_device(self) -> int:
+        return self.batch_size // max(1, self.gpus_per_worker)
+
+
+def seed_preset() -> List[Variant]:
+    """The seed study's six setups (ResNet-110, CIFAR-10, 300 epochs)."""
+    return [
+        Variant("1gpu-bs128", "1 machine, 1 GPU", 128, gpus_per_worker=1),
+        Variant("1gpu-bs256", "1 machine, 1 GPU", 256, gpus_per_worker=1),
+        Variant("2gpu-bs256", "1 machine, 2 GPUs", 256, gpus_per_worker=2),
+        Variant("4gpu-bs512", "1 machine, 4 GPUs", 512, gpus_per_worker=4),
+        Variant("8gpu-bs1024", "1 machine, 8 GPUs", 1024, gpus_per_worker=8),
+        Variant("2x4gpu-bs512", "2 machines x 4 GPUs", 512, workers=2, hosts=2, gpus_per_worker=4,
+                kvstore="dist_sync"),
+    ]
+
+
+# The seed study's measurements (GTX TITAN X, MXNet of 2016-12), shown beside ours.
+SEED_REFERENCE = {
+    "1gpu-bs128": {"sec_per_epoch": 51, "gpu_util_pct": 90},
+    "1gpu-bs256": {"sec_per_epoch": 44, "gpu_util_pct": 95},
+    "2gpu-bs256": {"sec_per_epoch": 24, "gpu_util_pct": 90},
+    "4gpu-bs512": {"sec_per_epoch": 12, "gpu_util_pct": 90},
+    "8gpu-bs1024": {"sec_per_epoch": 7.0, "gpu_util_pct": 80},
+    "2x4gpu-bs512": {"sec_per_epoch": 6.5, "gpu_util_pct": 87},
+}
+
+
+def cpu_demo_preset() -> List[Variant]:
+    """A CPU matrix that finishes in minutes on 2 cores: 1, 2 and 4 workers, two batch sizes.
+
+    Local dist_sync workers stand in for machines; on a 2-core box they share the
+    cores, so the scaling it shows is the box's, not MXNet's.
+    """
+    variants = []
+    for batch in (32, 64):
+        variants.append(Variant(f"cpu1-bs{batch}", "1 process (CPU)", batch, kvstore="local",
+                                num_layers=8, epochs=3, disp_batches=5))
+        for workers in (2, 4):
+            variants.append(Variant(f"cpu{workers}w-bs{batch}", f"{workers} workers dist_sync (CPU)", batch,
+                                    workers=workers, kvstore="dist_sync", num_layers=8, epochs=3,
+                                    disp_batches=5))
+    return variants
+
+
+def preset(name: str) -> List[Variant]:
+    if name == "seed":
+        return seed_preset()
+    if name == "cpu-demo":
+        return cpu_demo_preset()
+    raise VariantError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+
+
+# The trigger form. Airflow renders it and refuses a DAG run whose conf breaks it.
+PARAMS_SCHEMA: Dict[str, dict] = {
+    "preset": {"default": "cpu-demo", "type": "string", "enum": list(PRESETS), "title": "Matrix preset",
+               "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); "
+                              "cpu-demo: a small CPU matrix that runs in minutes on any machine.",
+               "section": "What to run"},
+    "only_variants": {"default": [], "type": "array", "items": {"type": "string", "pattern": r"^[\w.-]+$"},
+                      "uniqueItems": True, "title": "Only these variants",
+                      "description": "Variant ids from the preset (e.g. 1gpu-bs128, cpu2w-bs64); empty: all.",
+                      "section": "What to run"},
+    "launchers": {"default": ["local"], "type": "array", "items": {"type": "string", "enum": list(LAUNCHERS)},
+                  "minItems": 1, "uniqueItems": True, "title": "Launchers",
+                  "description": "How each variant is started; every variant runs under each launcher.",
+                  "section": "What to run"},
+    "repeats": {"default": 3, "type": "integer", "minimum": 1, "maximum": 20, "title": "Repeats",
+                "description": "Runs per variant and launcher; the report gives the median and spread.",
+                "section": "What to run"},
+    "epochs": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 1000,
+               "title": "Epochs", "description": "Empty: the preset's (seed 300, cpu-demo 3).",
+               "section": "Model"},
+    "num_layers": {"default": None, "type": ["null", "integer"], "enum": [None, *DEPTHS],
+                   "title": "ResNet depth", "description": "6n+2. Empty: the preset's (seed 110, cpu-demo 8).",
+                   "section": "Model"},
+    "dataset": {"default": SYNTHETIC, "type": "string", "minLength": 1, "maxLength": 1000,
+                "pattern": r"^(synthetic|/[^\s]*|(https?|file)://[^\s]+)$", "title": "CIFAR-10 source",
+                "description": "Path or URL of cifar-10-python.tar.gz (or its extracted folder), or "
+                               "'synthetic' for generated CIFAR-format data (labelled SYNTHETIC in reports).",
+                "section": "Data"},
+    "synthetic_images": {"default": 3000, "type": "integer", "minimum": 50, "maximum": 50000, "multipleOf": 5,
+                         "title": "Synthetic training images",
+                         "description": "Size of the generated data set when the source is 'synthetic' "
+                                        "(test images: a fifth of it). 50000 matches CIFAR-10.",
+                         "section": "Data"},
+    "run_timeout_minutes": {"default": 1440, "type": "integer", "minimum": 1, "maximum": 10080,
+                            "title": "Run deadline (minutes)",
+                            "description": "A run still going after this is killed and reported as failed.",
+                            "section": "What to run"},
+    "allow_unverified": {"default": False, "type": "boolean", "title": "Allow an unverified archive",
+                         "description": "Accept a source whose MD5 is not the official archive's.",
+                         "section": "Data"},
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a launcher's machines offer: hosts, and GPUs on each."""
+
+    launcher: str
+    hosts: int
+    gpus_per_host: int
+
+
+def check_fits(variant: Variant, target: Target) -> Optional[str]:
+    """Why ``variant`` cannot run on ``target``, in one line; None when it can."""
+    if variant.hosts > target.hosts:
+        return (f"variant {variant.id} needs {variant.hosts} hosts; the {target.launcher} target has "
+                f"{target.hosts}")
+    workers_per_host = -(-variant.workers // variant.hosts)
+    need = workers_per_host * variant.gpus_per_worker
+    if need > target.gpus_per_host:
+        return (f"variant {variant.id} needs {need} GPUs per host; the {target.launcher} target has "
+                f"{target.gpus_per_host}")
+    return None
+
+
+def select_variants(params: dict) -> List[Variant]:
+    """The preset's variants with the params' overrides applied."""
+    overrides = {}
+    if params.get("epochs") is not None:
+        overrides["epochs"] = int(params["epochs"])
+    if params.get("num_layers") is not None:
+        depth = int(params["num_layers"])
+        if depth not in DEPTHS:
+            raise VariantError(f"num_layers {depth} is not one of {DEPTHS}")
+        overrides["num_layers"] = depth
+    variants = [replace(v, **overrides) for v in preset(params.get("preset", "cpu-demo"))]
+    only = params.get("only_variants") or []
+    unknown = sorted(set(only) - {v.id for v in variants})
+    if unknown:
+        raise VariantError(f"only_variants names {', '.join(unknown)}, not in preset {params.get('preset')!r} "
+                           f"({', '.join(v.id for v in variants)})")
+    return [v for v in variants if not only or v.id in only]
+
+
+def run_key(variant_id: str, launcher: str, repeat: int) -> str:
+    return f"{variant_id}__{launcher}__r{repeat}"
+
+
+def expand_runs(params: dict, targets: Dict[str, Target]) -> List[dict]:
+    """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
+
+    All misfits are reported together, one line each, before anything starts.
+    """
+    variants = select_variants(params)
+    launchers: Sequence[str] = params.get("launchers") or ["local"]
+    repeats = int(params.get("repeats", 3))
+    problems = []
+    for launcher in launchers:
+        if launcher not in targets:
+            problems.append(f"launcher {launcher!r} has no target configured")
+            continue
+        problems += [p for p in (check_fits(v, targets[launcher]) for v in variants) if p]
+    if problems:
+        raise VariantError("; ".join(problems))
+    # repeat-major: a drift over the hours of a long matrix spreads over every variant and
+    # launcher alike instead of biasing whichever ran last
+    return [
+        {"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher, "repeat": r}
+        for r in range(1, repeats + 1) for v in variants for launcher in launchers
+    ]
+
+
+def variant_from_dict(data: dict) -> Variant:
+    return Variant(**data)

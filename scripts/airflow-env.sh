@@ -1,0 +1,10 @@
+# Source me: Airflow settings for running mxbench from this checkout (the demo, airflow standalone).
+# SQLite metadata DB and logs under $MXBENCH_HOME/airflow; DAGs and plugins from the checkout.
+_mxbench_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export MXBENCH_HOME=${MXBENCH_HOME:-$_mxbench_repo/.mxbench}
+export AIRFLOW_HOME=${AIRFLOW_HOME:-$MXBENCH_HOME/airflow}
+export AIRFLOW__CORE__DAGS_FOLDER=$_mxbench_repo/dags
+export AIRFLOW__CORE__PLUGINS_FOLDER=$_mxbench_repo/plugins
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export PATH=$_mxbench_repo/.venv/airflow/bin:$PATH
+unset _mxbench_repo

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The main job: set up everything on first use, then run the benchmark DAG once, the cpu-demo
+# matrix on the local launcher with synthetic CIFAR-format data, and say where the report is.
+#   scripts/demo.sh                                    # cpu-demo, 3 repeats
+#   scripts/demo.sh '{"dataset": "/data/cifar-10-python.tar.gz"}'   # any trigger-form params
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source scripts/airflow-env.sh
+mkdir -p "$MXBENCH_HOME"
+log=$MXBENCH_HOME/demo.log
+echo "mxbench: Airflow metadata DB and pool (log: $log)"
+airflow db migrate >"$log" 2>&1
+airflow pools set mxbench_local 1 "mxbench local launcher: one run at a time on this machine" >>"$log" 2>&1
+conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"]}'}
+echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
+status=0
+airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \
+  | grep --line-buffered -E "\[DAG TEST\] end task|^report: |Marking run" | sed -E 's/^[^[]*//' || status=$?
+report=$(ls -td "$MXBENCH_HOME"/runs/*/report 2>/dev/null | head -1)
+if [[ -n $report && -f $report/report.md ]]; then
+  sed -n '/^## Results/,/^## Environment/p' "$report/report.md" | head -n -1
+  echo "mxbench: report: $report/report.html (also report.md, CSV tables and PNG plots there)"
+fi
+if grep -q "DagRun Finished.*state=failed\|Marking run .* failed" "$log"; then
+  echo "mxbench: the DAG run failed; see $log" >&2; exit 1
+fi
+exit $status

@@ -1,0 +1,119 @@
+"""``python -m mxbench_train {train,serve,launch,prepare-cifar10,synthetic-cifar10}``.
+
+Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
+"""
+import argparse
+import os
+import socket
+import sys
+
+from .errors import MxbenchError
+
+USAGE = __doc__.splitlines()[0]
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def cmd_launch(argv):
+    from .launcher import run_plan
+    from .roles import KVSTORES, Job, plan_roles
+
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train launch",
+                                     description="Run a training job's role plan as local processes")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--servers", type=int, default=None, help="default: one per worker")
+    parser.add_argument("--kv-store", default="dist_sync", choices=KVSTORES)
+    parser.add_argument("--log-dir", required=True, help="roles/<role>.log, rank<r>.log, pids.json")
+    parser.add_argument("--deadline", type=float, default=3600.0, help="seconds before every role is killed")
+    parser.add_argument("trainer_args", nargs=argparse.REMAINDER, help="-- then the trainer's flags")
+    args = parser.parse_args(argv)
+    trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
+    job = Job(trainer_args=("--kv-store", args.kv_store, "--log-dir", args.log_dir, *trainer_args),
+              kvstore=args.kv_store, workers=args.workers, servers=args.servers, port=free_port(),
+              python=sys.executable, cores_per_host=os.cpu_count() or 1)
+    try:
+        plan = plan_roles(job)
+    except ValueError as exc:
+        raise MxbenchError(f"launch: {exc}") from None
+    for result in run_plan(plan, args.log_dir, deadline_s=args.deadline):
+        print(f"{result.name}@{result.host}: exit {result.returncode}, log {result.log}")
+    return 0
+
+
+def cmd_prepare(argv):
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train prepare-cifar10",
+                                     description="CIFAR-10 python archive -> RecordIO with im2rec (cached)")
+    parser.add_argument("--source", required=True, help="cifar-10-python.tar.gz, its extracted folder, or a URL")
+    parser.add_argument("--out", required=True, help="folder for cifar10_{train,val}.{rec,idx} and manifest.json")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="accept a source that is not the official archive (recorded as unverified)")
+    parser.add_argument("--threads", type=int, default=None, help="default: every core")
+    args = parser.parse_args(argv)
+    from .cifar10 import prepare
+
+    manifest = prepare(args.source, args.out, args.allow_unverified, args.threads)
+    print(json.dumps(manifest, indent=1, sort_keys=True))
+    return 0
+
+
+def cmd_synthetic(argv):
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train synthetic-cifar10",
+                                     description="Write SYNTHETIC data in the CIFAR-10 python layout")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--train", type=int, default=50000, help="training images, a multiple of 5")
+    parser.add_argument("--test", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--archive", action="store_true", help="also pack it as a .tar.gz")
+    args = parser.parse_args(argv)
+    from .synthetic import generate
+
+    try:
+        print(generate(args.out, args.train, args.test, args.seed, args.archive))
+    except (ValueError, OSError) as exc:
+        raise MxbenchError(f"synthetic-cifar10 --out {args.out}: {exc}") from None
+    return 0
+
+
+def cmd_train(argv):
+    from .train import main
+
+    return main(argv)
+
+
+def cmd_serve(_argv):
+    """Scheduler or server role: importing mxnet with DMLC_ROLE set runs it and exits."""
+    role = os.environ.get("DMLC_ROLE")
+    if role not in ("scheduler", "server"):
+        raise MxbenchError(f"serve runs a scheduler or server role; DMLC_ROLE is {role!r}")
+    import mxnet  # noqa: F401  (runs the role, then exits)
+
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "serve": cmd_serve, "launch": cmd_launch,
+            "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: {USAGE}", file=sys.stderr)
+        return 2
+    # OpenMP reads this once, at mxnet's import: a lone process gets every core
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except MxbenchError as exc:
+        one_line = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"error: {one_line}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Shared fixtures. Tests run in the orchestration venv; anything that needs mxnet runs in
+the training venv as a subprocess, exactly as the pipeline runs it."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "dags"))
+
+
+def train_python():
+    python = Path(os.environ.get("MXBENCH_TRAIN_PYTHON", REPO / ".venv/train/bin/python"))
+    if not python.exists():
+        raise RuntimeError(f"training env {python} is missing: run scripts/setup.sh")
+    return str(python)
+
+
+@pytest.fixture(scope="session")
+def train_py():
+    return train_python()
+
+
+def run_trainer(*args, cwd=None, timeout=300, env=None):
+    """``python -m mxbench_train ARGS`` in the training env; the CompletedProcess."""
+    return subprocess.run([train_python(), "-m", "mxbench_train", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def cifar_source(tmp_path_factory):
+    """A small SYNTHETIC CIFAR-10 folder in the official python layout."""
+    out = tmp_path_factory.mktemp("cifar-src")
+    done = run_trainer("synthetic-cifar10", "--out", out, "--train", 1000, "--test", 200)
+    assert done.returncode == 0, done.stderr
+    return out / "cifar-10-batches-py"
+
+
+@pytest.fixture(scope="session")
+def cifar_rec(tmp_path_factory, cifar_source):
+    """The synthetic source converted with im2rec: a folder with cifar10_{train,val}.{rec,idx}."""
+    out = tmp_path_factory.mktemp("cifar-rec")
+    done = run_trainer("prepare-cifar10", "--source", cifar_source, "--out", out, "--allow-unverified")
+    assert done.returncode == 0, done.stderr
+    return out
