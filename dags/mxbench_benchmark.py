@@ -59,7 +59,7 @@ def mxbench_benchmark():
     def run_variant(run: dict, data: dict, params=None, run_id=None) -> dict:
         from mxbench import config, pipeline
 
-        return pipeline.run_one(run, config.dag_run_dir(run_id), data["dir"],
+        return pipeline.run_one(run, config.dag_run_dir(run_id), data,
                                 deadline_s=60 * params["run_timeout_minutes"])
 
     @task(trigger_rule="all_done")

@@ -3,12 +3,31 @@ the training venv as a subprocess, exactly as the pipeline runs it."""
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dags"))
+
+# Before anything imports airflow (it reads its configuration once): a private Airflow home
+# and MXBENCH_HOME for this test session, SQLite, the checkout's DAGs and plugins.
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="mxbench-tests-"))
+os.environ["MXBENCH_HOME"] = str(_SESSION_HOME)
+os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated Airflow metadata DB (SQLite) for dag.test()."""
+    done = subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return os.environ["AIRFLOW_HOME"]
 
 
 def train_python():

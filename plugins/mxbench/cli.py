@@ -72,21 +72,23 @@ def cmd_compare(args) -> int:
 
     first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
     if args.other:
-        second = load_table(Path(args.other) / "tables" / "runs.csv")
-        a, b = second, first
-        label = f"{args.other} / {args.run_dir}"
-    else:
-        if not args.launchers:
-            raise SystemExit("error: give a second run folder, or --launchers A B to compare within one")
+        a, b = load_table(Path(args.other) / "tables" / "runs.csv"), first
+        label, keys = f"{args.other} / {args.run_dir}", ["variant", "launcher"]
+    elif args.launchers:
         a = first[first["launcher"] == args.launchers[0]]
         b = first[first["launcher"] == args.launchers[1]]
-        label = f"{args.launchers[0]} / {args.launchers[1]}"
-    rows = []
+        label, keys = f"{args.launchers[0]} / {args.launchers[1]}", ["variant"]
+    else:
+        print("error: give a second run folder, or --launchers A B to compare within one", file=sys.stderr)
+        return 2
     ok_a, ok_b = (t[(t["status"] == "ok") & t["samples_per_sec"].notna()] for t in (a, b))
-    for variant in [v for v in dict.fromkeys(ok_b["variant"]) if v in set(ok_a["variant"])]:
-        cmp = compare_speeds(ok_a.loc[ok_a["variant"] == variant, "samples_per_sec"],
-                             ok_b.loc[ok_b["variant"] == variant, "samples_per_sec"])
-        rows.append({"variant": variant, "ratio": f"{cmp['ratio']:.1%}",
+    speeds_a = {k: g["samples_per_sec"] for k, g in ok_a.groupby(keys)}
+    rows = []
+    for key, speeds_b in ok_b.groupby(keys, sort=False):
+        if key not in speeds_a:
+            continue
+        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"])
+        rows.append({**dict(zip(keys, key)), "ratio": f"{cmp['ratio']:.1%}",
                      "range": f"{cmp['ratio_low']:.1%}–{cmp['ratio_high']:.1%}", "runs": cmp["runs"],
                      "verdict": cmp["verdict"]})
     if not rows:

@@ -110,7 +110,17 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
 
 # --- run ------------------------------------------------------------------------------------
 
-def run_one(run: dict, dag_dir: Path, data_dir: str, deadline_s: float) -> dict:
+def check_enough_data(variant, records: int):
+    """Refuse a run whose workers would print no Speedometer line: it could measure nothing."""
+    batches = records // variant.workers // variant.batch_size
+    if batches <= variant.disp_batches:
+        raise MxbenchError(
+            f"each of its {variant.workers} workers gets {batches} batches of {variant.batch_size} per epoch "
+            f"({records} training images), not more than --disp-batches {variant.disp_batches}: no speed "
+            "would be measured; use more images or a smaller batch")
+
+
+def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
     A run that already succeeded is not run again (a retried or cleared task
@@ -128,14 +138,16 @@ def run_one(run: dict, dag_dir: Path, data_dir: str, deadline_s: float) -> dict:
     variant = variant_from_dict(run["variant"])
     launcher = launchers.get(run["launcher"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
-            "data_dir": data_dir, "status": "running", "started_at": time.time()}
+            "data_dir": data["dir"], "status": "running", "started_at": time.time()}
     write_json(run_dir / "meta.json", meta)
     try:
-        plan, results = launcher.execute(variant, data_dir, run_dir, deadline_s)
+        check_enough_data(variant, data["records"]["train"])
+        plan, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
         worker = next(r for r in plan if r.kind == "worker")
         meta.update(status="ok", cause=None, command=shlex.join(worker.argv),
                     roles=[vars(r) for r in results],
-                    trainer_wall_s=max((r.wall_s or 0) for r in results if r.name.startswith("worker")))
+                    # first role's start to last role's exit: the trainer processes' own wall time
+                    trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
     except MxbenchError as exc:
         meta.update(status="failed", cause=str(exc), command=_command_from_plan(run_dir))
     except Exception as exc:  # a launcher bug still leaves a record of the run

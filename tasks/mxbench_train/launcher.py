@@ -49,6 +49,7 @@ class RoleResult:
     pid: int
     returncode: Optional[int]
     log: str
+    start_s: float  # when it started, seconds after the first role did
     wall_s: Optional[float]  # start to exit, as seen by the launcher's poll
 
 
@@ -89,7 +90,9 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     finally:
         _kill_all(procs.values())
         restore()
+    first = min(started.values())
     return [RoleResult(r.name, r.host, procs[r.name].pid, procs[r.name].returncode, str(logs[r.name]),
+                       round(started[r.name] - first, 3),
                        round(ended[r.name] - started[r.name], 3) if r.name in ended else None)
             for r in plan]
 

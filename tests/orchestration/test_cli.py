@@ -1,0 +1,74 @@
+"""The mxbench command line: `parse --json` contract, on old logs and on real training logs."""
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import run_trainer
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+MXBENCH = str(Path(sys.executable).with_name("mxbench"))
+
+
+def mxbench(*args):
+    return subprocess.run([MXBENCH, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_parse_json_contract_on_a_2016_log():
+    done = mxbench("parse", "--json", LOGS / "seed_8gpu.log", LOGS / "seed_2x4gpu_interleaved.log")
+    assert done.returncode == 0, done.stderr
+    eight, two = json.loads(done.stdout)
+    for result in (eight, two):
+        assert isinstance(result["workers"], int) and isinstance(result["samples_per_sec"], float)
+        assert isinstance(result["sec_per_epoch"], float) and isinstance(result["unparsed_lines"], list)
+        assert [set(e) for e in result["epochs"]] == [
+            {"epoch", "time_cost_s", "train_accuracy", "validation_accuracy"}] * 3
+    assert eight["p2p"] == {"enabled_pairs": 24, "total_pairs": 56, "matrix": [
+        ".vvv....", "v.vv....", "vv.v....", "vvv.....", ".....vvv", "....v.vv", "....vv.v", "....vvv."]}
+    assert two["p2p"] is None and two["workers"] == 2
+    assert two["samples_per_sec"] == pytest.approx(7798.4)
+
+
+def test_parse_json_on_a_real_training_log(cifar_rec, tmp_path):
+    done = run_trainer("train", "--num-layers", 8, "--kv-store", "local", "--batch-size", 50, "--disp-batches", 4,
+                       "--num-epochs", 2, "--data-train", cifar_rec / "cifar10_train.rec",
+                       "--data-val", cifar_rec / "cifar10_val.rec")
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = tmp_path / "train.log"
+    log.write_text(done.stdout + done.stderr)  # as a user would capture it: both streams
+    (result,) = json.loads(mxbench("parse", "--json", log).stdout)
+    readings = [float(l.split("Speed: ")[1].split()[0]) for l in done.stdout.splitlines()
+                if "Epoch[1] Batch" in l and "Speed:" in l]
+    assert result["samples_per_sec"] == pytest.approx(statistics.median(readings))
+    assert [e["epoch"] for e in result["epochs"]] == [0, 1]
+    assert all(0 <= e["validation_accuracy"] <= 1 for e in result["epochs"])
+    assert result["workers"] == 1
+
+
+def test_parse_names_a_log_without_speed_lines_and_goes_on():
+    done = mxbench("parse", "--json", LOGS / "no_speed_lines.log", LOGS / "seed_8gpu.log")
+    assert done.returncode == 1
+    bad, good = json.loads(done.stdout)
+    assert bad["samples_per_sec"] is None and "no Speedometer lines" in bad["error"]
+    assert good["samples_per_sec"] > 7000
+    assert f"error: {LOGS / 'no_speed_lines.log'} has no Speedometer lines" in done.stderr
+
+
+def write_runs(folder: Path, speeds: dict):
+    (folder / "tables").mkdir(parents=True)
+    rows = [{"key": f"{v}__{l}__r{i}", "variant": v, "launcher": l, "status": "ok", "samples_per_sec": s}
+            for (v, l), values in speeds.items() for i, s in enumerate(values, 1)]
+    pd.DataFrame(rows).to_csv(folder / "tables" / "runs.csv", index=False)
+
+
+def test_compare_two_launchers_and_two_runs(tmp_path):
+    write_runs(tmp_path / "a", {("v1", "ssh"): [8010, 8000, 8020], ("v1", "kubernetes"): [7586, 7600, 7570]})
+    done = mxbench("compare", tmp_path / "a", "--launchers", "kubernetes", "ssh")
+    assert done.returncode == 0 and "94.7%" in done.stdout and "beyond run-to-run noise" in done.stdout
+    write_runs(tmp_path / "b", {("v1", "ssh"): [8100, 8000, 8050]})
+    done = mxbench("compare", tmp_path / "a", tmp_path / "b")
+    assert done.returncode == 0 and "within run-to-run noise" in done.stdout

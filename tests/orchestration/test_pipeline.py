@@ -1,0 +1,70 @@
+"""Pipeline stages on their own: failed runs keep their record, nothing is lost, bad data is named."""
+import json
+from dataclasses import asdict
+
+import pytest
+
+from mxbench import pipeline
+from mxbench.variants import Target, expand_runs, preset
+from mxbench_train.errors import MxbenchError
+
+TARGETS = {"local": Target("local", 1, 0)}
+
+
+def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt(tmp_path):
+    (run,) = [r for r in expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu4w-bs64"]},
+                                     TARGETS)]
+    data = {"dir": str(tmp_path / "data"), "records": {"train": 1000}}
+    for attempt in (1, 2):
+        with pytest.raises(pipeline.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
+                                                     "gets 3 batches of 64"):
+            pipeline.run_one(run, tmp_path, data, deadline_s=60)
+    meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
+    assert meta["status"] == "failed" and "no speed would be measured" in meta["cause"]
+    kept = json.loads((tmp_path / "attempts" / f"{run['key']}.1" / "meta.json").read_text())
+    assert kept["status"] == "failed" and kept["started_at"] < meta["started_at"]
+
+
+def test_parse_lists_runs_that_never_started(tmp_path):
+    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
+    pipeline.parse_all(tmp_path)
+    pipeline.join(tmp_path)
+    assert pipeline.failures(tmp_path) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
+                                            "cause": "the run never started (an upstream task failed)"}]
+
+
+def test_parse_all_refuses_a_folder_that_is_not_a_benchmark_run(tmp_path):
+    with pytest.raises(MxbenchError, match="has no request.json"):
+        pipeline.parse_all(tmp_path)
+
+
+def test_missing_dataset_is_a_named_error(tmp_path):
+    with pytest.raises(MxbenchError, match="data preparation failed: CIFAR-10 source /nonexistent/cifar.tar.gz "
+                                           "does not exist"):
+        pipeline.prepare_data({"dataset": "/nonexistent/cifar.tar.gz"}, tmp_path / "run", tmp_path / "data")
+
+
+def test_variant_round_trips_through_the_run_dict():
+    from mxbench.variants import variant_from_dict
+
+    for variant in preset("seed"):
+        assert variant_from_dict(asdict(variant)) == variant
+
+
+def test_a_variant_becomes_one_trainer_command_line_and_a_role_plan():
+    from mxbench.jobs import job_for
+    from mxbench_train.roles import plan_roles
+
+    two_hosts = preset("seed")[-1]
+    job = job_for(two_hosts, data_dir="/data", log_dir="/runs/x", python="/opt/train/bin/python",
+                  hosts=("gpu-a", "gpu-b", "gpu-c"), port=9000, cores_per_host=16)
+    plan = plan_roles(job)
+    workers = [r for r in plan if r.kind == "worker"]
+    assert [w.host for w in workers] == ["gpu-a", "gpu-b"]  # the variant takes 2 of the 3 hosts
+    argv = workers[0].argv
+    assert argv[:4] == ("/opt/train/bin/python", "-m", "mxbench_train", "train")
+    flags = dict(zip(argv[4::2], argv[5::2]))
+    assert flags == {"--num-layers": "110", "--kv-store": "dist_sync", "--batch-size": "512", "--num-epochs": "300",
+                     "--disp-batches": "20", "--data-train": "/data/cifar10_train.rec",
+                     "--data-val": "/data/cifar10_val.rec", "--log-dir": "/runs/x", "--gpus": "0,1,2,3"}
+    assert workers[0].argv == workers[1].argv and workers[0].env["DMLC_NUM_WORKER"] == "2"

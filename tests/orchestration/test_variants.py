@@ -1,0 +1,78 @@
+"""Params -> variants -> runs: presets, the trigger form's schema, the up-front fit check."""
+import jsonschema
+import pytest
+
+from mxbench.variants import (PARAMS_SCHEMA, SEED_REFERENCE, Target, VariantError, expand_runs, preset,
+                              select_variants)
+
+NO_GPU = {"local": Target("local", hosts=1, gpus_per_host=0)}
+BIG = {"local": Target("local", hosts=2, gpus_per_host=8)}
+
+
+def defaults(**overrides):
+    return {**{name: spec["default"] for name, spec in PARAMS_SCHEMA.items()}, **overrides}
+
+
+def schema():
+    return {"type": "object", "properties": {k: {f: v for f, v in spec.items() if f not in ("section",)}
+                                             for k, spec in PARAMS_SCHEMA.items()}}
+
+
+def test_seed_preset_is_the_study_table():
+    variants = preset("seed")
+    assert [(v.devices, v.batch_size * v.workers) for v in variants] == [
+        (1, 128), (1, 256), (2, 256), (4, 512), (8, 1024), (8, 1024)]
+    two_hosts = variants[-1]
+    assert two_hosts.kvstore == "dist_sync" and two_hosts.hosts == 2 and two_hosts.batch_per_device == 128
+    assert all(v.num_layers == 110 and v.epochs == 300 for v in variants)
+    assert set(SEED_REFERENCE) == {v.id for v in variants}
+
+
+def test_cpu_demo_has_one_two_and_four_workers_at_two_batch_sizes():
+    variants = preset("cpu-demo")
+    assert sorted({v.workers for v in variants}) == [1, 2, 4]
+    assert sorted({v.batch_size for v in variants}) == [32, 64]
+    assert all(v.gpus_per_worker == 0 for v in variants)
+
+
+def test_runs_are_variant_x_launcher_x_repeat_repeat_major():
+    runs = expand_runs(defaults(repeats=2), NO_GPU)
+    assert len(runs) == 6 * 2
+    assert [r["repeat"] for r in runs] == [1] * 6 + [2] * 6
+    assert len({r["key"] for r in runs}) == 12 and runs[0]["key"] == "cpu1-bs32__local__r1"
+
+
+def test_overrides_and_variant_selection():
+    variants = select_variants(defaults(epochs=1, num_layers=20, only_variants=["cpu2w-bs64"]))
+    assert [(v.id, v.epochs, v.num_layers) for v in variants] == [("cpu2w-bs64", 1, 20)]
+    with pytest.raises(VariantError, match="only_variants names nope, not in preset 'cpu-demo'"):
+        select_variants(defaults(only_variants=["nope"]))
+
+
+def test_seed_preset_on_a_machine_without_gpus_is_refused_naming_each_variant():
+    with pytest.raises(VariantError) as error:
+        expand_runs(defaults(preset="seed"), NO_GPU)
+    message = str(error.value)
+    assert "variant 1gpu-bs128 needs 1 GPUs per host; the local target has 0" in message
+    assert "variant 2x4gpu-bs512 needs 2 hosts; the local target has 1" in message
+    assert len(expand_runs(defaults(preset="seed", repeats=1), BIG)) == 6
+
+
+def test_a_launcher_without_a_target_is_refused():
+    with pytest.raises(VariantError, match="launcher 'ssh' has no target"):
+        expand_runs(defaults(launchers=["ssh"]), NO_GPU)
+
+
+@pytest.mark.parametrize("bad", [
+    {"preset": "huge"}, {"repeats": 0}, {"launchers": []}, {"launchers": ["carrier-pigeon"]},
+    {"num_layers": 10}, {"epochs": 0}, {"dataset": "ftp://x/y"}, {"dataset": "rel/path; rm -rf /"},
+    {"synthetic_images": 52}, {"only_variants": ["a b"]},
+])
+def test_schema_refuses_bad_params(bad):
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(defaults(**bad), schema())
+
+
+def test_schema_accepts_the_defaults_and_real_sources():
+    for dataset in ("synthetic", "/data/cifar-10-python.tar.gz", "https://example.org/cifar-10-python.tar.gz"):
+        jsonschema.validate(defaults(dataset=dataset, num_layers=110, epochs=5), schema())
