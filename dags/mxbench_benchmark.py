@@ -59,8 +59,10 @@ def mxbench_benchmark():
     def run_variant(run: dict, data: dict, params=None, run_id=None) -> dict:
         from mxbench import config, pipeline
 
-        return pipeline.run_one(run, config.dag_run_dir(run_id), data,
-                                deadline_s=60 * params["run_timeout_minutes"])
+        result = pipeline.run_one(run, config.dag_run_dir(run_id), data,
+                                  deadline_s=60 * params["run_timeout_minutes"])
+        print(f"mxbench: run {run['key']}: {result['status']} in {result['duration_s']:.1f} s")
+        return result
 
     @task(trigger_rule="all_done")
     def parse_logs(run_id=None) -> dict:

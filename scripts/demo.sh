@@ -14,15 +14,20 @@ airflow db migrate >"$log" 2>&1
 airflow pools set mxbench_local 1 "mxbench local launcher: one run at a time on this machine" >>"$log" 2>&1
 conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"]}'}
 echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
-status=0
 airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \
-  | grep --line-buffered -E "\[DAG TEST\] end task|^report: |Marking run" | sed -E 's/^[^[]*//' || status=$?
-report=$(ls -td "$MXBENCH_HOME"/runs/*/report 2>/dev/null | head -1)
-if [[ -n $report && -f $report/report.md ]]; then
-  sed -n '/^## Results/,/^## Environment/p' "$report/report.md" | head -n -1
-  echo "mxbench: report: $report/report.html (also report.md, CSV tables and PNG plots there)"
+  | grep --line-buffered -oE "mxbench: run .*|RunFailed: .*" || true
+finished=$(grep -oE "DagRun Finished: .*run_duration=[0-9.]+, state=[a-z]+" "$log" | tail -1)
+run_id=$(grep -oE "run_id=[^,]+" <<<"$finished" | cut -d= -f2-)
+state=$(grep -oE "state=[a-z]+$" <<<"$finished" | cut -d= -f2)
+echo "mxbench: DAG run ${run_id:-?} finished: ${state:-unknown}"
+if [[ -n $run_id ]]; then
+  report=$(python -c 'import sys; from mxbench import config; print(config.dag_run_dir(sys.argv[1]) / "report")' "$run_id")
+  if [[ -f $report/report.md ]]; then
+    sed -n '/^## Results/,/^## Environment/p' "$report/report.md" | head -n -1
+    echo "mxbench: report: $report/report.html (also report.md, CSV tables and PNG plots there)"
+  fi
 fi
-if grep -q "DagRun Finished.*state=failed\|Marking run .* failed" "$log"; then
-  echo "mxbench: the DAG run failed; see $log" >&2; exit 1
+if [[ $state != success ]]; then
+  echo "mxbench: the DAG run did not succeed; see $log" >&2
+  exit 1
 fi
-exit $status

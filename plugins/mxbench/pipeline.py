@@ -19,6 +19,7 @@ from typing import Dict, List
 import pandas as pd
 
 from mxbench_train.errors import MxbenchError
+from mxbench_train.launcher import RoleFailed
 from mxbench_train.telemetry import read_gpu_csv
 
 from . import config, launchers
@@ -148,6 +149,9 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
                     roles=[vars(r) for r in results],
                     # first role's start to last role's exit: the trainer processes' own wall time
                     trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
+    except RoleFailed as exc:
+        meta.update(status="failed", cause=str(exc), command=_command_from_plan(run_dir),
+                    failed_role=exc.role.name, exit_status=exc.status)
     except MxbenchError as exc:
         meta.update(status="failed", cause=str(exc), command=_command_from_plan(run_dir))
     except Exception as exc:  # a launcher bug still leaves a record of the run
@@ -195,7 +199,8 @@ def parse_run(run: dict, dag_dir: Path):
            "batch_per_device": variant.batch_per_device, "status": "not run",
            "cause": "the run never started (an upstream task failed)",
            "samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None, "validation_accuracy": None,
-           "gpu_util_pct": None, "gpu_mem_mib": None, "duration_s": None, "trainer_wall_s": None}
+           "gpu_util_pct": None, "gpu_mem_mib": None, "p2p_pairs": None, "duration_s": None,
+           "trainer_wall_s": None}
     logs = sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log"))
     parsed = parse_run_logs(logs)
     tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
@@ -215,6 +220,8 @@ def parse_run(run: dict, dag_dir: Path):
             row.update({k: metrics[k] for k in ("samples_per_sec", "sec_per_epoch", "first_epoch_s",
                                                 "validation_accuracy")})
             row.update(gpu_usage(run_dir))
+            if metrics["p2p"]:
+                row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
             write_json(run_dir / "metrics.json", {**metrics, "environment": start.get("environment")})
     return row, speed, epochs

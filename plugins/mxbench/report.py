@@ -200,6 +200,9 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         ("Failed runs", failed),
         ("Launcher speed ratio", ratio_view),
     ]
+    if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
+        p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
+        sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
     notes = provenance(dag_dir)
     title = f"mxbench report: {dag_dir.name}"
     md = [f"# {title}\n"]

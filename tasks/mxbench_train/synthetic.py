@@ -4,8 +4,8 @@
 ``batches.meta``; each batch a pickled dict with ``data`` (N x 3072 uint8,
 channel-major: 1024 red, 1024 green, 1024 blue), ``labels``, ``filenames`` and
 ``batch_label``. Every ``batch_label`` starts with ``SYNTHETIC`` so that data
-made from it can say so wherever it shows. Images are class-dependent colour
-blobs plus noise: learnable, so accuracy curves go up.
+made from it can say so wherever it shows. Images are noise plus a jittered blob
+whose colour and place depend on the class: learnable, so accuracy curves rise.
 """
 import pickle
 import tarfile
@@ -19,16 +19,18 @@ FOLDER = "cifar-10-batches-py"
 
 
 def make_images(count, seed):
+    """Noise plus one blob per image whose colour and place (jittered) depend on the class."""
     rng = np.random.RandomState(seed)
     labels = rng.randint(0, 10, count)
-    palette = np.random.RandomState(1234).randint(40, 216, (10, 3))
+    palette = np.random.RandomState(1234).randint(60, 196, (10, 3))
     y, x = np.mgrid[0:32, 0:32]
-    images = rng.randint(0, 60, (count, 3, 32, 32)).astype(np.int16)
-    for cls in range(10):
-        members = labels == cls
-        cy, cx = 8 + (cls % 4) * 5, 8 + (cls // 4) * 7
-        blob = ((y - cy) ** 2 + (x - cx) ** 2) < 60
-        images[members] += (palette[cls][:, None, None] * blob)[None]
+    images = rng.randint(0, 100, (count, 3, 32, 32)).astype(np.int16)
+    shifts = rng.randint(-4, 5, (count, 2))
+    strength = rng.uniform(0.5, 1.0, count)
+    for i, cls in enumerate(labels):
+        cy, cx = 8 + (cls % 4) * 5 + shifts[i, 0], 8 + (cls // 4) * 7 + shifts[i, 1]
+        blob = ((y - cy) ** 2 + (x - cx) ** 2) < 40
+        images[i] += (palette[cls][:, None, None] * blob * strength[i]).astype(np.int16)
     return np.clip(images, 0, 255).astype(np.uint8).reshape(count, 3072), labels.tolist()
 
 

@@ -143,7 +143,7 @@ def main(argv):
 
     progress = Progress(args.batch_size, args.disp_batches, args.lr)
     started = time.time()
-    status, error, epochs_done = "error", None, 0
+    status, error, exit_code, epochs_done = "error", None, 1, 0
     sampler.start()
     try:
         epoch_size = max(num_examples // args.batch_size // workers, 1)
@@ -180,16 +180,16 @@ def main(argv):
             begin_epoch=args.load_epoch or 0, num_epoch=args.num_epochs,
             batch_end_callback=[mx.callback.Speedometer(args.batch_size, args.disp_batches), progress],
             epoch_end_callback=checkpoint)
-        status = "ok"
+        status, exit_code = "ok", 0
     except MxbenchError as exc:
-        error = str(exc)
+        error, exit_code = str(exc), exc.exit_code
         raise
     except mx.base.MXNetError as exc:
-        error = str(exc).strip().splitlines()[0]
+        error, exit_code = str(exc).strip().splitlines()[0], MxbenchError.exit_code
         raise MxbenchError(f"MXNet failed on rank {rank}: {error}") from None
     finally:
         log.info(format_event(
-            "run_end", rank=rank, num_workers=workers, status=status, error=error,
+            "run_end", rank=rank, num_workers=workers, status=status, exit_code=exit_code, error=error,
             epochs_completed=epochs_done, images_seen=progress.images,
             wall_time_s=round(time.time() - started, 3), gpu=sampler.stop()))
     return 0

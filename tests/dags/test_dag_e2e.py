@@ -81,6 +81,8 @@ def test_report_lists_the_failure_with_variant_and_cause(dag_run):
     failure = next(l for l in md.splitlines() if l.startswith("| cpu1-bs64__local__r1"))
     assert "role worker-0 on host 127.0.0.1 exited with code 139" in failure
     assert "Segmentation fault (simulated crash" in failure
+    meta = json.loads((dag_dir / "cpu1-bs64__local__r1" / "meta.json").read_text())
+    assert meta["failed_role"] == "worker-0" and meta["exit_status"] == "exited with code 139"
     html = (dag_dir / "report" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "SYNTHETIC DATA" in html
     for plot in ("scaling", "epoch_time", "accuracy", "ratios"):

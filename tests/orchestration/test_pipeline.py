@@ -68,3 +68,12 @@ def test_a_variant_becomes_one_trainer_command_line_and_a_role_plan():
                      "--disp-batches": "20", "--data-train": "/data/cifar10_train.rec",
                      "--data-val": "/data/cifar10_val.rec", "--log-dir": "/runs/x", "--gpus": "0,1,2,3"}
     assert workers[0].argv == workers[1].argv and workers[0].env["DMLC_NUM_WORKER"] == "2"
+
+
+def test_gpu_usage_of_a_run_from_its_telemetry_csv(tmp_path):
+    header = "timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB]\n"
+    (tmp_path / "gpu-rank0.csv").write_text(header + "".join(
+        f"2026/12/02 10:00:0{i}.000, {g}, Tesla V100, {u} %, {m} MiB, 16160 MiB\n"
+        for i, (g, u, m) in enumerate([(0, 90, 1455), (1, 80, 1466), (0, 70, 1460), (1, 100, 1470)])))
+    assert pipeline.gpu_usage(tmp_path) == {"gpu_util_pct": 85.0, "gpu_mem_mib": 1470.0}
+    assert pipeline.gpu_usage(tmp_path / "none") == {"gpu_util_pct": None, "gpu_mem_mib": None}

@@ -32,7 +32,7 @@ def test_training_on_the_generated_rec_prints_mxnet_standard_lines(cifar_rec, tm
     assert start["batch_size"] == 50 and start["devices"] == ["cpu(0)"] and start["kvstore"] == "local"
     assert start["environment"]["mxnet_version"] == "1.9.1" and "DIST_KVSTORE" in start["environment"]["mxnet_features"]
     assert start["environment"]["gpu"]["available"] is False
-    assert end["status"] == "ok" and end["epochs_completed"] == 2 and end["images_seen"] == 2 * 1000
+    assert end["status"] == "ok" and end["exit_code"] == 0 and end["epochs_completed"] == 2 and end["images_seen"] == 2 * 1000
     assert end["gpu"] == {"available": False, "reason": "training on the CPU"}
 
 
@@ -90,3 +90,4 @@ def test_diverged_run_still_writes_its_end_event(cifar_rec):
     assert done.returncode == 3
     end = events(done.stdout)[-1]
     assert end["event"] == "run_end" and end["status"] == "error" and "diverged" in end["error"]
+    assert end["exit_code"] == 3
