@@ -36,17 +36,14 @@ def main():
 
     dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
     run = dag.test(run_conf={"preset": "cpu-demo", "repeats": args.repeats, "epochs": args.epochs,
-                             "synthetic_images": 1000})
+                             "synthetic_images": 3000})
     dag_dir = config.dag_run_dir(run.run_id)
+    metas = {m.parent.name: json.loads(m.read_text()) for m in dag_dir.glob("*/meta.json")}
     overhead = {}
     for ti in run.get_task_instances():
-        if not ti.task_id.endswith(".run_variant") or ti.state != "success":
-            continue
-        key = json.loads((dag_dir / "request.json").read_text())["runs"]
-        meta_files = {m.parent.name: json.loads(m.read_text()) for m in dag_dir.glob("*/meta.json")}
-        task_s = (ti.end_date - ti.start_date).total_seconds()
-        meta = meta_files[ti.rendered_map_index] if ti.rendered_map_index in meta_files else None
-        if meta and meta.get("trainer_wall_s"):
+        meta = metas.get(ti.rendered_map_index)  # the mapped task's label is its run key
+        if ti.task_id.endswith(".run_variant") and ti.state == "success" and meta and meta.get("trainer_wall_s"):
+            task_s = (ti.end_date - ti.start_date).total_seconds()
             overhead.setdefault(meta["launcher"], []).append(task_s - meta["trainer_wall_s"])
     print(f"DAG run {run.run_id}: {run.state}; runs measured: {sum(map(len, overhead.values()))}")
     for launcher, values in overhead.items():

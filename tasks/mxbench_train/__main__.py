@@ -4,7 +4,6 @@ Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
 """
 import argparse
 import os
-import socket
 import sys
 
 from .errors import MxbenchError
@@ -12,14 +11,8 @@ from .errors import MxbenchError
 USAGE = __doc__.splitlines()[0]
 
 
-def free_port(host="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def cmd_launch(argv):
-    from .launcher import run_plan
+    from .launcher import free_port, run_plan
     from .roles import KVSTORES, Job, plan_roles
 
     parser = argparse.ArgumentParser(prog="python -m mxbench_train launch",

@@ -9,6 +9,7 @@ launcher itself gets SIGTERM.
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -51,6 +52,13 @@ class RoleResult:
     log: str
     start_s: float  # when it started, seconds after the first role did
     wall_s: Optional[float]  # start to exit, as seen by the launcher's poll
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now, for the scheduler of a local job."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def describe_exit(returncode: int) -> str:

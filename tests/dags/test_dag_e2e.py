@@ -121,3 +121,18 @@ def test_mxbench_report_rebuilds_the_same_tables(dag_run, tmp_path):
     before = pd.read_csv(dag_dir / "tables" / "summary.csv")
     assert main(["report", str(dag_dir)]) == 0
     pd.testing.assert_frame_equal(before, pd.read_csv(dag_dir / "tables" / "summary.csv"))
+
+
+def test_seed_preset_on_a_machine_without_gpus_is_refused_before_anything_runs(airflow_db, capfd):
+    from airflow.dag_processing.dagbag import DagBag
+    from mxbench import config
+
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
+    run = dag.test(run_conf={"preset": "seed", "repeats": 1})
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["expand_variants"] == "failed"
+    assert states["prepare_data"] == "upstream_failed" and states["local.run_variant"] == "upstream_failed"
+    out, err = capfd.readouterr()
+    assert "variant 8gpu-bs1024 needs 8 GPUs per host; the local target has 0" in out + err
+    assert not (config.dag_run_dir(run.run_id) / "data.json").exists()

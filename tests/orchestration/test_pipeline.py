@@ -15,7 +15,7 @@ def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt
     (run,) = [r for r in expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu4w-bs64"]},
                                      TARGETS)]
     data = {"dir": str(tmp_path / "data"), "records": {"train": 1000}}
-    for attempt in (1, 2):
+    for _attempt in (1, 2):
         with pytest.raises(pipeline.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
                                                      "gets 3 batches of 64"):
             pipeline.run_one(run, tmp_path, data, deadline_s=60)

@@ -74,7 +74,7 @@ def test_wrong_checksum_archive_is_refused(tmp_path):
     fake = tmp_path / "cifar-10-python.tar.gz"
     fake.write_bytes(b"\x1f\x8b" + os.urandom(1000))
     done = run_trainer("prepare-cifar10", "--source", fake, "--out", tmp_path / "out")
-    assert done.returncode == 2 and f"MD5" in done.stderr and str(fake) in done.stderr
+    assert done.returncode == 2 and "MD5" in done.stderr and str(fake) in done.stderr
 
 
 def test_corrupt_archive_names_the_archive(tmp_path):

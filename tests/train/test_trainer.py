@@ -1,5 +1,4 @@
 """The trainer, run for real on tiny sizes: MXNet's standard lines, structured events, bad input."""
-import json
 import re
 
 import pytest

@@ -1,10 +1,9 @@
 """The local launcher: the role plan as processes on this machine (the embedded default)."""
 import json
 import os
-import socket
 from pathlib import Path
 
-from mxbench_train.launcher import run_plan
+from mxbench_train.launcher import free_port, run_plan
 from mxbench_train.roles import plan_roles
 from mxbench_train.telemetry import gpu_environment
 
@@ -13,12 +12,6 @@ from ..jobs import job_for
 from ..variants import Target, Variant
 
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 class LocalLauncher:
@@ -30,7 +23,7 @@ class LocalLauncher:
 
     def plan(self, variant: Variant, data_dir, run_dir):
         job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=config.train_python(),
-                      hosts=(HOST,), port=free_port(), cores_per_host=os.cpu_count() or 1)
+                      hosts=(HOST,), port=free_port(HOST), cores_per_host=os.cpu_count() or 1)
         return plan_roles(job)
 
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
