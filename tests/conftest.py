@@ -64,3 +64,11 @@ def cifar_rec(tmp_path_factory, cifar_source):
     done = run_trainer("prepare-cifar10", "--source", cifar_source, "--out", out, "--allow-unverified")
     assert done.returncode == 0, done.stderr
     return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Keep the session's Airflow home and runs when something failed, to look at; else tidy up."""
+    if exitstatus == 0:
+        import shutil
+
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)

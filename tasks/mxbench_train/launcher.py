@@ -88,17 +88,20 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
         for role in plan:  # scheduler first: the plan lists it first
             logs[role.name] = log_dir / "roles" / f"{role.name}.log"
             with open(logs[role.name], "wb") as out:
-                procs[role.name] = subprocess.Popen(
-                    list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True)
+                try:
+                    procs[role.name] = subprocess.Popen(
+                        list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
+                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True)
+                except OSError as exc:
+                    raise MxbenchError(f"cannot start role {role.name} on host {role.host}: {exc}") from None
             started[role.name] = time.monotonic()
-        _write_json(log_dir / "pids.json", {name: p.pid for name, p in procs.items()})
+            _write_json(log_dir / "pids.json", {name: p.pid for name, p in procs.items()})
         _wait(plan, procs, logs, ended, time.monotonic() + deadline_s, deadline_s)
     finally:
         _kill_all(procs.values())
         restore()
-    first = min(started.values())
+    first = min(started.values(), default=0.0)
     return [RoleResult(r.name, r.host, procs[r.name].pid, procs[r.name].returncode, str(logs[r.name]),
                        round(started[r.name] - first, 3),
                        round(ended[r.name] - started[r.name], 3) if r.name in ended else None)
@@ -158,8 +161,12 @@ def _raise_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
+    interrupted = []
+
     def handler(signum, _frame):
-        raise LaunchInterrupted(f"launcher got {signal.Signals(signum).name}; stopped all roles")
+        if not interrupted:  # a second SIGTERM must not cut the cleanup short
+            interrupted.append(signum)
+            raise LaunchInterrupted(f"launcher got {signal.Signals(signum).name}; stopped all roles")
 
     previous = signal.signal(signal.SIGTERM, handler)
     return lambda: signal.signal(signal.SIGTERM, previous)

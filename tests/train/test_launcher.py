@@ -132,3 +132,12 @@ def test_launch_refuses_a_bad_job_before_starting_anything(tmp_path):
     assert done.returncode == 2 and "launch: kvstore 'local' runs one worker" in done.stderr
     assert not (tmp_path / "pids.json").exists()
     assert issubclass(LaunchTimeout, MxbenchError)
+
+
+def test_a_role_that_cannot_start_is_named_and_the_started_ones_stopped(tmp_path):
+    plan = [sleeper("scheduler", "scheduler"),
+            Role("worker-0", "worker", "127.0.0.1", (str(tmp_path / "no-such-python"), "-m", "x"), {})]
+    with pytest.raises(MxbenchError, match="cannot start role worker-0 on host 127.0.0.1: .*no-such-python"):
+        run_plan(plan, tmp_path, deadline_s=30)
+    started = pids(tmp_path)
+    assert list(started) == ["scheduler"] and not alive(started["scheduler"])
