@@ -20,6 +20,7 @@ import pandas as pd
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import RoleFailed
+from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv
 
 from . import config, launchers
@@ -75,10 +76,10 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
 
 def synthetic_source(data_root: Path, images: int) -> Path:
     """Generated CIFAR-format data, made once per size and reused."""
-    folder = data_root / f"synthetic-{images}"
+    folder = data_root / f"synthetic-v{SYNTHETIC_VERSION}-{images}"
     if (folder / "cifar-10-batches-py" / "test_batch").is_file():
         return folder / "cifar-10-batches-py"
-    tmp = data_root / f".synthetic-{images}.{os.getpid()}"
+    tmp = data_root / f".{folder.name}.{os.getpid()}"
     done = _train_cli("synthetic-cifar10", "--out", tmp, "--train", images, "--test", max(images // 5, 10))
     if done.returncode != 0:
         raise MxbenchError(f"synthetic CIFAR-10 generation failed: {_error_line(done)}")
@@ -94,7 +95,8 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     synthetic = source == SYNTHETIC
     if synthetic:
         images = int(params.get("synthetic_images", 3000))
-        source, out = synthetic_source(data_root, images), data_root / f"rec-synthetic-{images}"
+        source = synthetic_source(data_root, images)
+        out = data_root / f"rec-{source.parent.name}"
     else:
         out = data_root / f"rec-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
     flags = ["--allow-unverified"] if synthetic or params.get("allow_unverified") else []

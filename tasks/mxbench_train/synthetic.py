@@ -15,6 +15,7 @@ import numpy as np
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 SYNTHETIC_TAG = "SYNTHETIC"
+VERSION = 2  # bump when the images change, so that cached copies are made anew
 FOLDER = "cifar-10-batches-py"
 
 
