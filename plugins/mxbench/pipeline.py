@@ -21,7 +21,7 @@ import pandas as pd
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import RoleFailed
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
-from mxbench_train.telemetry import read_gpu_csv
+from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
 from . import config, launchers
 from .metrics import NoSpeedLines, launcher_ratios, run_metrics, summarise
@@ -182,12 +182,13 @@ def summary_of(meta: dict) -> dict:
 # --- parse ----------------------------------------------------------------------------------
 
 def gpu_usage(run_dir: Path) -> dict:
+    """Mean utilisation over the run's GPUs and the most memory any of them used, from telemetry."""
     rows = [row for csv_path in sorted(run_dir.glob("gpu-rank*.csv")) for row in read_gpu_csv(csv_path)]
     if not rows:
         return {"gpu_util_pct": None, "gpu_mem_mib": None}
-    frame = pd.DataFrame(rows)
-    per_gpu = frame.groupby("index").agg(util=("utilization_pct", "mean"), mem=("memory_used_mib", "max"))
-    return {"gpu_util_pct": float(per_gpu["util"].mean()), "gpu_mem_mib": float(per_gpu["mem"].max())}
+    per_gpu = summarise_gpus(rows)
+    return {"gpu_util_pct": sum(g["utilization_mean_pct"] for g in per_gpu) / len(per_gpu),
+            "gpu_mem_mib": max(g["memory_used_max_mib"] for g in per_gpu)}
 
 
 def parse_run(run: dict, dag_dir: Path):
