@@ -75,7 +75,7 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
 
 
 def synthetic_source(data_root: Path, images: int) -> Path:
-    """Generated CIFAR-format data, made once per size and reused."""
+    """Generated CIFAR-format data, made once per size and generator version, then reused."""
     folder = data_root / f"synthetic-v{SYNTHETIC_VERSION}-{images}"
     if (folder / "cifar-10-batches-py" / "test_batch").is_file():
         return folder / "cifar-10-batches-py"
@@ -145,21 +145,19 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
     write_json(run_dir / "meta.json", meta)
     try:
         check_enough_data(variant, data["records"]["train"])
-        plan, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
-        worker = next(r for r in plan if r.kind == "worker")
-        meta.update(status="ok", cause=None, command=shlex.join(worker.argv),
-                    roles=[vars(r) for r in results],
+        _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
+        meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     # first role's start to last role's exit: the trainer processes' own wall time
                     trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
     except RoleFailed as exc:
-        meta.update(status="failed", cause=str(exc), command=_command_from_plan(run_dir),
-                    failed_role=exc.role.name, exit_status=exc.status)
+        meta.update(status="failed", cause=str(exc), failed_role=exc.role.name, exit_status=exc.status)
     except MxbenchError as exc:
-        meta.update(status="failed", cause=str(exc), command=_command_from_plan(run_dir))
+        meta.update(status="failed", cause=str(exc))
     except Exception as exc:  # a launcher bug still leaves a record of the run
-        meta.update(status="failed", cause=f"{type(exc).__name__}: {exc}", command=_command_from_plan(run_dir))
+        meta.update(status="failed", cause=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        meta["command"] = _command_from_plan(run_dir)  # the launcher wrote plan.json, if it got that far
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
         write_json(run_dir / "meta.json", meta)
