@@ -8,8 +8,10 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
    cannot run (more GPUs or hosts than it has) is refused here, before anything starts.
 2. **prepare_data**: CIFAR-10 (or synthetic CIFAR-format data) -> RecordIO with MXNet's im2rec,
    cached.
-3. **<launcher>.run_variant**: one mapped task per run, in the launcher's pool (one slot: runs
-   that share a target never overlap and spoil each other's numbers).
+3. **<machines>.run_variant**: one mapped task per run, in the pool of the machines it runs on
+   (one slot: runs that share machines never overlap and spoil each other's numbers). Launchers
+   that share machines share the mapped task, and their repeats alternate (a r1, b r1, a r2, ...).
+   The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.
 4. **parse_logs -> join_results -> report**: tidy tables, the seed-style table, launcher ratios,
    Markdown/HTML/CSV/PNG under `$MXBENCH_HOME/runs/<run id>/report/`. They run even when some runs
    failed; **check_runs** then fails the DAG run so that alerting sees it.
@@ -19,13 +21,14 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag, task, task_group
 
-from mxbench.variants import LAUNCHERS, PARAMS_SCHEMA
+from mxbench.variants import MACHINE_SETS, PARAMS_SCHEMA
 
 
 @dag(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    max_active_runs=1,  # two DAG runs measuring at once would spoil each other's numbers
     doc_md=__doc__,
     params={name: Param(**spec) for name, spec in PARAMS_SCHEMA.items()},
     tags=["mxbench", "benchmark"],
@@ -52,10 +55,16 @@ def mxbench_benchmark():
         return pipeline.prepare_data(dict(params), config.dag_run_dir(run_id), config.data_dir())
 
     @task
-    def pick(runs: list[dict], launcher: str) -> list[dict]:
-        return [run for run in runs if run["launcher"] == launcher]
+    def pick(runs: list[dict], launchers: list[str]) -> list[dict]:
+        return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
 
-    @task(map_index_template="{{ task.op_kwargs['run']['key'] }}")
+    def follow_run_timeout(context):
+        from mxbench import pipeline
+
+        context["task"].execution_timeout = pipeline.task_timeout(context["params"])
+        print(f"mxbench: task timeout {context['task'].execution_timeout} (run_timeout_minutes + grace)")
+
+    @task(map_index_template="{{ task.op_kwargs['run']['key'] }}", pre_execute=follow_run_timeout)
     def run_variant(run: dict, data: dict, params=None, run_id=None) -> dict:
         from mxbench import config, pipeline
 
@@ -92,23 +101,19 @@ def mxbench_benchmark():
 
         from mxbench import config, pipeline
 
-        dag_dir = config.dag_run_dir(run_id)
-        if not (dag_dir / "report" / "report.md").is_file():
-            raise AirflowFailException(f"no report was built in {dag_dir}: see parse_logs, join_results, report")
-        failed = pipeline.failures(dag_dir)
-        if failed:
-            lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
-            raise AirflowFailException(f"{len(failed)} run(s) without a result:\n{lines}")
+        problem = pipeline.verdict_of(config.dag_run_dir(run_id))
+        if problem:
+            raise AirflowFailException(problem)
 
     runs = expand_variants()
     data = prepare_data()
     runs >> data
     launched = []
-    for launcher in LAUNCHERS:
-        @task_group(group_id=launcher)
-        def launch(launcher=launcher):
-            return run_variant.override(pool=f"mxbench_{launcher}", pool_slots=1).partial(data=data).expand(
-                run=pick(runs, launcher))
+    for machines, launchers in MACHINE_SETS.items():
+        @task_group(group_id=machines)
+        def launch(machines=machines, launchers=launchers):
+            return run_variant.override(pool=f"mxbench_{machines}", pool_slots=1).partial(data=data).expand(
+                run=pick(runs, list(launchers)))
 
         launched.append(launch())
     parsed = parse_logs()

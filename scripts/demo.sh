@@ -9,9 +9,8 @@ cd "$(dirname "$0")/.."
 source scripts/airflow-env.sh
 mkdir -p "$MXBENCH_HOME"
 log=$MXBENCH_HOME/demo.log
-echo "mxbench: Airflow metadata DB and pool (log: $log)"
-airflow db migrate >"$log" 2>&1
-airflow pools set mxbench_local 1 "mxbench local launcher: one run at a time on this machine" >>"$log" 2>&1
+echo "mxbench: Airflow metadata DB and pools (log: $log)"
+scripts/airflow-init.sh >"$log" 2>&1
 conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"]}'}
 echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
 airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \

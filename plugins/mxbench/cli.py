@@ -18,12 +18,15 @@ from .parse import parse_log
 def parse_one(path: str) -> dict:
     parsed = parse_log(path)
     result = {"log": path, "workers": parsed.workers, "samples_per_sec": None, "sec_per_epoch": None,
-              "epochs": [], "p2p": parsed.p2p, "unparsed_lines": parsed.unparsed}
+              "epoch_samples_per_sec": None, "warmup_excluded": None, "epochs": [], "p2p": parsed.p2p,
+              "notices": parsed.notices, "restarts": parsed.restarts, "unparsed_lines": parsed.unparsed,
+              "unparsed_count": parsed.unparsed_count}
     try:
         metrics = run_metrics(parsed, path)
     except NoSpeedLines as exc:
         return {**result, "error": str(exc)}
-    return {**result, **{k: metrics[k] for k in ("workers", "samples_per_sec", "sec_per_epoch", "epochs")}}
+    return {**result, **{k: metrics[k] for k in ("workers", "samples_per_sec", "sec_per_epoch",
+                                                  "epoch_samples_per_sec", "warmup_excluded", "epochs")}}
 
 
 def cmd_parse(args) -> int:
@@ -40,14 +43,19 @@ def cmd_parse(args) -> int:
             print(f"== {r['log']}")
             if "samples_per_sec" in r and r["samples_per_sec"] is not None:
                 print(f"workers {r['workers']}, steady-state {r['samples_per_sec']:.1f} samples/s, "
-                      f"{r['sec_per_epoch'] if r['sec_per_epoch'] is not None else 'n/a'} s/epoch")
+                      f"{r['sec_per_epoch'] if r['sec_per_epoch'] is not None else 'n/a'} s/epoch"
+                      + ("" if r["warmup_excluded"] else " (one epoch: includes warm-up)"))
+                if r["restarts"]:
+                    print(f"restarted at line {', '.join(map(str, r['restarts']))}; measured the last run")
                 if r["epochs"]:
                     print(pd.DataFrame(r["epochs"]).to_string(index=False))
                 if r["p2p"]:
                     p = r["p2p"]
                     print(f"P2P: {p['enabled_pairs']} of {p['total_pairs']} GPU pairs enabled")
                     print("\n".join(p["matrix"]))
-                print(f"{len(r['unparsed_lines'])} unparsed lines")
+                for notice in r["notices"]:
+                    print(f"MXNet: {notice}")
+                print(f"{r['unparsed_count']} unparsed lines")
     errors = [r for r in results if "error" in r]
     for r in errors:
         print(f"error: {r['error']}", file=sys.stderr)
@@ -73,7 +81,7 @@ def cmd_compare(args) -> int:
     first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
     if args.other:
         a, b = load_table(Path(args.other) / "tables" / "runs.csv"), first
-        label, keys = f"{args.other} / {args.run_dir}", ["variant", "launcher"]
+        label, keys = f"{Path(args.other).name} / {Path(args.run_dir).name}", ["variant", "launcher"]
     elif args.launchers:
         a = first[first["launcher"] == args.launchers[0]]
         b = first[first["launcher"] == args.launchers[1]]
@@ -87,15 +95,15 @@ def cmd_compare(args) -> int:
     for key, speeds_b in ok_b.groupby(keys, sort=False):
         if key not in speeds_a:
             continue
-        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"])
-        rows.append({**dict(zip(keys, key)), "ratio": f"{cmp['ratio']:.1%}",
-                     "range": f"{cmp['ratio_low']:.1%}–{cmp['ratio_high']:.1%}", "runs": cmp["runs"],
-                     "verdict": cmp["verdict"]})
+        names = label.split(" / ")
+        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"], names[0], names[1])
+        rows.append({**dict(zip(keys, key)), "verdict": cmp["verdict"]})
     if not rows:
         print("error: no variant has successful runs on both sides", file=sys.stderr)
         return 1
     print(f"speed ratio {label}")
-    print(pd.DataFrame(rows).to_string(index=False))
+    for row in rows:
+        print(" ".join(str(v) for k, v in row.items() if k != "verdict") + ": " + row["verdict"])
     return 0
 
 

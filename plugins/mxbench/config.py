@@ -1,4 +1,5 @@
 """Where mxbench keeps things. Environment variables only; nothing is read at import."""
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -21,5 +22,8 @@ def data_dir() -> Path:
 
 
 def dag_run_dir(dag_run_id: str) -> Path:
-    """``$MXBENCH_HOME/runs/<run id>``, the id made safe as a folder name."""
-    return home() / "runs" / re.sub(r"[^A-Za-z0-9._-]+", "_", dag_run_id).strip("_")
+    """``$MXBENCH_HOME/runs/<safe run id>-<hash>``: the id made safe as a folder name, plus a short
+    hash of the id itself, so that ids differing only in replaced characters (``a:b``, ``a+b``,
+    ``a_b``) never share a folder."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dag_run_id).strip("_.")[:120]
+    return home() / "runs" / f"{safe}-{hashlib.sha256(dag_run_id.encode()).hexdigest()[:8]}"

@@ -4,14 +4,15 @@ Per run: steady-state samples/s (warm-up excluded; the workers' own readings
 summed, as each worker's Speedometer measures only its share), seconds/epoch
 (the first epoch excluded when later ones exist), validation accuracy.
 Per variant: median and spread over repeats, speedup and scaling efficiency
-against the 1-device baseline. Across launchers: the speed ratio, and whether
-it is beyond run-to-run noise.
+against the 1-device baseline. Across launchers: the speed ratio with the
+verdict statistics of ``verdict``.
 """
 import math
 from typing import List, Optional
 
 import pandas as pd
 
+from . import verdict
 from .parse import ParsedLog
 
 
@@ -35,19 +36,36 @@ def epoch_table(parsed: ParsedLog) -> pd.DataFrame:
                  validation_accuracy=("validation_accuracy", "mean")))
 
 
-def run_metrics(parsed: ParsedLog, name: str = "log") -> dict:
+def images_per_epoch(parsed: ParsedLog) -> Optional[float]:
+    """Images the whole job read per epoch, from the workers' ``run_end`` events (each worker
+    reads its own part of the data)."""
+    ends = [e for e in parsed.events if e.get("event") == "run_end" and e.get("epochs_completed")]
+    if not ends:
+        return None
+    return float(sum(e["images_seen"] / e["epochs_completed"] for e in ends))
+
+
+def run_metrics(parsed: ParsedLog, name: str = "log", images_per_epoch_hint: Optional[float] = None) -> dict:
+    """One run's numbers. Throughput two ways: the Speedometer's (batches only) and images per
+    epoch / s/epoch (what the seed's s/epoch table implies)."""
     if parsed.speed.empty:
         raise NoSpeedLines(f"{name} has no Speedometer lines ('Epoch[..] Batch [..] Speed: .. samples/sec'): "
                            "did training start, and is --disp-batches smaller than the batches per epoch?")
     per_worker = steady_state(parsed.speed).groupby("worker")["samples_per_sec"].median()
     epochs = epoch_table(parsed)
     timed = epochs.dropna(subset=["time_cost_s"])
-    steady_epochs = timed[timed["epoch"] > timed["epoch"].min()] if len(timed) > 1 else timed
+    warmup_excluded = len(timed) > 1
+    steady_epochs = timed[timed["epoch"] > timed["epoch"].min()] if warmup_excluded else timed
     validated = epochs.dropna(subset=["validation_accuracy"])
+    sec_per_epoch = float(steady_epochs["time_cost_s"].median()) if not steady_epochs.empty else None
+    images = images_per_epoch(parsed) or images_per_epoch_hint
     return {
         "workers": int(parsed.workers),
         "samples_per_sec": float(per_worker.sum()),
-        "sec_per_epoch": float(steady_epochs["time_cost_s"].median()) if not steady_epochs.empty else None,
+        "sec_per_epoch": sec_per_epoch,
+        "epoch_samples_per_sec": images / sec_per_epoch if images and sec_per_epoch else None,
+        "images_per_epoch": images,
+        "warmup_excluded": warmup_excluded,
         "first_epoch_s": float(timed["time_cost_s"].iloc[0]) if not timed.empty else None,
         "validation_accuracy": float(validated["validation_accuracy"].iloc[-1]) if not validated.empty else None,
         "epochs": [{k: _clean(v) for k, v in row.items()} for row in epochs.to_dict("records")],
@@ -72,26 +90,46 @@ def spread(values: pd.Series) -> dict:
 SUMMARY_COLUMNS = {
     "variant": "string", "setup": "string", "launcher": "string", "num_layers": "Int64", "devices": "Int64",
     "batch_size": "Int64", "batch_per_device": "Int64", "runs_ok": "Int64", "runs_failed": "Int64",
-    "samples_per_sec": "float64", "samples_per_sec_min": "float64", "samples_per_sec_max": "float64",
-    "samples_per_sec_cv": "float64", "sec_per_epoch": "float64", "sec_per_epoch_min": "float64",
-    "sec_per_epoch_max": "float64", "gpu_util_pct": "float64", "gpu_mem_mib": "float64",
-    "validation_accuracy": "float64", "speedup": "float64", "scaling_efficiency": "float64",
+    "runs_reused": "Int64", "samples_per_sec": "float64", "samples_per_sec_min": "float64",
+    "samples_per_sec_max": "float64", "samples_per_sec_cv": "float64", "epoch_samples_per_sec": "float64",
+    "throughput_check": "string", "warmup_excluded": "boolean", "sec_per_epoch": "float64",
+    "sec_per_epoch_min": "float64", "sec_per_epoch_max": "float64", "gpu_util_pct": "float64",
+    "gpu_mem_mib": "float64", "validation_accuracy": "float64", "speedup": "float64",
+    "scaling_efficiency": "float64",
 }
+THROUGHPUT_TOLERANCE = 0.10  # Speedometer vs images/epoch ÷ s/epoch: more apart than this is flagged
+
+
+def throughput_check(speedometer, per_epoch) -> str:
+    """Empty when the two throughputs agree; else which one is higher, and by how much."""
+    if speedometer is None or per_epoch is None or pd.isna(speedometer) or pd.isna(per_epoch):
+        return ""
+    gap = speedometer / per_epoch - 1
+    if abs(gap) <= THROUGHPUT_TOLERANCE:
+        return ""
+    return (f"Speedometer samples/s is {abs(gap):.0%} {'above' if gap > 0 else 'below'} images/epoch ÷ s/epoch "
+            f"(more than {THROUGHPUT_TOLERANCE:.0%} apart)")
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant x launcher, over its repeats; with speedup and scaling efficiency."""
+    """One row per variant x launcher, over its repeats; with speedup and scaling efficiency
+    (both from the Speedometer's samples/s)."""
     rows = []
     for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
         ok = group[group["status"] == "ok"]
         speed, epoch = spread(ok["samples_per_sec"]), spread(ok["sec_per_epoch"])
+        per_epoch = spread(ok["epoch_samples_per_sec"])["median"] if "epoch_samples_per_sec" in ok else None
         first = group.iloc[0]
         rows.append({
             "variant": variant, "setup": first["setup"], "launcher": launcher,
             "num_layers": first["num_layers"], "devices": first["devices"], "batch_size": first["batch_size"],
             "batch_per_device": first["batch_per_device"], "runs_ok": len(ok), "runs_failed": len(group) - len(ok),
+            "runs_reused": int(group["reused"].fillna(False).astype(bool).sum()) if "reused" in group else 0,
             "samples_per_sec": speed["median"], "samples_per_sec_min": speed["min"],
             "samples_per_sec_max": speed["max"], "samples_per_sec_cv": speed["cv"],
+            "epoch_samples_per_sec": per_epoch, "throughput_check": throughput_check(speed["median"], per_epoch),
+            "warmup_excluded": bool(ok["warmup_excluded"].fillna(True).astype(bool).all())
+            if "warmup_excluded" in ok and not ok.empty else None,
             "sec_per_epoch": epoch["median"], "sec_per_epoch_min": epoch["min"], "sec_per_epoch_max": epoch["max"],
             "gpu_util_pct": ok["gpu_util_pct"].median() if ok["gpu_util_pct"].notna().any() else None,
             "gpu_mem_mib": ok["gpu_mem_mib"].median() if ok["gpu_mem_mib"].notna().any() else None,
@@ -113,7 +151,9 @@ def add_scaling(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string", "ratio": "float64",
-                 "ratio_low": "float64", "ratio_high": "float64", "runs": "string", "verdict": "string"}
+                 "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
+                 "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
+                 "outcome": "string", "order": "string", "verdict": "string"}
 
 
 def reference_launcher(launchers: List[str]) -> Optional[str]:
@@ -124,7 +164,8 @@ def reference_launcher(launchers: List[str]) -> Optional[str]:
 
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.DataFrame:
-    """For every variant run under two launchers: speed of each against the reference (k8s/ssh)."""
+    """For every variant run under two launchers: speed of each against the reference (k8s/ssh),
+    with the verdict statistics and how the two legs were ordered in time."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
     reference = reference or reference_launcher(list(dict.fromkeys(ok["launcher"])))
     rows = []
@@ -133,21 +174,35 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.D
         if ref.empty:
             continue
         for launcher, other in group[group["launcher"] != reference].groupby("launcher", sort=False):
-            rows.append({"variant": variant, "launcher": launcher, "reference": reference,
-                         **compare_speeds(other["samples_per_sec"], ref)})
+            result = verdict.compare(other["samples_per_sec"], ref, launcher, reference).to_dict()
+            rows.append({"variant": variant, "launcher": launcher, "reference": reference, **result,
+                         "order": leg_order(group, launcher, reference)})
     return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
 
 
-def compare_speeds(a: pd.Series, b: pd.Series) -> dict:
-    """a against b: ratio of medians, the range the repeats allow, and a plain verdict."""
-    ratio = a.median() / b.median()
-    low, high = a.min() / b.max(), a.max() / b.min()
-    if len(a) < 2 or len(b) < 2:
-        verdict = "one run on a side: cannot tell a difference from run-to-run noise"
-    elif a.min() > b.max() or a.max() < b.min():
-        verdict = f"{'faster' if ratio > 1 else 'slower'} by {abs(ratio - 1):.1%}, beyond run-to-run noise " \
-                  "(the repeats' ranges do not overlap)"
-    else:
-        verdict = f"within run-to-run noise (the repeats' ranges overlap; {abs(ratio - 1):.1%} apart at the median)"
-    return {"ratio": ratio, "ratio_low": low, "ratio_high": high, "runs": f"{len(a)} vs {len(b)}",
-            "verdict": verdict}
+def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
+    """How the repeats of launchers ``a`` and ``b`` followed each other in time. Interleaved legs
+    (a r1, b r1, a r2, ...) spread a drift over both; all of one, then all of the other, does not."""
+    if "started_at" not in runs or "ended_at" not in runs:
+        return "unknown (no start times)"
+    legs = runs[runs["launcher"].isin([a, b])].dropna(subset=["started_at", "ended_at"]).sort_values("started_at")
+    if legs.empty:
+        return "unknown (no start times)"
+    latest_end = {}
+    for launcher, start, end in zip(legs["launcher"], legs["started_at"], legs["ended_at"]):
+        if any(start < other_end for other, other_end in latest_end.items() if other != launcher):
+            return "overlapping: the two launchers ran at the same time and may have slowed each other"
+        latest_end[launcher] = max(end, latest_end.get(launcher, end))
+    order = list(legs["launcher"])
+    sequence = ", ".join(f"{l} r{r}" for l, r in zip(order[:6], legs["repeat"][:6])) + (", …" if len(order) > 6 else "")
+    switches = sum(x != y for x, y in zip(order, order[1:]))
+    if switches == len(order) - 1 and switches:
+        return f"interleaved ({sequence})"
+    if switches == 1 and min(order.count(a), order.count(b)) > 1:
+        return f"blocked: all {order[0]} first, then all {order[-1]}; a drift could pass for a launcher effect"
+    return f"mixed ({sequence})"
+
+
+def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b") -> dict:
+    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict."""
+    return verdict.compare(a, b, name, reference).to_dict()

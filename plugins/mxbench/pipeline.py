@@ -14,19 +14,20 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pandas as pd
 
+from mxbench_train.cifar10 import redact
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import RoleFailed
+from mxbench_train.launcher import RoleFailed, reap
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
 from . import config, launchers
 from .metrics import NoSpeedLines, launcher_ratios, run_metrics, summarise
-from .parse import parse_run_logs
-from .variants import SYNTHETIC, Target, expand_runs, variant_from_dict
+from .parse import parse_log, parse_run_logs
+from .variants import SYNTHETIC, Target, VariantError, expand_runs, variant_from_dict
 
 
 class RunFailed(RuntimeError):
@@ -48,6 +49,29 @@ def read_json(path: Path, default=None):
         return default
 
 
+# --- stage failures --------------------------------------------------------------------------
+
+STAGE_NAMES = {"expand": "expanding the variants", "prepare_data": "data preparation"}
+
+
+def record_stage_failure(dag_dir: Path, stage: str, cause: str) -> None:
+    """Remember why a stage before the runs failed, so the runs it stopped can name the root cause."""
+    stages = read_json(dag_dir / "stages.json", {})
+    write_json(dag_dir / "stages.json", {**stages, stage: cause})
+
+
+def clear_stage_failure(dag_dir: Path, stage: str) -> None:
+    stages = read_json(dag_dir / "stages.json", {})
+    if stage in stages:
+        write_json(dag_dir / "stages.json", {k: v for k, v in stages.items() if k != stage})
+
+
+def root_cause(dag_dir: Path):
+    """'data preparation failed: ...' when an upstream stage failed; None otherwise."""
+    stages = read_json(dag_dir / "stages.json", {})
+    return next((cause for stage in STAGE_NAMES if (cause := stages.get(stage))), None)
+
+
 # --- expand ---------------------------------------------------------------------------------
 
 def targets_for(names) -> Dict[str, Target]:
@@ -55,8 +79,15 @@ def targets_for(names) -> Dict[str, Target]:
 
 
 def expand(params: dict, dag_dir: Path, targets: Dict[str, Target]) -> List[dict]:
-    runs = expand_runs(params, targets)
-    write_json(dag_dir / "request.json", {"params": params, "runs": runs,
+    try:
+        runs = expand_runs(params, targets)
+    except (VariantError, MxbenchError) as exc:
+        record_stage_failure(dag_dir, "expand", f"{STAGE_NAMES['expand']} failed: {exc}")
+        raise
+    clear_stage_failure(dag_dir, "expand")
+    # a dataset URL may carry a user and password: never written down
+    recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
+    write_json(dag_dir / "request.json", {"params": recorded, "runs": runs,
                                           "targets": {k: vars(v) for k, v in targets.items()}})
     return runs
 
@@ -89,7 +120,20 @@ def synthetic_source(data_root: Path, images: int) -> Path:
 
 
 def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
-    """CIFAR-10 -> RecordIO in the training env (cached there); ``data.json`` says what was used."""
+    """CIFAR-10 -> RecordIO in the training env (cached there); ``data.json`` says what was used.
+    A failure is recorded in ``stages.json`` so that every run it stopped names it."""
+    try:
+        data = _prepare_data(params, data_root)
+    except MxbenchError as exc:
+        cause = f"{STAGE_NAMES['prepare_data']} failed: {exc}"
+        record_stage_failure(dag_dir, "prepare_data", cause)
+        raise MxbenchError(cause) from None
+    clear_stage_failure(dag_dir, "prepare_data")
+    write_json(dag_dir / "data.json", data)
+    return data
+
+
+def _prepare_data(params: dict, data_root: Path) -> dict:
     data_root.mkdir(parents=True, exist_ok=True)
     source = params.get("dataset", SYNTHETIC)
     synthetic = source == SYNTHETIC
@@ -102,13 +146,11 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     flags = ["--allow-unverified"] if synthetic or params.get("allow_unverified") else []
     done = _train_cli("prepare-cifar10", "--source", source, "--out", out, *flags)
     if done.returncode != 0:
-        raise MxbenchError(f"data preparation failed: {_error_line(done)}")
+        raise MxbenchError(_error_line(done))
     manifest = json.loads(done.stdout)
-    data = {"dir": str(out), "source": manifest["source"], "synthetic": manifest["synthetic"],
+    return {"dir": str(out), "source": manifest["source"], "synthetic": manifest["synthetic"],
             "verified": manifest["verified"], "cache_hit": manifest["cache_hit"],
             "records": {k: v["records"] for k, v in manifest["splits"].items()}}
-    write_json(dag_dir / "data.json", data)
-    return data
 
 
 # --- run ------------------------------------------------------------------------------------
@@ -127,26 +169,33 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
     A run that already succeeded is not run again (a retried or cleared task
-    returns it as it was); a failed attempt's folder is kept under ``attempts/``.
+    returns it as it was, marked ``reused``); a failed attempt's folder is kept
+    under ``attempts/``, after whatever of its processes still live was reaped
+    (a task killed by SIGKILL cannot clean up after itself).
     """
     run_dir = dag_dir / run["key"]
     meta = read_json(run_dir / "meta.json", {})
     if meta.get("status") == "ok":
+        if not meta.get("reused"):
+            write_json(run_dir / "meta.json", {**meta, "reused": True})
         return {**summary_of(meta), "reused": True}
+    launcher = launchers.get(run["launcher"])
+    reaped = []
     if run_dir.exists():
+        reaped = launcher.reap(run_dir)
         n = len(list((dag_dir / "attempts").glob(f"{run['key']}.*"))) + 1
         (dag_dir / "attempts").mkdir(exist_ok=True)
         run_dir.replace(dag_dir / "attempts" / f"{run['key']}.{n}")
     run_dir.mkdir(parents=True)
     variant = variant_from_dict(run["variant"])
-    launcher = launchers.get(run["launcher"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
-            "data_dir": data["dir"], "status": "running", "started_at": time.time()}
+            "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped}
     write_json(run_dir / "meta.json", meta)
     try:
         check_enough_data(variant, data["records"]["train"])
         _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
+                    warnings=[r.warning for r in results if r.warning],
                     # first role's start to last role's exit: the trainer processes' own wall time
                     trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
     except RoleFailed as exc:
@@ -189,19 +238,33 @@ def gpu_usage(run_dir: Path) -> dict:
             "gpu_mem_mib": max(g["memory_used_max_mib"] for g in per_gpu)}
 
 
-def parse_run(run: dict, dag_dir: Path):
+def role_notices(run_dir: Path):
+    """MXNet's C++ notices (the P2P topology among them) from the role logs: C++ writes them to
+    stderr, which only the launcher's per-role logs capture; ``rank<r>.log`` has Python's logging."""
+    p2p, notices = None, []
+    for log in sorted((run_dir / "roles").glob("*.log")):
+        parsed = parse_log(log)
+        p2p = p2p or parsed.p2p
+        notices += [f"{log.stem}: {n}" for n in parsed.notices]
+    return p2p, notices
+
+
+def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None):
     """(row for the runs table, tidy speed rows, tidy epoch rows) of one run."""
     run_dir = dag_dir / run["key"]
     variant = variant_from_dict(run["variant"])
     meta = read_json(run_dir / "meta.json")
+    upstream = root_cause(dag_dir)
     row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": run["launcher"],
            "repeat": run["repeat"], "num_layers": variant.num_layers, "devices": variant.devices,
            "workers": variant.workers, "batch_size": variant.batch_size,
            "batch_per_device": variant.batch_per_device, "status": "not run",
-           "cause": "the run never started (an upstream task failed)",
-           "samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None, "validation_accuracy": None,
-           "gpu_util_pct": None, "gpu_mem_mib": None, "p2p_pairs": None, "duration_s": None,
-           "trainer_wall_s": None}
+           "cause": f"the run never started: {upstream}" if upstream
+           else "the run never started (an upstream task failed)",
+           "samples_per_sec": None, "epoch_samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None,
+           "warmup_excluded": None, "validation_accuracy": None, "gpu_util_pct": None, "gpu_mem_mib": None,
+           "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
+           "reused": False, "warnings": None}
     logs = sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log"))
     parsed = parse_run_logs(logs)
     tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
@@ -209,22 +272,27 @@ def parse_run(run: dict, dag_dir: Path):
     if meta is None:
         return row, speed, epochs
     row.update(status=meta["status"], cause=meta.get("cause"), duration_s=meta.get("duration_s"),
-               trainer_wall_s=meta.get("trainer_wall_s"))
+               trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
+               ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")))
     if meta["status"] == "running":
         row.update(status="failed", cause="the run was interrupted (its task died mid-run)")
     if row["status"] == "ok":
         try:
-            metrics = run_metrics(parsed, f"run {run['key']}")
+            metrics = run_metrics(parsed, f"run {run['key']}", images_per_epoch)
         except NoSpeedLines as exc:
             row.update(status="failed", cause=f"parse: {exc}")
         else:
-            row.update({k: metrics[k] for k in ("samples_per_sec", "sec_per_epoch", "first_epoch_s",
-                                                "validation_accuracy")})
-            row.update(gpu_usage(run_dir))
+            p2p, notices = role_notices(run_dir)
+            metrics["p2p"] = metrics["p2p"] or p2p
+            warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
+            row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
+                                                "first_epoch_s", "warmup_excluded", "validation_accuracy")})
+            row.update(gpu_usage(run_dir), warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            write_json(run_dir / "metrics.json", {**metrics, "environment": start.get("environment")})
+            write_json(run_dir / "metrics.json", {**metrics, "notices": notices,
+                                                  "environment": start.get("environment")})
     return row, speed, epochs
 
 
@@ -232,10 +300,13 @@ def parse_all(dag_dir: Path) -> Dict[str, str]:
     """Tidy tables of every run in the request: ``tables/{runs,speed,epochs}.csv``."""
     request = read_json(dag_dir / "request.json")
     if request is None:
-        raise MxbenchError(f"{dag_dir} has no request.json: not a benchmark run folder")
+        cause = root_cause(dag_dir)
+        raise MxbenchError(cause or f"{dag_dir} has no request.json: not a benchmark run folder")
+    # the job's images per epoch when the logs carry no run_end event (a trainer killed late)
+    images = (read_json(dag_dir / "data.json", {}) or {}).get("records", {}).get("train")
     rows, speeds, epochs = [], [], []
     for run in request["runs"]:
-        row, speed, epoch = parse_run(run, dag_dir)
+        row, speed, epoch = parse_run(run, dag_dir, images)
         rows.append(row)
         speeds.append(speed)
         epochs.append(epoch)
@@ -252,7 +323,7 @@ def parse_all(dag_dir: Path) -> Dict[str, str]:
 def load_table(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path)
-    except pd.errors.EmptyDataError:
+    except (FileNotFoundError, pd.errors.EmptyDataError):
         return pd.DataFrame()
 
 
@@ -269,3 +340,28 @@ def failures(dag_dir: Path) -> List[dict]:
     if runs.empty:
         return []
     return runs.loc[runs["status"] != "ok", ["key", "status", "cause"]].to_dict("records")
+
+
+def verdict_of(dag_dir: Path) -> Optional[str]:
+    """Why the DAG run must fail, in a few lines (root cause first); None when every run measured."""
+    upstream = root_cause(dag_dir)
+    failed = failures(dag_dir)
+    if upstream:
+        not_run = sum(f["status"] == "not run" for f in failed)
+        return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
+    if not (dag_dir / "report" / "report.md").is_file():
+        return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
+    if failed:
+        lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
+        return f"{len(failed)} run(s) without a result:\n{lines}"
+    return None
+
+
+TASK_TIMEOUT_GRACE_MIN = 5  # past the launcher's own deadline: teardown, then Airflow's backstop
+
+
+def task_timeout(params: dict):
+    """A run task's Airflow ``execution_timeout``: ``run_timeout_minutes`` plus a grace."""
+    from datetime import timedelta
+
+    return timedelta(minutes=int(params["run_timeout_minutes"]) + TASK_TIMEOUT_GRACE_MIN)

@@ -14,6 +14,8 @@ import pandas as pd
 from .pipeline import load_table, read_json
 from .variants import SEED_REFERENCE
 
+SEED_STUDY_DOC = "docs/seed-study.md in the mxbench repository"
+
 
 def _fmt(value, digits=1, pct=False):
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -32,19 +34,57 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
             "setup": r["setup"], "variant": r["variant"], "launcher": r["launcher"],
             "batch size": r["batch_size"], "devices": r["devices"],
             "s/epoch": f"{_fmt(r['sec_per_epoch'], 2)} [{_fmt(r['sec_per_epoch_min'], 2)}–{_fmt(r['sec_per_epoch_max'], 2)}]",
-            "samples/s": f"{_fmt(r['samples_per_sec'])} [{_fmt(r['samples_per_sec_min'])}–{_fmt(r['samples_per_sec_max'])}]",
+            "samples/s (Speedometer)": f"{_fmt(r['samples_per_sec'])} [{_fmt(r['samples_per_sec_min'])}–"
+                                       f"{_fmt(r['samples_per_sec_max'])}]",
             "CV": _fmt(r["samples_per_sec_cv"], 1, pct=True),
+            "samples/s (images/epoch ÷ s/epoch)": _fmt(r["epoch_samples_per_sec"]),
             "GPU util": "n/a" if pd.isna(r["gpu_util_pct"]) else f"{r['gpu_util_pct']:.0f}%",
             "GPU mem (MiB)": _fmt(r["gpu_mem_mib"], 0),
             "speedup": _fmt(r["speedup"], 2), "scaling eff.": _fmt(r["scaling_efficiency"], 1, pct=True),
             "val. acc.": _fmt(r["validation_accuracy"], 3),
-            "runs ok/failed": f"{r['runs_ok']}/{r['runs_failed']}",
+            "runs ok/failed": f"{r['runs_ok']}/{r['runs_failed']}"
+                              + (f" ({r['runs_reused']} reused)" if r.get("runs_reused") else ""),
             "seed s/epoch": f"{seed['sec_per_epoch']}" if seed else "",
         })
     table = pd.DataFrame(rows)
     if not table.empty and not table["seed s/epoch"].any():
         table = table.drop(columns="seed s/epoch")
     return table
+
+
+def variant_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """What a reader must know about single variants: throughput disagreement, warm-up included,
+    warnings of runs that kept their results."""
+    rows = []
+    for r in summary.to_dict("records"):
+        if r.get("throughput_check") and not pd.isna(r["throughput_check"]):
+            rows.append({"variant": r["variant"], "launcher": r["launcher"], "note": r["throughput_check"]})
+        if r.get("warmup_excluded") is False:
+            rows.append({"variant": r["variant"], "launcher": r["launcher"],
+                         "note": "1 epoch: s/epoch includes warm-up (start-up, first batches); no later epoch "
+                                 "to measure the steady state from"})
+    if not runs.empty and "warnings" in runs:
+        for r in runs.dropna(subset=["warnings"]).to_dict("records"):
+            rows.append({"variant": r["variant"], "launcher": r["launcher"],
+                         "note": f"{r['key']} kept its results: {r['warnings']}"})
+    return pd.DataFrame(rows, columns=["variant", "launcher", "note"])
+
+
+def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
+    """Every launcher pair: ratio, CI, p, n, α, detectable gap, order, verdict."""
+    if ratios.empty:
+        return ratios
+    return pd.DataFrame({
+        "variant": ratios["variant"], "launcher / reference": ratios["launcher"] + " / " + ratios["reference"],
+        "ratio": ratios["ratio"].map(lambda v: _fmt(v, 1, pct=True)),
+        "CI": [f"{lvl:.0%}: [{_fmt(lo, 1, pct=True)}, {_fmt(hi, 1, pct=True)}]"
+               for lvl, lo, hi in zip(ratios["level"], ratios["ci_low"], ratios["ci_high"])],
+        "p": ratios["p_value"].map(lambda v: "n/a" if pd.isna(v) else ("< 0.001" if v < 0.001 else f"{v:.3f}")),
+        "α": ratios["alpha"].map(lambda v: f"{v:g}"),
+        "n": [f"{a} vs {b}" for a, b in zip(ratios["n"], ratios["n_reference"])],
+        "detectable gap": ratios["min_detectable"].map(lambda v: "none at this n" if pd.isna(v) else f"≥ {v:.1%}"),
+        "order": ratios["order"], "verdict": ratios["verdict"],
+    })
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -67,6 +107,10 @@ def provenance(dag_dir: Path) -> List[str]:
     elif data and not data.get("verified"):
         notes.append(f"Unverified data: {data.get('source')} is not the official CIFAR-10 archive (MD5 differs).")
     request = read_json(dag_dir / "request.json", {})
+    runs = load_table(dag_dir / "tables" / "runs.csv")
+    if "reused" in runs and runs["reused"].fillna(False).astype(bool).any():
+        keys = ", ".join(runs.loc[runs["reused"].fillna(False).astype(bool), "key"])
+        notes.append(f"REUSED: {keys} were measured by an earlier attempt of this DAG run and reused as they were.")
     for name, target in request.get("targets", {}).items():
         if target.get("stand_in"):
             notes.append(f"STAND-IN: the {name} launcher ran against {target['stand_in']}.")
@@ -115,9 +159,14 @@ def plot_scaling(summary: pd.DataFrame, path: Path):
         if not base.empty:
             xs = sorted(group["devices"].unique())
             ax.plot(xs, [base.iloc[0] * x for x in xs], linestyle="--", color=line[0].get_color(), alpha=0.5)
-    ax.set(xlabel="devices (GPUs, or worker processes on CPU)", ylabel="samples/s (median, min–max)",
+    devices = sorted(int(d) for d in ok["devices"].unique()) or [1]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(devices, [str(d) for d in devices])  # 1, 2, 4, 8: whole devices, not 2^0.5
+    ax.minorticks_off()
+    ax.set(xlabel="devices (GPUs, or worker processes on CPU)", ylabel="samples/s (Speedometer; median, min–max)",
            title="Throughput vs devices (dashed: ideal linear scaling)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     _save(plt, fig, path)
 
 
@@ -140,6 +189,9 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
         for (variant, launcher), group in curves.groupby(["variant", "launcher"]):
             ax.plot(group["epoch"], group["validation_accuracy"], marker=".", label=f"{variant} ({launcher})")
         ax.legend(fontsize=7)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     else:
         ax.text(0.5, 0.5, "no validation accuracy in the logs", ha="center", transform=ax.transAxes)
     ax.set(xlabel="epoch", ylabel="validation accuracy (median over repeats)", title="Validation accuracy")
@@ -147,16 +199,17 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
 
 
 def plot_ratios(ratios: pd.DataFrame, path: Path):
+    """Launcher ratios with their confidence intervals; only called when two launchers ran."""
     plt, fig, ax = _figure()
-    if ratios.empty:
-        ax.text(0.5, 0.5, "only one launcher ran: no launcher ratio", ha="center", transform=ax.transAxes)
-    else:
-        labels = [f"{r.variant}\n{r.launcher}/{r.reference}" for r in ratios.itertuples()]
-        err = [ratios["ratio"] - ratios["ratio_low"], ratios["ratio_high"] - ratios["ratio"]]
-        ax.errorbar(range(len(ratios)), ratios["ratio"], yerr=err, fmt="o", capsize=4)
-        ax.axhline(1.0, color="grey", linestyle="--")
-        ax.set_xticks(range(len(ratios)), labels, fontsize=7)
-    ax.set(ylabel="speed ratio (median; bars: range over repeats)", title="Launcher speed ratio per variant")
+    labels = [f"{r.variant}\n{r.launcher}/{r.reference}" for r in ratios.itertuples()]
+    ratio = ratios["ratio"]
+    err = [(ratio - ratios["ci_low"]).fillna(0), (ratios["ci_high"] - ratio).fillna(0)]
+    ax.errorbar(range(len(ratios)), ratio, yerr=err, fmt="o", capsize=4)
+    ax.axhline(1.0, color="grey", linestyle="--")
+    ax.set_xticks(range(len(ratios)), labels, fontsize=7)
+    level = ratios["level"].dropna()
+    ax.set(ylabel=f"speed ratio (median; bars: {level.iloc[0]:.0%} CI)" if not level.empty else "speed ratio",
+           title="Launcher speed ratio per variant")
     _save(plt, fig, path)
 
 
@@ -170,6 +223,15 @@ def _save(plt, fig, path):
 
 PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per epoch",
          "accuracy.png": "Validation accuracy per epoch", "ratios.png": "Launcher speed ratio"}
+NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
+METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
+          "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run includes its warm-up, "
+          "and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
+          "are flagged when more than 10% apart. Speedup and scaling efficiency use the Speedometer figure. "
+          "Brackets: min–max over repeats. Launcher ratio: ratio of medians with a bootstrap confidence "
+          "interval over repeats; p from a two-sided permutation test on the log speeds; a difference is "
+          "called only when p < α and the interval excludes 100%; the detectable gap is what the test "
+          "would find with 80% power at this n and spread.")
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
@@ -180,29 +242,33 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     runs, summary = load_table(tables / "runs.csv"), load_table(tables / "summary.csv")
     ratios, epochs = load_table(tables / "ratios.csv"), load_table(tables / "epochs.csv")
     if summary.empty:
-        summary = pd.DataFrame(columns=["variant", "launcher", "samples_per_sec", "sec_per_epoch"])
+        summary = pd.DataFrame(columns=["variant", "launcher", "devices", "samples_per_sec", "sec_per_epoch"])
+    plots = dict(PLOTS)
     plot_scaling(summary, out / "scaling.png")
     plot_epoch_time(summary, out / "epoch_time.png")
     plot_accuracy(epochs, out / "accuracy.png")
-    plot_ratios(ratios, out / "ratios.png")
+    if ratios.empty:
+        plots.pop("ratios.png")
+        (out / "ratios.png").unlink(missing_ok=True)  # from an earlier build with two launchers
+    else:
+        plot_ratios(ratios, out / "ratios.png")
 
     table = display_table(summary) if "setup" in summary else pd.DataFrame()
     failed = runs.loc[runs["status"] != "ok", ["key", "status", "cause"]] if not runs.empty else pd.DataFrame()
-    ratio_view = ratios.assign(
-        ratio=ratios["ratio"].map(lambda v: _fmt(v, 1, pct=True)),
-        range=[f"{_fmt(lo, 1, pct=True)}–{_fmt(hi, 1, pct=True)}" for lo, hi in
-               zip(ratios["ratio_low"], ratios["ratio_high"])],
-    )[["variant", "launcher", "reference", "ratio", "range", "runs", "verdict"]] if not ratios.empty else ratios
     data = read_json(dag_dir / "data.json", {})
     env = environment(dag_dir, runs)
-    sections = [
-        ("Results", table),
-        ("Failed runs", failed),
-        ("Launcher speed ratio", ratio_view),
-    ]
+    sections = [("Results", table)]
+    notes_on_variants = variant_notes(summary, runs) if not summary.empty else pd.DataFrame()
+    if not notes_on_variants.empty:
+        sections.append(("Notes on variants", notes_on_variants))
+    sections += [("Failed runs", failed),
+                 ("Launcher speed ratio", ratio_table(ratios) if not ratios.empty else NO_RATIO)]
     if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
+    notices = mxnet_notices(dag_dir, runs)
+    if not notices.empty:
+        sections.append(("MXNet notices (C++ warnings from the role logs)", notices))
     notes = provenance(dag_dir)
     title = f"mxbench report: {dag_dir.name}"
     md = [f"# {title}\n"]
@@ -210,18 +276,31 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append(f"Data: {data.get('source', '?')} ({'synthetic' if data.get('synthetic') else 'CIFAR-10'}, "
               f"{'verified' if data.get('verified') else 'unverified'}), records {data.get('records', {})}\n")
     for name, frame in sections:
-        md.append(f"## {name}\n\n{markdown_table(frame)}")
+        body = frame + "\n" if isinstance(frame, str) else markdown_table(frame)
+        md.append(f"## {name}\n\n{body}")
     md.append("## Environment\n\n" + markdown_table(pd.DataFrame([env])) if env else "")
-    md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in PLOTS.items()) + "\n")
-    md.append("Steady state: samples/s sums the workers' own Speedometer readings after the first epoch; "
-              "s/epoch is the slowest worker's, first epoch excluded. Brackets: min–max over repeats.\n")
+    md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
+    md.append(METHOD + "\n")
+    md.append(f"Reference: the seed study's figures are in {SEED_STUDY_DOC}.\n")
     (out / "report.md").write_text("\n".join(md))
-    (out / "report.html").write_text(render_html(title, notes, data, sections, env, out))
+    (out / "report.html").write_text(render_html(title, notes, data, sections, env, out, plots))
     table.to_csv(out / "summary.csv", index=False)
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
 
 
-def render_html(title, notes, data, sections, env, out: Path) -> str:
+def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """MXNet's C++ warnings, once per variant and text, from the runs' metrics.json."""
+    rows, seen = [], set()
+    for r in runs.loc[runs["status"] == "ok"].to_dict("records") if not runs.empty else []:
+        for notice in (read_json(dag_dir / r["key"] / "metrics.json", {}) or {}).get("notices", []):
+            text = notice.split(": ", 1)[-1]
+            if (r["variant"], text) not in seen:
+                seen.add((r["variant"], text))
+                rows.append({"variant": r["variant"], "run": r["key"], "notice": notice})
+    return pd.DataFrame(rows, columns=["variant", "run", "notice"])
+
+
+def render_html(title, notes, data, sections, env, out: Path, plots: Dict[str, str]) -> str:
     style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
              "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
@@ -230,13 +309,16 @@ def render_html(title, notes, data, sections, env, out: Path) -> str:
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
     parts.append(f"<p>Data: {html.escape(str(data.get('source', '?')))}</p>")
     for name, frame in sections:
-        body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
+        if isinstance(frame, str):
+            body = f"<p>{html.escape(frame)}</p>"
+        else:
+            body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
         parts.append(f"<h2>{html.escape(name)}</h2>{body}")
     if env:
         parts.append("<h2>Environment</h2>" + pd.DataFrame([env]).to_html(index=False))
     parts.append("<h2>Plots</h2>")
-    for file, caption in PLOTS.items():
+    for file, caption in plots.items():
         encoded = base64.b64encode((out / file).read_bytes()).decode()
         parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
-    parts.append("</body></html>")
+    parts.append(f"<p>{html.escape(METHOD)}</p></body></html>")
     return "".join(parts)

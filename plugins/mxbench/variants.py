@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 LAUNCHERS = ("local",)  # the SSH and Kubernetes launchers plug in here
+# Launchers whose runs share machines, by machine set: they share one Airflow pool
+# (``mxbench_<set>``, one slot) and one mapped task, so their runs never overlap and their
+# repeats alternate. Launchers on disjoint machines go in different sets and run in parallel.
+MACHINE_SETS = {"local": ("local",)}
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
 PRESETS = ("cpu-demo", "seed")
 SYNTHETIC = "synthetic"

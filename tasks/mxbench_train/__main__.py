@@ -34,6 +34,8 @@ def cmd_launch(argv):
         raise MxbenchError(f"launch: {exc}") from None
     for result in run_plan(plan, args.log_dir, deadline_s=args.deadline):
         print(f"{result.name}@{result.host}: exit {result.returncode}, log {result.log}")
+        if result.warning:
+            print(f"warning: {result.warning}", file=sys.stderr)
     return 0
 
 

@@ -11,10 +11,26 @@ files; a rerun with the same input only re-hashes it. Atomic: everything is
 built in a temporary folder, the old manifest is removed before files move in,
 and the new manifest is written last, so an interrupted run never leaves a
 complete-looking result.
+
+Untrusted input: batches are unpickled by an allow-list (a crafted pickle runs
+no code), downloads have a total deadline and a size cap and never move from
+https to http, archives are unpacked under byte caps (no gzip bomb), and a
+password in a URL is sent as an Authorization header, never written down.
+Limits, from the environment: MXBENCH_DOWNLOAD_TIMEOUT_S (1800),
+MXBENCH_DOWNLOAD_MAX_BYTES (1 GiB), MXBENCH_TAR_MEMBER_MAX_BYTES (64 MiB),
+MXBENCH_TAR_MAX_BYTES (1 GiB).
 """
+import base64
+import bz2
+import codecs
 import fcntl
+import gzip
 import hashlib
+import http.client
+import io
 import json
+import lzma
+import math
 import multiprocessing
 import os
 import pickle
@@ -24,6 +40,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
@@ -42,38 +59,112 @@ TEST_BATCH = "test_batch"
 OUTPUTS = {"train": "cifar10_train", "val": "cifar10_val"}
 PIXEL_SAMPLE = 200  # records per split whose pixels are compared with the source
 PNG_COMPRESSION = 1
+DOWNLOAD_TIMEOUT_S = 1800.0  # the whole download: a trickling server must not hold a run for ever
+DOWNLOAD_MAX_BYTES = 1 << 30  # the official archive is ~163 MB
+MEMBER_MAX_BYTES = 64 << 20  # one batch is ~31 MB
+TAR_MAX_BYTES = 1 << 30  # everything unpacked from an archive; the official one is ~178 MB
+
+
+def limit(name, default):
+    """A positive number from environment variable ``name`` (of ``default``'s type), else ``default``."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+        value = type(default)(value) if math.isfinite(value) else 0
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise MxbenchError(f"{name}={text!r} is not a positive number")
+    return value
 
 
 def redact(source):
     """A source as it may be written down: no user or password from a URL."""
     parts = urllib.parse.urlsplit(str(source))
-    if parts.scheme in ("http", "https", "file") and (parts.username or parts.password):
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    if parts.scheme in ("http", "https", "file") and "@" in parts.netloc:
+        return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     return str(source)
 
 
+class SafeRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows redirects to http(s) only, and never from https down to plain http."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urllib.parse.urlsplit(req.full_url).scheme, urllib.parse.urlsplit(newurl).scheme
+        if new not in ("http", "https") or (old == "https" and new != "https"):
+            if fp is not None:
+                fp.close()
+            raise urllib.error.URLError(f"refused redirect from {old} to {redact(newurl)}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _request(url: str):
+    """A request for ``url`` without its user:password, which travel as a Basic auth header only."""
+    parts = urllib.parse.urlsplit(url)
+    request = urllib.request.Request(redact(url))
+    if "@" in parts.netloc:
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        # unredirected: a redirect, maybe to another host, does not carry the password along
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request
+
+
 def fetch(source, downloads: Path) -> Path:
-    """A local path for ``source``: itself, or an http(s)/file URL downloaded once."""
+    """A local path for ``source``: itself, or an http(s)/file URL downloaded once.
+
+    A URL's download has a total deadline and a size cap, and a partial one is removed.
+    """
     parts = urllib.parse.urlsplit(str(source))
     if parts.scheme not in ("http", "https", "file"):
         path = Path(source).expanduser()
         if not path.exists():
             raise MxbenchError(f"CIFAR-10 source {source} does not exist")
         return path
+    url = redact(source)
     name = Path(parts.path).name or "cifar-10-python.tar.gz"
-    target = downloads / f"{hashlib.sha1(str(source).encode()).hexdigest()[:12]}-{name}"
+    # named after the URL without its password: no file name depends on it
+    target = downloads / f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{name}"
     if target.is_file():
         return target
+    timeout_s = limit("MXBENCH_DOWNLOAD_TIMEOUT_S", DOWNLOAD_TIMEOUT_S)
+    max_bytes = limit("MXBENCH_DOWNLOAD_MAX_BYTES", DOWNLOAD_MAX_BYTES)
+    late = f"cannot download CIFAR-10 from {url}: not finished within {timeout_s:g} s (MXBENCH_DOWNLOAD_TIMEOUT_S)"
+    too_big = f"cannot download CIFAR-10 from {url}: more than {max_bytes} bytes (MXBENCH_DOWNLOAD_MAX_BYTES)"
     downloads.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
+    deadline = time.monotonic() + timeout_s
+    opener = urllib.request.build_opener(SafeRedirect)
     try:
-        with urllib.request.urlopen(str(source), timeout=60) as response, open(partial, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
-    except (OSError, ValueError) as exc:
+        try:
+            # the socket timeout bounds one read; the deadline, checked after each, bounds them all
+            with opener.open(_request(str(source)), timeout=min(60.0, timeout_s)) as response, \
+                    open(partial, "wb") as out:
+                announced = response.headers.get("Content-Length", "")
+                if announced.isdigit() and int(announced) > max_bytes:
+                    raise MxbenchError(f"cannot download CIFAR-10 from {url}: the server announces {announced} "
+                                       f"bytes, more than {max_bytes} (MXBENCH_DOWNLOAD_MAX_BYTES)")
+                size = 0
+                # read1 returns what has arrived: a read(n) would wait for n bytes of a trickle
+                while chunk := response.read1(1 << 20):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise MxbenchError(too_big)
+                    if time.monotonic() > deadline:
+                        raise MxbenchError(late)
+                    out.write(chunk)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if time.monotonic() > deadline:
+                raise MxbenchError(late) from None
+            plain = isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError)
+            cause = str(exc.reason if plain else exc) or type(exc).__name__
+            raise MxbenchError(f"cannot download CIFAR-10 from {url}: {cause}") from None
+        partial.replace(target)
+    finally:
         partial.unlink(missing_ok=True)
-        raise MxbenchError(f"cannot download CIFAR-10 from {redact(source)}: {exc}") from None
-    partial.replace(target)
     return target
 
 
@@ -93,36 +184,110 @@ def _batch_dir(path: Path) -> Path:
     return path / FOLDER if (path / FOLDER).is_dir() else path
 
 
+try:
+    from numpy._core.multiarray import _reconstruct  # numpy 2
+except ImportError:
+    from numpy.core.multiarray import _reconstruct  # numpy 1
+
+# Every global an official batch (a Python 2 pickle) or one written by synthetic.py (Python 3,
+# protocol 2: bytes as _codecs.encode) or by numpy 2 (numpy._core) refers to. Dicts, lists,
+# strings and numbers need none.
+BATCH_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): codecs.encode,
+}
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """Unpickles a batch with only BATCH_GLOBALS: pickle.loads would call whatever a crafted one names."""
+
+    def __init__(self, raw: bytes, name: str, source):
+        super().__init__(io.BytesIO(raw), encoding="bytes")
+        self.name, self.source = name, source
+
+    def find_class(self, module, name):
+        found = BATCH_GLOBALS.get((module, name))
+        if found is None:
+            raise MxbenchError(f"CIFAR-10 source {self.source}: {self.name} refers to {f'{module}.{name}'!r}, "
+                               f"which no CIFAR-10 batch holds; refused without running it")
+        return found
+
+
 def _unpickle(raw: bytes, name: str, source):
     try:
-        batch = pickle.loads(raw, encoding="bytes")
+        batch = BatchUnpickler(raw, name, source).load()
+    except MxbenchError:
+        raise
     except Exception as exc:  # a corrupt pickle raises nearly anything
         raise MxbenchError(f"CIFAR-10 source {source}: {name} is not a readable batch ({exc})") from None
+    if not isinstance(batch, dict):
+        raise MxbenchError(f"CIFAR-10 source {source}: {name} is a {type(batch).__name__}, not a batch dict")
     batch = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
     data, labels = batch.get("data"), batch.get("labels")
     if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
         raise MxbenchError(f"CIFAR-10 source {source}: {name} has no N x 3072 uint8 'data'")
-    if labels is None or len(labels) != len(data) or not all(0 <= int(l) < 10 for l in labels):
+    if (not isinstance(labels, (list, np.ndarray)) or len(labels) != len(data)
+            or not all(isinstance(l, (int, np.integer)) and 0 <= l < 10 for l in labels)):
         raise MxbenchError(f"CIFAR-10 source {source}: {name} labels do not match its data")
     label = batch.get("batch_label", "")
     label = label.decode(errors="replace") if isinstance(label, bytes) else str(label)
     return data, np.asarray(labels, dtype=np.int64), label
 
 
+class _Capped:
+    """A decompressed archive stream that refuses to yield more than ``limit`` bytes (no gzip bomb)."""
+
+    def __init__(self, raw, limit_bytes: int, source):
+        self.raw, self.left, self.limit, self.source = raw, limit_bytes, limit_bytes, source
+
+    def read(self, size=-1):
+        data = self.raw.read(self.left + 1 if size is None or size < 0 else size)
+        self.left -= len(data)
+        if self.left < 0:
+            raise MxbenchError(f"CIFAR-10 archive {self.source} unpacks to more than {self.limit} bytes "
+                               f"(MXBENCH_TAR_MAX_BYTES); refused")
+        return data
+
+
+def _decompressed(path: Path):
+    """The archive's tar stream, decompressed by what its first bytes say it is."""
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    for prefix, opener in ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open)):
+        if magic.startswith(prefix):
+            return opener(path, "rb")
+    return open(path, "rb")
+
+
 def load_batches(path: Path, source):
     """{'train': (data, labels), 'val': (...)} and whether the data is marked synthetic."""
     raws = {}
+    member_max = limit("MXBENCH_TAR_MEMBER_MAX_BYTES", MEMBER_MAX_BYTES)
     if path.is_dir():
         for name in (*TRAIN_BATCHES, TEST_BATCH):
-            raws[name] = (_batch_dir(path) / name).read_bytes()
+            file = _batch_dir(path) / name
+            if file.stat().st_size > member_max:
+                raise MxbenchError(f"CIFAR-10 folder {source}: {name} has {file.stat().st_size} bytes, more "
+                                   f"than {member_max} (MXBENCH_TAR_MEMBER_MAX_BYTES); refused")
+            raws[name] = file.read_bytes()
     else:
+        total_max = limit("MXBENCH_TAR_MAX_BYTES", TAR_MAX_BYTES)
         try:
-            with tarfile.open(path, "r:*") as tar:
-                for member in tar.getmembers():
+            # a stream ("r|"), so that every byte tarfile unpacks, headers included, passes the cap
+            with _decompressed(path) as raw, \
+                    tarfile.open(fileobj=_Capped(raw, total_max, source), mode="r|") as tar:
+                for member in tar:
+                    if member.isfile() and member.size > member_max:
+                        raise MxbenchError(
+                            f"CIFAR-10 archive {source}: member {member.name!r} declares {member.size} bytes, "
+                            f"more than {member_max} (MXBENCH_TAR_MEMBER_MAX_BYTES); refused")
                     name = Path(member.name).name
                     if member.isfile() and name in (*TRAIN_BATCHES, TEST_BATCH):
                         raws[name] = tar.extractfile(member).read()
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise MxbenchError(f"CIFAR-10 archive {source} is corrupt or not a tar archive: {cause}") from None
         missing = [n for n in (*TRAIN_BATCHES, TEST_BATCH) if n not in raws]
@@ -247,7 +412,7 @@ def cached_manifest(out: Path, key: dict):
 def prepare(source, out_dir, allow_unverified=False, threads=None):
     """Convert ``source`` into ``out_dir``; return the manifest (``cache_hit`` says if it was reused)."""
     started = time.perf_counter()
-    out = Path(out_dir)
+    out = Path(out_dir).absolute()  # im2rec runs in a subfolder: a relative path would point elsewhere
     try:
         out.mkdir(parents=True, exist_ok=True)
         lock = open(out / ".lock", "w")

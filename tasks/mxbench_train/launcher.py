@@ -4,8 +4,11 @@ Replaces ``mxnet.tools.launch`` (which crashes on Python 3.11, orphans its
 scheduler and hangs forever when a worker dies). Every role runs in its own
 process group, so killing a role kills whatever it started too; no process
 outlives ``run_plan``, whether the job succeeds, fails, times out or the
-launcher itself gets SIGTERM.
+launcher itself gets SIGTERM. A launcher killed outright (SIGKILL) takes its
+roles with it (PR_SET_PDEATHSIG), and ``reap`` kills what an earlier attempt
+left behind all the same.
 """
+import ctypes
 import json
 import os
 import signal
@@ -15,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import MxbenchError
 from .roles import Role
@@ -24,6 +27,11 @@ POLL_S = 0.05
 # after the workers finish, the scheduler and servers get this long to shut down by themselves
 SHUTDOWN_GRACE_S = 10.0
 KILL_GRACE_S = 3.0
+# a scheduler/server that ends badly while workers still run gets this long to be seen as
+# shutdown noise: ps-lite's scheduler may abort at exit a moment before the workers are gone
+ROLE_EXIT_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class RoleFailed(MxbenchError):
@@ -52,6 +60,9 @@ class RoleResult:
     log: str
     start_s: float  # when it started, seconds after the first role did
     wall_s: Optional[float]  # start to exit, as seen by the launcher's poll
+    # a scheduler/server that ended abnormally by itself after every worker exited 0: the
+    # results stand, but say so (None otherwise, also for a role the teardown killed)
+    warning: Optional[str] = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -73,9 +84,14 @@ def describe_exit(returncode: int) -> str:
 def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None) -> List[RoleResult]:
     """Start every role, wait for the workers, and tear everything down.
 
-    Writes ``log_dir/roles/<role>.log`` for each role and ``log_dir/pids.json``.
-    Raises RoleFailed (naming role, host, exit status) as soon as any role
-    exits non-zero, LaunchTimeout past ``deadline_s``.
+    Writes ``log_dir/roles/<role>.log`` for each role and ``log_dir/pids.json``
+    (``{role: {"pid": pid, "start": start time in clock ticks}}``, for ``reap``).
+    Raises RoleFailed (naming role, host, exit status) as soon as a worker
+    exits non-zero, or a scheduler/server does while workers still run;
+    LaunchTimeout past ``deadline_s``.
+
+    Roles die with the thread that started them (PR_SET_PDEATHSIG), so call it
+    from a thread that outlives the job: the main thread, as the pipeline does.
     """
     log_dir = Path(log_dir)
     (log_dir / "roles").mkdir(parents=True, exist_ok=True)
@@ -83,6 +99,9 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     logs: Dict[str, Path] = {}
     started: Dict[str, float] = {}
     ended: Dict[str, float] = {}
+    warnings: Dict[str, str] = {}
+    records = {}
+    die_with_launcher = _die_with(os.getpid())
     restore = _raise_on_sigterm()
     try:
         for role in plan:  # scheduler first: the plan lists it first
@@ -92,39 +111,59 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
                     procs[role.name] = subprocess.Popen(
                         list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True)
+                        start_new_session=True, preexec_fn=die_with_launcher)
                 except OSError as exc:
                     raise MxbenchError(f"cannot start role {role.name} on host {role.host}: {exc}") from None
             started[role.name] = time.monotonic()
-            _write_json(log_dir / "pids.json", {name: p.pid for name, p in procs.items()})
-        _wait(plan, procs, logs, ended, time.monotonic() + deadline_s, deadline_s)
+            pid = procs[role.name].pid
+            records[role.name] = {"pid": pid, "start": _start_time(pid)}
+            _write_json(log_dir / "pids.json", records)
+        _wait(plan, procs, logs, ended, warnings, time.monotonic() + deadline_s, deadline_s)
     finally:
         _kill_all(procs.values())
         restore()
     first = min(started.values(), default=0.0)
     return [RoleResult(r.name, r.host, procs[r.name].pid, procs[r.name].returncode, str(logs[r.name]),
                        round(started[r.name] - first, 3),
-                       round(ended[r.name] - started[r.name], 3) if r.name in ended else None)
+                       round(ended[r.name] - started[r.name], 3) if r.name in ended else None,
+                       warnings.get(r.name))
             for r in plan]
 
 
-def _wait(plan, procs, logs, ended, deadline, deadline_s):
+def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
     workers = [r for r in plan if r.kind == "worker"]
     workers_done_at = None
+    broken, broken_at = None, None  # the first scheduler/server that ended badly while workers ran
+
+    def failed(role):
+        return RoleFailed(role, describe_exit(procs[role.name].returncode), logs[role.name])
+
     while True:
+        now = time.monotonic()
+        for role in plan:  # poll every role before judging any, so a worker's exit 0 is not missed
+            if procs[role.name].poll() is not None:
+                ended.setdefault(role.name, now)
+        workers_ok = all(procs[r.name].returncode == 0 for r in workers)
         for role in plan:
-            code = procs[role.name].poll()
-            if code is not None:
-                ended.setdefault(role.name, time.monotonic())
-            if code is not None and code != 0:
-                raise RoleFailed(role, describe_exit(code), logs[role.name])
-        if all(procs[r.name].returncode == 0 for r in workers):
+            code = procs[role.name].returncode
+            if not code or role.name in warnings:
+                continue
+            if role.kind == "worker":
+                raise failed(broken or role)  # a worker failing after a server died: the server is the cause
+            if workers_ok:  # ps-lite's scheduler/servers may abort at shutdown: the results stand
+                warnings[role.name] = (f"{role.name} on host {role.host} {describe_exit(code)}, but every "
+                                       f"worker exited 0: results kept; log {logs[role.name]}")
+            elif broken is None:
+                broken, broken_at = role, now
+        if broken and not workers_ok and now - broken_at > ROLE_EXIT_GRACE_S:
+            raise failed(broken)
+        if workers_ok:
             if all(p.returncode is not None for p in procs.values()):
                 return
-            workers_done_at = workers_done_at or time.monotonic()
-            if time.monotonic() - workers_done_at > SHUTDOWN_GRACE_S:
+            workers_done_at = workers_done_at or now
+            if now - workers_done_at > SHUTDOWN_GRACE_S:
                 return  # workers succeeded; lingering scheduler/servers are killed in run_plan
-        if time.monotonic() > deadline:
+        if now > deadline:
             running = [r.name for r in plan if procs[r.name].returncode is None]
             raise LaunchTimeout(f"job passed its {deadline_s:.0f} s deadline; killed {', '.join(running)}")
         time.sleep(POLL_S)
@@ -154,6 +193,82 @@ def _kill_all(procs):
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def reap(pids_path) -> List[Tuple[str, int]]:
+    """SIGKILL what an earlier attempt's ``pids.json`` lists and is still there; [(role, pid)] hit.
+
+    A pid counts only with the start time recorded beside it, so a reused pid is
+    left alone. A role's group is killed too, also when the role itself is gone:
+    its pid cannot be reused while its group has members (e.g. the worker's
+    nvidia-smi sampler, which PR_SET_PDEATHSIG does not reach).
+    """
+    try:
+        records = json.loads(Path(pids_path).read_text())
+    except (OSError, ValueError):
+        return []  # no earlier attempt got as far as starting a role
+    killed = []
+    for name, record in records.items():
+        if not isinstance(record, dict) or not record.get("start"):
+            continue  # no start time to tell the role from a process that got its pid since
+        pid = record["pid"]
+        stat = _stat(pid)
+        if stat is not None and stat[1] != record["start"]:
+            continue  # the pid is someone else's now, and so is any group of that number
+        hit = _signal(os.killpg, pid)
+        if stat is not None:
+            hit = _signal(os.kill, pid) or hit
+        if hit:
+            killed.append((name, pid))
+    end = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < end and any(_running(pid) for _, pid in killed):
+        time.sleep(0.05)
+    return killed
+
+
+def _signal(send, pid) -> bool:
+    try:
+        send(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _running(pid) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def _stat(pid) -> Optional[Tuple[str, int]]:
+    """(state, start time in clock ticks after boot) of a process; None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the name before ")" may hold spaces
+    except OSError:
+        return None
+    return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
+
+
+def _start_time(pid) -> Optional[int]:
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def _die_with(launcher_pid):
+    """preexec_fn: SIGKILL the role when the launcher dies, even by SIGKILL.
+
+    The kernel sends it when the *thread* that forked the role exits, not the
+    process: hence run_plan's caller thread must outlive the job (it is the main
+    thread in the pipeline and in ``launch``).
+    """
+    sigkill = ctypes.c_ulong(signal.SIGKILL)
+
+    def preexec():
+        _libc.prctl(PR_SET_PDEATHSIG, sigkill)
+        if os.getppid() != launcher_pid:  # the launcher died before prctl: nobody would kill this role
+            os._exit(1)
+
+    return preexec
 
 
 def _raise_on_sigterm():

@@ -84,9 +84,12 @@ def test_report_lists_the_failure_with_variant_and_cause(dag_run):
     meta = json.loads((dag_dir / "cpu1-bs64__local__r1" / "meta.json").read_text())
     assert meta["failed_role"] == "worker-0" and meta["exit_status"] == "exited with code 139"
     html = (dag_dir / "report" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "SYNTHETIC DATA" in html
-    for plot in ("scaling", "epoch_time", "accuracy", "ratios"):
+    assert html.count("data:image/png;base64,") == 3 and "SYNTHETIC DATA" in html
+    for plot in ("scaling", "epoch_time", "accuracy"):
         assert (dag_dir / "report" / f"{plot}.png").read_bytes()[:4] == b"\x89PNG"
+    # one launcher: the report says there is no ratio rather than drawing an empty figure
+    assert not (dag_dir / "report" / "ratios.png").exists()
+    assert "Only one launcher ran: there is no launcher ratio to show." in md and "ratios.png" not in md
 
 
 def test_every_run_folder_has_logs_metadata_and_plan(dag_run):
@@ -103,15 +106,27 @@ def test_every_run_folder_has_logs_metadata_and_plan(dag_run):
     assert data["synthetic"] is True and data["records"] == {"train": 500, "val": 100}
 
 
-def test_rerunning_a_completed_run_reuses_it(dag_run):
-    from mxbench import pipeline
+def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp_path):
+    import shutil
 
-    _, dag_dir = dag_run
+    from mxbench import pipeline
+    from mxbench.cli import main
+
+    _, original = dag_run
+    dag_dir = shutil.copytree(original, tmp_path / original.name)
     request = json.loads((dag_dir / "request.json").read_text())
     done = next(r for r in request["runs"] if r["key"] == "cpu1-bs32__local__r1")
-    before = (dag_dir / done["key"] / "meta.json").read_text()
-    result = pipeline.run_one(done, dag_dir, {"dir": "/nonexistent", "records": {"train": 0}}, deadline_s=5)
-    assert result["reused"] is True and (dag_dir / done["key"] / "meta.json").read_text() == before
+    before = json.loads((dag_dir / done["key"] / "meta.json").read_text())
+    for _ in range(2):  # idempotent
+        result = pipeline.run_one(done, dag_dir, {"dir": "/nonexistent", "records": {"train": 0}}, deadline_s=5)
+        assert result["reused"] is True
+        assert json.loads((dag_dir / done["key"] / "meta.json").read_text()) == {**before, "reused": True}
+    assert main(["report", str(dag_dir)]) == 0
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert runs["reused"].to_dict() == {k: k == done["key"] for k in runs.index}
+    md = (dag_dir / "report" / "report.md").read_text()
+    assert f"REUSED: {done['key']} were measured by an earlier attempt" in md
+    assert "2/0 (1 reused)" in md  # cpu1-bs32's runs ok/failed
 
 
 def test_mxbench_report_rebuilds_the_same_tables(dag_run, tmp_path):
@@ -136,3 +151,6 @@ def test_seed_preset_on_a_machine_without_gpus_is_refused_before_anything_runs(a
     out, err = capfd.readouterr()
     assert "variant 8gpu-bs1024 needs 8 GPUs per host; the local target has 0" in out + err
     assert not (config.dag_run_dir(run.run_id) / "data.json").exists()
+    # check_runs names the root cause, not one "not run" line per run
+    assert states["check_runs"] == "failed"
+    assert "AirflowFailException: expanding the variants failed: variant 1gpu-bs128 needs 1 GPUs" in out + err

@@ -59,9 +59,20 @@ def test_structure(dagbag):
     tasks = {t.task_id: t for t in dag.tasks}
     assert tasks["parse_logs"].trigger_rule == "all_done" and tasks["check_runs"].trigger_rule == "all_done"
     assert tasks["local.run_variant"].pool == "mxbench_local"
+    assert dag.max_active_runs == 1  # two DAG runs measuring at once would spoil each other's numbers
     assert dag.tags and {"mxbench", "benchmark"} <= set(dag.tags)
     assert all(t.retries == 0 for t in dag.tasks)  # a benchmark rerun is a decision, not a reflex
     assert dag.doc_md and "mxbench_benchmark" in dag.doc_md
+
+
+def test_a_run_tasks_airflow_timeout_follows_the_run_deadline(dagbag):
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    run_variant = dagbag.dags["mxbench_benchmark"].get_task("local.run_variant")
+    task = SimpleNamespace(execution_timeout=None)
+    run_variant.partial_kwargs["pre_execute"]({"task": task, "params": {"run_timeout_minutes": 30}})
+    assert task.execution_timeout == timedelta(minutes=35)  # the launcher's deadline, then Airflow's
 
 
 def test_trigger_form_params_validate(dagbag):

@@ -66,9 +66,13 @@ def write_runs(folder: Path, speeds: dict):
 
 
 def test_compare_two_launchers_and_two_runs(tmp_path):
-    write_runs(tmp_path / "a", {("v1", "ssh"): [8010, 8000, 8020], ("v1", "kubernetes"): [7586, 7600, 7570]})
+    write_runs(tmp_path / "a", {("v1", "ssh"): [8010, 8000, 8020, 7990, 8030],
+                                ("v1", "kubernetes"): [7586, 7600, 7570, 7590, 7580]})
     done = mxbench("compare", tmp_path / "a", "--launchers", "kubernetes", "ssh")
-    assert done.returncode == 0 and "94.7%" in done.stdout and "beyond run-to-run noise" in done.stdout
-    write_runs(tmp_path / "b", {("v1", "ssh"): [8100, 8000, 8050]})
+    assert done.returncode == 0, done.stderr
+    assert "v1: kubernetes at 94.7% of ssh, 95% CI [" in done.stdout
+    assert "5 vs 5 repeats: slower, not explained by noise (p = 0.008 < α = 0.05)" in done.stdout
+    write_runs(tmp_path / "b", {("v1", "ssh"): [8100, 8000, 8050, 7950, 8020]})
     done = mxbench("compare", tmp_path / "a", tmp_path / "b")
-    assert done.returncode == 0 and "within run-to-run noise" in done.stdout
+    assert done.returncode == 0 and "b at " in done.stdout and "of a" in done.stdout
+    assert "within noise (p = " in done.stdout and "would have been detected" in done.stdout

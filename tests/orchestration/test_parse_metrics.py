@@ -86,14 +86,16 @@ def test_summary_scaling_efficiency_against_the_one_device_baseline():
     assert summary.loc["four", "samples_per_sec_min"] == 340 and summary.loc["one", "samples_per_sec_cv"] == pytest.approx(0.1)
 
 
-def test_launcher_ratio_and_noise_verdict():
+def test_launcher_ratio_carries_the_verdict_statistics():
     runs = runs_table(
-        [{"variant": "v", "launcher": "ssh", "devices": 8, "samples_per_sec": s} for s in (8010, 8000, 8020)]
-        + [{"variant": "v", "launcher": "kubernetes", "devices": 8, "samples_per_sec": s} for s in (7586, 7600, 7570)])
+        [{"variant": "v", "launcher": "ssh", "devices": 8, "samples_per_sec": s} for s in (8010, 8000, 8020, 7990)]
+        + [{"variant": "v", "launcher": "kubernetes", "devices": 8, "samples_per_sec": s}
+           for s in (7586, 7600, 7570, 7590)])
     (row,) = launcher_ratios(runs).to_dict("records")
     assert row["launcher"] == "kubernetes" and row["reference"] == "ssh"
-    assert row["ratio"] == pytest.approx(7586 / 8010) and row["ratio_low"] < row["ratio"] < row["ratio_high"]
-    assert row["verdict"].startswith("slower by 5.3%, beyond run-to-run noise")
-    noisy = compare_speeds(pd.Series([7600.0, 8100, 7900]), pd.Series([8010.0, 7700, 8200]))
-    assert noisy["verdict"].startswith("within run-to-run noise")
-    assert compare_speeds(pd.Series([1.0]), pd.Series([2.0]))["verdict"].startswith("one run on a side")
+    assert row["ratio"] == pytest.approx(7588 / 8005) and row["ci_low"] < row["ratio"] < row["ci_high"] < 1
+    assert row["p_value"] == pytest.approx(2 / 70) and row["n"] == 4 and row["n_reference"] == 4
+    assert row["outcome"] == "slower" and "not explained by noise (p = 0.029 < α = 0.05)" in row["verdict"]
+    noisy = compare_speeds(pd.Series([7600.0, 8100, 7900, 8000]), pd.Series([8010.0, 7700, 8200, 7900]))
+    assert noisy["outcome"] == "within noise" and "would have been detected" in noisy["verdict"]
+    assert compare_speeds(pd.Series([1.0]), pd.Series([2.0]))["outcome"] == "too few repeats"

@@ -77,3 +77,71 @@ def test_gpu_usage_of_a_run_from_its_telemetry_csv(tmp_path):
         for i, (g, u, m) in enumerate([(0, 90, 1455), (1, 80, 1466), (0, 70, 1460), (1, 100, 1470)])))
     assert pipeline.gpu_usage(tmp_path) == {"gpu_util_pct": 85.0, "gpu_mem_mib": 1470.0}
     assert pipeline.gpu_usage(tmp_path / "none") == {"gpu_util_pct": None, "gpu_mem_mib": None}
+
+
+def test_run_folders_of_different_dag_run_ids_never_collide(monkeypatch, tmp_path):
+    from mxbench import config
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    ids = ["manual__2026-12-02T10:00:00+00:00", "a:b", "a+b", "a_b", "a b", "../../etc", "a" * 300]
+    folders = [config.dag_run_dir(i) for i in ids]
+    assert len(set(folders)) == len(ids)
+    assert all(f.parent == tmp_path / "runs" and len(f.name) < 140 for f in folders)
+    assert config.dag_run_dir("a:b") == config.dag_run_dir("a:b")  # stable: a retry finds its folder
+
+
+def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):
+    params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"],
+              "dataset": "https://alice:s3cret@example.invalid/cifar-10-python.tar.gz"}
+    pipeline.expand(params, tmp_path, TARGETS)
+    text = (tmp_path / "request.json").read_text()
+    assert "s3cret" not in text and "alice" not in text
+    assert "https://example.invalid/cifar-10-python.tar.gz" in text
+
+
+def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(tmp_path):
+    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
+                    tmp_path, TARGETS)
+    with pytest.raises(MxbenchError):
+        pipeline.prepare_data({"dataset": "/nonexistent/cifar.tar.gz"}, tmp_path, tmp_path / "data")
+    pipeline.parse_all(tmp_path)
+    cause = "data preparation failed: CIFAR-10 source /nonexistent/cifar.tar.gz does not exist"
+    assert {f["cause"] for f in pipeline.failures(tmp_path)} == {f"the run never started: {cause}"}
+    assert pipeline.verdict_of(tmp_path) == f"{cause} (2 run(s) not run)"
+
+
+def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
+    from mxbench.variants import VariantError
+
+    targets = {"local": Target("local", 1, 0)}
+    with pytest.raises(VariantError):
+        pipeline.expand({"preset": "seed", "repeats": 1, "only_variants": ["8gpu-bs1024"]}, tmp_path, targets)
+    with pytest.raises(MxbenchError, match="^expanding the variants failed: variant 8gpu-bs1024 needs 8 GPUs"):
+        pipeline.parse_all(tmp_path)
+    assert pipeline.verdict_of(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
+
+
+def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():
+    from datetime import timedelta
+
+    assert pipeline.task_timeout({"run_timeout_minutes": 7}) == timedelta(minutes=12)
+
+
+def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
+    import subprocess
+
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
+    # an earlier attempt whose task was SIGKILLed: meta says running, its trainer still lives
+    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        pipeline.write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
+        pipeline.write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
+        with pytest.raises(pipeline.RunFailed):
+            pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
+        assert leftover.wait(timeout=5) == -9
+    finally:
+        leftover.kill()
+    meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
+    assert meta["reaped"] == [["worker-0", leftover.pid]]
+    assert (tmp_path / "attempts" / f"{run['key']}.1" / "pids.json").is_file()

@@ -11,7 +11,7 @@ import pytest
 from conftest import train_python
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import parse_event
-from mxbench_train.launcher import LaunchTimeout, RoleFailed, run_plan
+from mxbench_train.launcher import LaunchTimeout, RoleFailed, reap, run_plan
 from mxbench_train.roles import Role
 
 TINY = ("--num-layers", "8", "--batch-size", "50", "--disp-batches", "5")
@@ -42,7 +42,22 @@ def wait_for(predicate, timeout=120):
 
 
 def pids(log_dir):
-    return json.loads((log_dir / "pids.json").read_text())
+    return {name: record["pid"] for name, record in json.loads((log_dir / "pids.json").read_text()).items()}
+
+
+def start_time(pid):
+    """Field 22 of /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def kill_groups(pids):
+    """Clean up after a test that failed to."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def test_two_worker_dist_sync_job_completes_with_per_rank_logs(cifar_rec, tmp_path):
@@ -95,6 +110,24 @@ def test_sigterm_to_the_launcher_stops_every_role(cifar_rec, tmp_path):
     assert not [name for name, pid in roles.items() if alive(pid)]
 
 
+def test_sigkill_of_the_launcher_takes_every_role_with_it(cifar_rec, tmp_path):
+    proc = launch(tmp_path, *TINY, "--num-epochs", 500, "--data-train", cifar_rec / "cifar10_train.rec",
+                  "--data-val", "")
+    roles = {}
+    try:
+        assert wait_for(lambda: all((tmp_path / f"rank{r}.log").is_file()
+                                    and "Speed:" in (tmp_path / f"rank{r}.log").read_text() for r in (0, 1)))
+        roles = pids(tmp_path)
+        assert len(roles) == 5 and all(alive(pid) for pid in roles.values())
+        proc.kill()  # as the OOM killer or a worker eviction would: no cleanup runs in the launcher
+        proc.wait()
+        assert wait_for(lambda: not any(alive(pid) for pid in roles.values()), timeout=5), \
+            [name for name, pid in roles.items() if alive(pid)]
+    finally:
+        proc.kill()
+        kill_groups(roles.values())
+
+
 def test_deadline_kills_a_job_that_runs_too_long(cifar_rec, tmp_path):
     proc = launch(tmp_path, *TINY, "--num-epochs", 500, "--data-train", cifar_rec / "cifar10_train.rec",
                   "--data-val", "", extra=("--deadline", "4"))
@@ -122,8 +155,106 @@ def test_lingering_scheduler_is_stopped_after_workers_succeed(tmp_path, monkeypa
     monkeypatch.setattr("mxbench_train.launcher.SHUTDOWN_GRACE_S", 0.5)
     plan = [sleeper("scheduler", "scheduler", seconds=600), sleeper("worker-0", "worker", seconds=0.1)]
     results = run_plan(plan, tmp_path, deadline_s=30)
-    assert [r.returncode for r in results][1] == 0
+    assert [r.returncode for r in results] == [-signal.SIGTERM, 0]
+    assert [r.warning for r in results] == [None, None]  # killed by the teardown, not by itself
     assert not any(alive(r.pid) for r in results)
+
+
+def role(name, kind, body):
+    return Role(name, kind, "127.0.0.1", (sys.executable, "-c", body), {})
+
+
+ABORT = "import os, resource, time; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); time.sleep({}); os.abort()"
+
+
+def test_scheduler_aborting_after_the_workers_succeeded_keeps_the_results_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr("mxbench_train.launcher.SHUTDOWN_GRACE_S", 2.0)
+    plan = [role("scheduler", "scheduler", ABORT.format(0.5)), sleeper("server-0", "server", seconds=600),
+            role("worker-0", "worker", "print('done')"), role("worker-1", "worker", "print('done')")]
+    results = run_plan(plan, tmp_path, deadline_s=30, cwd=tmp_path)
+    assert [r.returncode for r in results] == [-signal.SIGABRT, -signal.SIGTERM, 0, 0]
+    assert results[0].warning.startswith("scheduler on host 127.0.0.1 was killed by SIGABRT, but every worker "
+                                         "exited 0")
+    assert [r.warning for r in results[1:]] == [None, None, None]  # the server was killed by the teardown
+    assert not any(alive(r.pid) for r in results)
+
+
+def test_scheduler_aborting_just_before_the_last_worker_exits_0_is_a_warning(tmp_path):
+    plan = [role("scheduler", "scheduler", ABORT.format(0.2)),
+            role("worker-0", "worker", "import time; time.sleep(1); print('done')")]
+    results = run_plan(plan, tmp_path, deadline_s=30, cwd=tmp_path)
+    assert [r.returncode for r in results] == [-signal.SIGABRT, 0]
+    assert "SIGABRT" in results[0].warning and results[1].warning is None
+
+
+def test_scheduler_aborting_while_a_worker_runs_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr("mxbench_train.launcher.ROLE_EXIT_GRACE_S", 1.0)
+    plan = [role("scheduler", "scheduler", ABORT.format(0.5)), sleeper("worker-0", "worker", seconds=60)]
+    started = time.monotonic()
+    with pytest.raises(RoleFailed, match="role scheduler on host 127.0.0.1 was killed by SIGABRT"):
+        run_plan(plan, tmp_path, deadline_s=30, cwd=tmp_path)
+    assert time.monotonic() - started < 10
+    assert not any(alive(pid) for pid in pids(tmp_path).values())
+
+
+LEAVES_A_CHILD = "sleep 300 & echo $! > {}; wait"
+
+
+def test_reap_kills_what_a_stuck_earlier_attempt_left_with_the_roles_children(tmp_path):
+    child_pid = tmp_path / "child.pid"
+    plan = [Role("scheduler", "scheduler", "127.0.0.1", ("sh", "-c", LEAVES_A_CHILD.format(child_pid)), {}),
+            sleeper("worker-0", "worker", seconds=300)]
+    script = ("import json, sys; from mxbench_train.launcher import run_plan; from mxbench_train.roles import Role; "
+              "run_plan([Role.from_dict(r) for r in json.loads(sys.argv[1])], sys.argv[2])")
+    attempt = subprocess.Popen([sys.executable, "-c", script, json.dumps([r.to_dict() for r in plan]), str(tmp_path)])
+    roles = {}
+    try:
+        assert wait_for(lambda: child_pid.is_file() and child_pid.read_text().strip()
+                        and (tmp_path / "pids.json").is_file() and len(pids(tmp_path)) == 2, timeout=30)
+        roles, child = pids(tmp_path), int(child_pid.read_text())
+        records = json.loads((tmp_path / "pids.json").read_text())
+        assert all(records[name]["start"] == start_time(pid) for name, pid in roles.items())
+        attempt.send_signal(signal.SIGSTOP)  # a hung launcher: alive, but it stops nothing any more
+        assert sorted(reap(tmp_path / "pids.json")) == sorted(roles.items())
+        assert not [name for name, pid in roles.items() if alive(pid)] and not alive(child)
+    finally:
+        attempt.kill()
+        attempt.wait()
+        kill_groups(roles.values())
+
+
+def test_reap_kills_the_group_of_a_role_that_is_gone(tmp_path):
+    child_pid = tmp_path / "child.pid"
+    leader = subprocess.Popen(["sh", "-c", LEAVES_A_CHILD.format(child_pid)], start_new_session=True)
+    try:
+        (tmp_path / "pids.json").write_text(json.dumps({"worker-0": {"pid": leader.pid,
+                                                                     "start": start_time(leader.pid)}}))
+        assert wait_for(lambda: child_pid.is_file() and child_pid.read_text().strip(), timeout=30)
+        child = int(child_pid.read_text())
+        leader.kill()  # as PR_SET_PDEATHSIG kills a worker, leaving its nvidia-smi sampler
+        leader.wait()
+        assert alive(child)
+        assert reap(tmp_path / "pids.json") == [("worker-0", leader.pid)]
+        assert wait_for(lambda: not alive(child), timeout=5)
+    finally:
+        kill_groups([leader.pid])
+
+
+def test_reap_leaves_a_process_alone_whose_pid_was_reused(tmp_path):
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    try:
+        (tmp_path / "pids.json").write_text(json.dumps({
+            "worker-0": {"pid": stranger.pid, "start": start_time(stranger.pid) + 1},  # another process had it
+            "worker-1": {"pid": gone.pid, "start": 1},
+            "server-0": stranger.pid}))  # no start time recorded: cannot be told apart, so left alone
+        assert reap(tmp_path / "pids.json") == []
+        assert alive(stranger.pid)
+        assert reap(tmp_path / "no-such-attempt" / "pids.json") == []
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_launch_refuses_a_bad_job_before_starting_anything(tmp_path):

@@ -132,3 +132,10 @@ def test_changed_source_is_reconverted(tmp_path, cifar_source):
     done = run_trainer("prepare-cifar10", "--source", src, "--out", out, "--allow-unverified")
     manifest = json.loads(done.stdout)
     assert manifest["cache_hit"] is False and manifest["key"] != first
+
+
+def test_relative_output_directory(tmp_path, cifar_source):
+    done = run_trainer("prepare-cifar10", "--source", cifar_source, "--out", "data", "--allow-unverified",
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "data" / "cifar10_train.rec").is_file() and (tmp_path / "data" / "manifest.json").is_file()

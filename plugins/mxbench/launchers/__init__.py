@@ -1,7 +1,8 @@
 """Launchers: each executes a variant's role plan on its own kind of machines.
 
 A launcher offers ``target()`` (what its machines have, for the up-front
-check) and ``execute(variant, data_dir, run_dir, deadline_s)``. ``local`` is
+check), ``execute(variant, data_dir, run_dir, deadline_s)`` and
+``reap(run_dir)`` (stop what an earlier, killed attempt left running). ``local`` is
 the embedded default; SSH and Kubernetes launchers register here too.
 """
 from .local import LocalLauncher

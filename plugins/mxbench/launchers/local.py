@@ -3,7 +3,7 @@ import json
 import os
 from pathlib import Path
 
-from mxbench_train.launcher import free_port, run_plan
+from mxbench_train.launcher import free_port, reap, run_plan
 from mxbench_train.roles import plan_roles
 from mxbench_train.telemetry import gpu_environment
 
@@ -30,3 +30,7 @@ class LocalLauncher:
         plan = self.plan(variant, data_dir, run_dir)
         (Path(run_dir) / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
         return plan, run_plan(plan, run_dir, deadline_s=deadline_s)
+
+    def reap(self, run_dir) -> list:
+        """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say)."""
+        return reap(Path(run_dir) / "pids.json")

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Make a new Airflow home ready for mxbench, idempotently, in the order Airflow needs:
+# the metadata DB first (nothing else works before it), then one pool per machine set.
+# Run after `source scripts/airflow-env.sh` (or with your own AIRFLOW_HOME and airflow on PATH).
+set -euo pipefail
+airflow db migrate
+python - <<'PY' | while IFS=$'\t' read -r pool description; do airflow pools set "$pool" 1 "$description"; done
+from mxbench.variants import MACHINE_SETS
+
+for machines, launchers in MACHINE_SETS.items():
+    print(f"mxbench_{machines}\tmxbench: one run at a time on the {machines} machines ({', '.join(launchers)})")
+PY

@@ -1,0 +1,274 @@
+"""prepare-cifar10 on untrusted input: crafted pickles, hostile download servers, archive bombs."""
+import base64
+import http.server
+import io
+import json
+import os
+import pickle
+import pickletools
+import shutil
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import run_trainer
+from mxbench_train import cifar10
+
+BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+
+
+def _env(**extra):
+    return {**os.environ, **{k: str(v) for k, v in extra.items()}}
+
+
+def _one_error_line(done):
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    return lines[0]
+
+
+# --- crafted pickles ---------------------------------------------------------------------------
+
+class _Payload:
+    """Unpickling this calls ``func(*args)``: what a crafted batch does to plain pickle.loads."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def _copy_with(tmp_path, cifar_source, name, raw, layout):
+    """A copy of the synthetic source whose batch ``name`` is ``raw``: a folder, or a .tar.gz of it."""
+    folder = tmp_path / "src" / "cifar-10-batches-py"
+    shutil.copytree(cifar_source, folder)
+    (folder / name).write_bytes(raw)
+    if layout == "folder":
+        return folder
+    archive = tmp_path / "crafted.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        tar.add(folder, arcname="cifar-10-batches-py")
+    return archive
+
+
+@pytest.mark.parametrize("layout, func, kind", [("folder", os.system, "command"),
+                                                ("archive", open, "open")])
+def test_crafted_batch_is_refused_without_running_it(tmp_path, cifar_source, layout, func, kind):
+    marker = tmp_path / "pwned"
+    args = (f"touch {marker}",) if kind == "command" else (str(marker), "w")
+    raw = pickle.dumps({"batch_label": _Payload(func, *args), "labels": [0], "data": b""}, protocol=2)
+    refused = f"{func.__module__}.{func.__qualname__}"  # posix.system, io.open
+    assert refused.encode() in raw.replace(b"\n", b".")
+    source = _copy_with(tmp_path, cifar_source, "data_batch_3", raw, layout)
+    done = run_trainer("prepare-cifar10", "--source", source, "--out", tmp_path / "out", "--allow-unverified")
+    assert not marker.exists(), "the crafted batch ran its payload"
+    line = _one_error_line(done)
+    assert str(source) in line and "data_batch_3" in line and refused in line
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("batch", [[1, 2, 3], {"data": 5, "labels": 7}])
+def test_batch_of_the_wrong_shape_is_one_line_error(tmp_path, cifar_source, batch):
+    source = _copy_with(tmp_path, cifar_source, "test_batch", pickle.dumps(batch, protocol=2), "folder")
+    done = run_trainer("prepare-cifar10", "--source", source, "--out", tmp_path / "out", "--allow-unverified")
+    assert "test_batch" in _one_error_line(done)
+
+
+def test_batches_pickled_by_numpy_2_with_bytes_keys_still_load(tmp_path):
+    """This process has numpy 2 (pickles name numpy._core); the training env has numpy 1."""
+    src = run_trainer("synthetic-cifar10", "--out", tmp_path / "src", "--train", 50, "--test", 10)
+    assert src.returncode == 0, src.stderr
+    folder = tmp_path / "src" / "cifar-10-batches-py"
+    for name in BATCHES:
+        with open(folder / name, "rb") as f:
+            batch = pickle.load(f)
+        # the official batches are Python 2 pickles: bytes keys and bytes strings
+        batch = {k.encode(): (v.encode() if isinstance(v, str) else v) for k, v in batch.items()}
+        raw = pickle.dumps(batch, protocol=2)
+        if name == "data_batch_1":
+            globals_ = {arg for op, arg, _ in pickletools.genops(raw) if op.name == "GLOBAL"}
+            assert "numpy._core.multiarray _reconstruct" in globals_ and "_codecs encode" in globals_, globals_
+        (folder / name).write_bytes(raw)
+    done = run_trainer("prepare-cifar10", "--source", folder, "--out", tmp_path / "out", "--allow-unverified")
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads(done.stdout)
+    assert manifest["synthetic"] is True and manifest["splits"]["train"]["records"] == 50
+
+
+# --- archive bombs -----------------------------------------------------------------------------
+
+def _zeros_archive(path, members):
+    """A .tar.gz of {name: size} members, each a run of zeros: kilobytes on disk."""
+    with tarfile.open(path, "w:gz", compresslevel=9) as tar:
+        for name, size in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    return path
+
+
+def test_tar_member_above_the_cap_is_refused(tmp_path):
+    archive = _zeros_archive(tmp_path / "bomb.tar.gz", {"cifar-10-batches-py/data_batch_1": 3 << 20})
+    assert archive.stat().st_size < 64 << 10
+    done = run_trainer("prepare-cifar10", "--source", archive, "--out", tmp_path / "out", "--allow-unverified",
+                       env=_env(MXBENCH_TAR_MEMBER_MAX_BYTES=1 << 20))
+    line = _one_error_line(done)
+    assert str(archive) in line and "data_batch_1" in line and str(3 << 20) in line
+    assert "MXBENCH_TAR_MEMBER_MAX_BYTES" in line
+
+
+def test_archive_that_unpacks_past_the_total_cap_is_refused(tmp_path):
+    members = {f"cifar-10-batches-py/junk_{i}": 1 << 20 for i in range(4)}  # each under the member cap
+    archive = _zeros_archive(tmp_path / "bomb.tar.gz", members)
+    done = run_trainer("prepare-cifar10", "--source", archive, "--out", tmp_path / "out", "--allow-unverified",
+                       env=_env(MXBENCH_TAR_MAX_BYTES=2 << 20))
+    line = _one_error_line(done)
+    assert str(archive) in line and str(2 << 20) in line and "MXBENCH_TAR_MAX_BYTES" in line
+
+
+# --- downloads ---------------------------------------------------------------------------------
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.seen.append((self.path, self.headers.get("Authorization")))
+        route = self.server.routes.get(self.path)
+        if route is None:
+            self.send_error(404)
+        else:
+            route(self)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serve():
+    """serve({path: handler -> None}) -> (server, 'http://127.0.0.1:PORT'); stopped after the test."""
+    servers = []
+
+    def start(routes):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server.routes, server.seen = routes, []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server, f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _send(body, length=True):
+    def route(handler):
+        handler.send_response(200)
+        if length is not None:
+            handler.send_header("Content-Length", str(len(body) if length is True else length))
+        handler.end_headers()
+        handler.wfile.write(body)
+    return route
+
+
+def _trickle(handler):
+    handler.send_response(200)
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    for _ in range(300):  # one byte every 0.1 s: every read succeeds, the download never ends
+        try:
+            handler.wfile.write(b"x")
+        except OSError:
+            return
+        time.sleep(0.1)
+
+
+def _no_partial_left(out):
+    return not list((out / "downloads").glob("*.part")) if (out / "downloads").exists() else True
+
+
+def test_trickling_server_hits_the_total_deadline(tmp_path, serve):
+    _, base = serve({"/cifar-10-python.tar.gz": _trickle})
+    started = time.monotonic()
+    done = run_trainer("prepare-cifar10", "--source", f"{base}/cifar-10-python.tar.gz", "--out", tmp_path / "out",
+                       env=_env(MXBENCH_DOWNLOAD_TIMEOUT_S=1.5), timeout=60)
+    line = _one_error_line(done)
+    assert time.monotonic() - started < 15
+    assert f"{base}/cifar-10-python.tar.gz" in line and "1.5 s" in line and "MXBENCH_DOWNLOAD_TIMEOUT_S" in line
+    assert _no_partial_left(tmp_path / "out")
+
+
+@pytest.mark.parametrize("length, expect", [(True, "announces 5000 bytes"), (None, "more than 1000 bytes")])
+def test_download_larger_than_the_cap_is_refused(tmp_path, serve, length, expect):
+    _, base = serve({"/big.tar.gz": _send(bytes(5000), length)})
+    done = run_trainer("prepare-cifar10", "--source", f"{base}/big.tar.gz", "--out", tmp_path / "out",
+                       env=_env(MXBENCH_DOWNLOAD_MAX_BYTES=1000))
+    line = _one_error_line(done)
+    assert f"{base}/big.tar.gz" in line and expect in line and "MXBENCH_DOWNLOAD_MAX_BYTES" in line
+    assert _no_partial_left(tmp_path / "out")
+
+
+def test_redirect_from_https_to_http_is_refused():
+    handler = cifar10.SafeRedirect()
+    request = urllib.request.Request("https://data.example/cifar-10-python.tar.gz")
+    with pytest.raises(urllib.error.URLError, match="refused redirect from https to http://mirror.example/c.tgz"):
+        handler.redirect_request(request, None, 302, "Found", {}, "http://mirror.example/c.tgz")
+    followed = handler.redirect_request(request, None, 302, "Found", {}, "https://mirror.example/c.tgz")
+    assert followed.full_url == "https://mirror.example/c.tgz"
+    plain = urllib.request.Request("http://data.example/cifar-10-python.tar.gz")
+    assert handler.redirect_request(plain, None, 301, "Moved", {}, "https://data.example/c.tgz") is not None
+    with pytest.raises(urllib.error.URLError, match="refused redirect"):
+        handler.redirect_request(plain, None, 301, "Moved", {}, "ftp://data.example/c.tgz")
+
+
+USER, PASSWORD = "bench", "p%40ss-s3cret"  # the password is p@ss-s3cret
+SECRETS = ("s3cret", "p%40ss", "p@ss", base64.b64encode(b"bench:p@ss-s3cret").decode())
+
+
+def test_credentials_in_the_url_authenticate_but_are_never_written(tmp_path, serve):
+    src = run_trainer("synthetic-cifar10", "--out", tmp_path / "src", "--train", 50, "--test", 10, "--archive")
+    body = open(src.stdout.strip(), "rb").read()
+    expected = "Basic " + base64.b64encode(b"bench:p@ss-s3cret").decode()
+
+    def authenticated(handler):
+        if handler.headers.get("Authorization") != expected:
+            handler.send_error(401)
+        else:
+            _send(body)(handler)
+
+    server, base = serve({"/cifar-10-python.tar.gz": authenticated})
+    url = f"{base}/cifar-10-python.tar.gz".replace("//", f"//{USER}:{PASSWORD}@", 1)
+    out = tmp_path / "out"
+    done = run_trainer("prepare-cifar10", "--source", url, "--out", out, "--allow-unverified")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["source"] == f"{base}/cifar-10-python.tar.gz"
+    written = [done.stdout, done.stderr, (out / "manifest.json").read_text(),
+               *(str(p.relative_to(tmp_path)) for p in out.rglob("*"))]
+    assert not [s for s in SECRETS if any(s in text for text in written)]
+    # a failure names the URL without them too: a 404 here, no connection (and no port to mis-parse) below
+    for failing, shown in [(url.replace(".tar.gz", ".tgz"), f"{base}/cifar-10-python.tgz"),
+                           (f"http://{USER}:{PASSWORD}@127.0.0.1/c.tgz", "http://127.0.0.1/c.tgz")]:
+        done = run_trainer("prepare-cifar10", "--source", failing, "--out", out)
+        line = _one_error_line(done)
+        assert f"cannot download CIFAR-10 from {shown}:" in line
+        assert not [s for s in SECRETS if s in done.stderr + done.stdout]
+
+
+def test_credentials_do_not_follow_a_redirect(tmp_path, serve):
+    other, other_base = serve({"/c.tgz": _send(b"not an archive")})
+
+    def moved(handler):
+        handler.send_response(302)
+        handler.send_header("Location", f"{other_base}/c.tgz")
+        handler.end_headers()
+
+    first, base = serve({"/c.tgz": moved})
+    url = f"{base}/c.tgz".replace("//", f"//{USER}:{PASSWORD}@", 1)
+    done = run_trainer("prepare-cifar10", "--source", url, "--out", tmp_path / "out")
+    assert done.returncode == 2 and "not the official archive" in done.stderr
+    assert first.seen[0][1] and first.seen[0][1].startswith("Basic ")  # sent to the host it was given for
+    assert other.seen == [("/c.tgz", None)]  # not to the host the redirect pointed at
