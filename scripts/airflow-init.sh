@@ -4,7 +4,8 @@
 # Run after `source scripts/airflow-env.sh` (or with your own AIRFLOW_HOME and airflow on PATH).
 set -euo pipefail
 airflow db migrate
-python - <<'PY' | while IFS=$'\t' read -r pool description; do airflow pools set "$pool" 1 "$description"; done
+# airflow's own interpreter: the one that has mxbench installed beside it
+"$(dirname "$(command -v airflow)")/python" - <<'PY' | while IFS=$'\t' read -r pool description; do airflow pools set "$pool" 1 "$description"; done
 from mxbench.variants import MACHINE_SETS
 
 for machines, launchers in MACHINE_SETS.items():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set up everything on first use, then run the benchmark DAG once, the cpu-demo
 # matrix on the local launcher with synthetic CIFAR-format data, and say where the report is.
-#   scripts/demo.sh                                    # cpu-demo, 3 repeats
+#   scripts/demo.sh                                    # cpu-demo, 3 repeats (one launcher: no verdict to give)
 #   scripts/demo.sh '{"dataset": "/data/cifar-10-python.tar.gz"}'   # any trigger-form params
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ mkdir -p "$MXBENCH_HOME"
 log=$MXBENCH_HOME/demo.log
 echo "mxbench: Airflow metadata DB and pools (log: $log)"
 scripts/airflow-init.sh >"$log" 2>&1
-conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"]}'}
+conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"], "repeats": 3}'}
 echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
 airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \
   | grep --line-buffered -oE "mxbench: run .*|RunFailed: .*" || true
@@ -22,7 +22,7 @@ echo "mxbench: DAG run ${run_id:-?} finished: ${state:-unknown}"
 if [[ -n $run_id ]]; then
   report=$(python -c 'import sys; from mxbench import config; print(config.dag_run_dir(sys.argv[1]) / "report")' "$run_id")
   if [[ -f $report/report.md ]]; then
-    sed -n '/^## Results/,/^## Environment/p' "$report/report.md" | head -n -1
+    sed -n '/^## Results/,/^## /p' "$report/report.md" | head -n -1
     echo "mxbench: report: $report/report.html (also report.md, CSV tables and PNG plots there)"
   fi
 fi

@@ -81,11 +81,11 @@ def cmd_compare(args) -> int:
     first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
     if args.other:
         a, b = load_table(Path(args.other) / "tables" / "runs.csv"), first
-        label, keys = f"{Path(args.other).name} / {Path(args.run_dir).name}", ["variant", "launcher"]
+        names, keys = (Path(args.other).name, Path(args.run_dir).name), ["variant", "launcher"]
     elif args.launchers:
         a = first[first["launcher"] == args.launchers[0]]
         b = first[first["launcher"] == args.launchers[1]]
-        label, keys = f"{args.launchers[0]} / {args.launchers[1]}", ["variant"]
+        names, keys = tuple(args.launchers), ["variant"]
     else:
         print("error: give a second run folder, or --launchers A B to compare within one", file=sys.stderr)
         return 2
@@ -95,13 +95,12 @@ def cmd_compare(args) -> int:
     for key, speeds_b in ok_b.groupby(keys, sort=False):
         if key not in speeds_a:
             continue
-        names = label.split(" / ")
-        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"], names[0], names[1])
+        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"], *names)
         rows.append({**dict(zip(keys, key)), "verdict": cmp["verdict"]})
     if not rows:
         print("error: no variant has successful runs on both sides", file=sys.stderr)
         return 1
-    print(f"speed ratio {label}")
+    print(f"speed ratio {names[0]} / {names[1]}")
     for row in rows:
         print(" ".join(str(v) for k, v in row.items() if k != "verdict") + ": " + row["verdict"])
     return 0

@@ -25,5 +25,5 @@ def dag_run_dir(dag_run_id: str) -> Path:
     """``$MXBENCH_HOME/runs/<safe run id>-<hash>``: the id made safe as a folder name, plus a short
     hash of the id itself, so that ids differing only in replaced characters (``a:b``, ``a+b``,
     ``a_b``) never share a folder."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dag_run_id).strip("_.")[:120]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dag_run_id).strip("_.-")[:120] or "run"
     return home() / "runs" / f"{safe}-{hashlib.sha256(dag_run_id.encode()).hexdigest()[:8]}"

@@ -39,6 +39,9 @@ MAX_LINE = 64 * 1024  # characters read at once: a file without newlines never b
 MAX_UNPARSED = 100  # unparsed lines kept as a sample; all are counted
 MAX_UNPARSED_CHARS = 1000  # of each kept line
 MAX_NOTICES = 20  # distinct C++ notices kept
+# C++ notices every run prints, which tell a reader of the report nothing
+ROUTINE_NOTICE = re.compile(r"ImageRecordIOParser2: .* threads for decoding|Subgraph backend \w+ is activated|"
+                            r"Using Pooled \(\w+\) StorageManager")
 MAX_RESTARTS = 100  # the last restarts kept: the last tells where the measured run begins
 
 SPEED_COLUMNS = ["worker", "epoch", "batch", "samples_per_sec", "train_accuracy"]
@@ -73,6 +76,10 @@ class ParsedLog:
             return ""
         lines = ", ".join(map(str, self.restarts))
         return f"restarted at line{'s' if len(self.restarts) > 1 else ''} {lines}; measured the last run"
+
+
+def worth_reporting(notice: str) -> bool:
+    return not ROUTINE_NOTICE.search(notice)
 
 
 class _Workers:

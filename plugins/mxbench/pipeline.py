@@ -20,7 +20,7 @@ import pandas as pd
 
 from mxbench_train.cifar10 import redact
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import RoleFailed, reap
+from mxbench_train.launcher import RoleFailed
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
@@ -94,10 +94,10 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target]) -> List[dict
 
 # --- prepare data ---------------------------------------------------------------------------
 
-def _train_cli(*args) -> subprocess.CompletedProcess:
+def _train_cli(*args, env=None) -> subprocess.CompletedProcess:
     # an argv list, never a shell: a dataset path from the trigger form cannot inject anything
     return subprocess.run([config.train_python(), "-m", "mxbench_train", *map(str, args)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 def _error_line(done: subprocess.CompletedProcess) -> str:
@@ -144,7 +144,9 @@ def _prepare_data(params: dict, data_root: Path) -> dict:
     else:
         out = data_root / f"rec-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
     flags = ["--allow-unverified"] if synthetic or params.get("allow_unverified") else []
-    done = _train_cli("prepare-cifar10", "--source", source, "--out", out, *flags)
+    # through the environment, not argv: a URL's credentials never show in the process list
+    done = _train_cli("prepare-cifar10", "--source-env", "MXBENCH_SOURCE", "--out", out, *flags,
+                      env={"MXBENCH_SOURCE": str(source)})
     if done.returncode != 0:
         raise MxbenchError(_error_line(done))
     manifest = json.loads(done.stdout)
@@ -275,14 +277,19 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")))
     if meta["status"] == "running":
-        row.update(status="failed", cause="the run was interrupted (its task died mid-run)")
+        # its task died mid-run (parse runs only once every run task has ended): stop what it left
+        reaped = launchers.get(run["launcher"]).reap(run_dir)
+        row.update(status="failed", cause="the run was interrupted (its task died mid-run)"
+                   + (f"; killed {len(reaped)} leftover process(es)" if reaped else ""))
+    # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
+    p2p, notices = role_notices(run_dir)
+    write_json(run_dir / "notices.json", notices)
     if row["status"] == "ok":
         try:
             metrics = run_metrics(parsed, f"run {run['key']}", images_per_epoch)
         except NoSpeedLines as exc:
             row.update(status="failed", cause=f"parse: {exc}")
         else:
-            p2p, notices = role_notices(run_dir)
             metrics["p2p"] = metrics["p2p"] or p2p
             warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
             row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
@@ -291,8 +298,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            write_json(run_dir / "metrics.json", {**metrics, "notices": notices,
-                                                  "environment": start.get("environment")})
+            write_json(run_dir / "metrics.json", {**metrics, "environment": start.get("environment")})
     return row, speed, epochs
 
 

@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import pandas as pd
 
+from .parse import worth_reporting
 from .pipeline import load_table, read_json
 from .variants import SEED_REFERENCE
 
@@ -57,12 +58,15 @@ def variant_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     warnings of runs that kept their results."""
     rows = []
     for r in summary.to_dict("records"):
+        warmup_included = r.get("warmup_excluded") is False
         if r.get("throughput_check") and not pd.isna(r["throughput_check"]):
-            rows.append({"variant": r["variant"], "launcher": r["launcher"], "note": r["throughput_check"]})
-        if r.get("warmup_excluded") is False:
+            because = " (expected here: s/epoch includes the warm-up epoch)" if warmup_included else ""
+            rows.append({"variant": r["variant"], "launcher": r["launcher"], "note": r["throughput_check"] + because})
+        if warmup_included:
             rows.append({"variant": r["variant"], "launcher": r["launcher"],
-                         "note": "1 epoch: s/epoch includes warm-up (start-up, first batches); no later epoch "
-                                 "to measure the steady state from"})
+                         "note": "1 epoch: its figures include warm-up (start-up, first batches; the Speedometer "
+                                 "figure leaves out only each worker's first reading); no later epoch to measure "
+                                 "the steady state from"})
     if not runs.empty and "warnings" in runs:
         for r in runs.dropna(subset=["warnings"]).to_dict("records"):
             rows.append({"variant": r["variant"], "launcher": r["launcher"],
@@ -177,7 +181,8 @@ def plot_epoch_time(summary: pd.DataFrame, path: Path):
     err = [ok["sec_per_epoch"] - ok["sec_per_epoch_min"], ok["sec_per_epoch_max"] - ok["sec_per_epoch"]]
     ax.bar(range(len(ok)), ok["sec_per_epoch"], yerr=err, capsize=3)
     ax.set_xticks(range(len(ok)), labels, fontsize=7, rotation=45, ha="right")
-    ax.set(ylabel="seconds/epoch (median, first epoch excluded)", title="Seconds per epoch by setup")
+    ax.set(ylabel="seconds/epoch (median; first epoch excluded\nwhere a run had more than one)",
+           title="Seconds per epoch by setup")
     _save(plt, fig, path)
 
 
@@ -225,13 +230,13 @@ PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per 
          "accuracy.png": "Validation accuracy per epoch", "ratios.png": "Launcher speed ratio"}
 NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
 METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
-          "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run includes its warm-up, "
-          "and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
+          "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run cannot leave out its "
+          "warm-up, and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
           "are flagged when more than 10% apart. Speedup and scaling efficiency use the Speedometer figure. "
           "Brackets: min–max over repeats. Launcher ratio: ratio of medians with a bootstrap confidence "
           "interval over repeats; p from a two-sided permutation test on the log speeds; a difference is "
-          "called only when p < α and the interval excludes 100%; the detectable gap is what the test "
-          "would find with 80% power at this n and spread.")
+          "called only when p < α and the interval excludes 100%; the detectable gap is what this rule "
+          "calls with 80% power at this n and spread (simulated).")
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
@@ -289,12 +294,13 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
 
 
 def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """MXNet's C++ warnings, once per variant and text, from the runs' metrics.json."""
+    """MXNet's C++ warnings worth a reader's time, once per variant and text, from every run's
+    notices.json (failed runs too)."""
     rows, seen = [], set()
-    for r in runs.loc[runs["status"] == "ok"].to_dict("records") if not runs.empty else []:
-        for notice in (read_json(dag_dir / r["key"] / "metrics.json", {}) or {}).get("notices", []):
+    for r in runs.to_dict("records") if not runs.empty else []:
+        for notice in read_json(dag_dir / r["key"] / "notices.json", []) or []:
             text = notice.split(": ", 1)[-1]
-            if (r["variant"], text) not in seen:
+            if worth_reporting(text) and (r["variant"], text) not in seen:
                 seen.add((r["variant"], text))
                 rows.append({"variant": r["variant"], "run": r["key"], "notice": notice})
     return pd.DataFrame(rows, columns=["variant", "run", "notice"])

@@ -44,7 +44,11 @@ def cmd_prepare(argv):
 
     parser = argparse.ArgumentParser(prog="python -m mxbench_train prepare-cifar10",
                                      description="CIFAR-10 python archive -> RecordIO with im2rec (cached)")
-    parser.add_argument("--source", required=True, help="cifar-10-python.tar.gz, its extracted folder, or a URL")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--source", help="cifar-10-python.tar.gz, its extracted folder, or a URL")
+    source.add_argument("--source-env", metavar="VAR",
+                        help="read the source from environment variable VAR: a URL with credentials "
+                             "stays out of the process list")
     parser.add_argument("--out", required=True, help="folder for cifar10_{train,val}.{rec,idx} and manifest.json")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="accept a source that is not the official archive (recorded as unverified)")
@@ -52,6 +56,10 @@ def cmd_prepare(argv):
     args = parser.parse_args(argv)
     from .cifar10 import prepare
 
+    if args.source_env:
+        args.source = os.environ.get(args.source_env) or ""
+        if not args.source:
+            raise MxbenchError(f"prepare-cifar10 --source-env {args.source_env}: the variable is empty or unset")
     manifest = prepare(args.source, args.out, args.allow_unverified, args.threads)
     print(json.dumps(manifest, indent=1, sort_keys=True))
     return 0

@@ -34,6 +34,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -80,12 +81,22 @@ def limit(name, default):
     return value
 
 
+SECRET_QUERY = re.compile(r"token|signature|sig|secret|password|passwd|key|credential|auth|x-amz-", re.I)
+
+
 def redact(source):
-    """A source as it may be written down: no user or password from a URL."""
+    """A source as it may be written down: no user or password from a URL, and no value of a
+    query parameter that looks like a credential (a pre-signed URL's signature, a token)."""
     parts = urllib.parse.urlsplit(str(source))
-    if parts.scheme in ("http", "https", "file") and "@" in parts.netloc:
-        return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    return str(source)
+    if parts.scheme not in ("http", "https", "file"):
+        return str(source)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    if parts.query:
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        parts = parts._replace(query=urllib.parse.urlencode(
+            [(k, "REDACTED" if SECRET_QUERY.search(k) else v) for k, v in query], safe="/:"))
+    return urllib.parse.urlunsplit(parts)
 
 
 class SafeRedirect(urllib.request.HTTPRedirectHandler):
@@ -192,11 +203,29 @@ except ImportError:
 # Every global an official batch (a Python 2 pickle) or one written by synthetic.py (Python 3,
 # protocol 2: bytes as _codecs.encode) or by numpy 2 (numpy._core) refers to. Dicts, lists,
 # strings and numbers need none.
+def _empty_array(cls, shape, dtype_code):
+    """numpy's array reconstruction in the one form a pickled array uses: an empty base array that
+    __setstate__ then fills from the pickle's own bytes, so its size is bounded by the batch's.
+    Any other shape would allocate whatever a crafted batch asks for."""
+    if cls is not np.ndarray or tuple(shape) != (0,) or dtype_code not in (b"b", "b"):
+        raise MxbenchError(f"an array reconstruction with shape {shape!r} and type {dtype_code!r}, "
+                           "which no CIFAR-10 batch holds")
+    return _reconstruct(cls, shape, dtype_code)
+
+
+def _number_dtype(*args):
+    """numpy.dtype for numbers only: object arrays would unpickle arbitrary objects again."""
+    dtype = np.dtype(*args)
+    if dtype.kind not in "biuf":
+        raise MxbenchError(f"an array of type {dtype!r}, which no CIFAR-10 batch holds")
+    return dtype
+
+
 BATCH_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy.core.multiarray", "_reconstruct"): _empty_array,
+    ("numpy._core.multiarray", "_reconstruct"): _empty_array,
     ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
+    ("numpy", "dtype"): _number_dtype,
     ("_codecs", "encode"): codecs.encode,
 }
 
@@ -219,8 +248,10 @@ class BatchUnpickler(pickle.Unpickler):
 def _unpickle(raw: bytes, name: str, source):
     try:
         batch = BatchUnpickler(raw, name, source).load()
-    except MxbenchError:
-        raise
+    except MxbenchError as exc:
+        if str(exc).startswith("CIFAR-10 source"):
+            raise
+        raise MxbenchError(f"CIFAR-10 source {source}: {name} holds {exc}; refused") from None
     except Exception as exc:  # a corrupt pickle raises nearly anything
         raise MxbenchError(f"CIFAR-10 source {source}: {name} is not a readable batch ({exc})") from None
     if not isinstance(batch, dict):
@@ -272,7 +303,11 @@ def load_batches(path: Path, source):
             if file.stat().st_size > member_max:
                 raise MxbenchError(f"CIFAR-10 folder {source}: {name} has {file.stat().st_size} bytes, more "
                                    f"than {member_max} (MXBENCH_TAR_MEMBER_MAX_BYTES); refused")
-            raws[name] = file.read_bytes()
+            with open(file, "rb") as f:  # at most the cap, whatever the file is (a FIFO, /dev/zero)
+                raws[name] = f.read(member_max + 1)
+            if len(raws[name]) > member_max:
+                raise MxbenchError(f"CIFAR-10 folder {source}: {name} has more than {member_max} bytes "
+                                   "(MXBENCH_TAR_MEMBER_MAX_BYTES); refused")
     else:
         total_max = limit("MXBENCH_TAR_MAX_BYTES", TAR_MAX_BYTES)
         try:

@@ -29,7 +29,7 @@ SHUTDOWN_GRACE_S = 10.0
 KILL_GRACE_S = 3.0
 # a scheduler/server that ends badly while workers still run gets this long to be seen as
 # shutdown noise: ps-lite's scheduler may abort at exit a moment before the workers are gone
-ROLE_EXIT_GRACE_S = 5.0
+ROLE_EXIT_GRACE_S = SHUTDOWN_GRACE_S
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -101,7 +101,7 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     ended: Dict[str, float] = {}
     warnings: Dict[str, str] = {}
     records = {}
-    die_with_launcher = _die_with(os.getpid())
+    die_with_launcher = die_with(os.getpid())
     restore = _raise_on_sigterm()
     try:
         for role in plan:  # scheduler first: the plan lists it first
@@ -254,7 +254,7 @@ def _start_time(pid) -> Optional[int]:
     return stat[1] if stat else None
 
 
-def _die_with(launcher_pid):
+def die_with(launcher_pid):
     """preexec_fn: SIGKILL the role when the launcher dies, even by SIGKILL.
 
     The kernel sends it when the *thread* that forked the role exits, not the
@@ -264,8 +264,8 @@ def _die_with(launcher_pid):
     sigkill = ctypes.c_ulong(signal.SIGKILL)
 
     def preexec():
-        _libc.prctl(PR_SET_PDEATHSIG, sigkill)
-        if os.getppid() != launcher_pid:  # the launcher died before prctl: nobody would kill this role
+        # a failed prctl or a launcher already gone: this process could outlive it, so never start
+        if _libc.prctl(PR_SET_PDEATHSIG, sigkill) != 0 or os.getppid() != launcher_pid:
             os._exit(1)
 
     return preexec

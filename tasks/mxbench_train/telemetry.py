@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .launcher import die_with
+
 QUERY = "timestamp,index,name,utilization.gpu,memory.used,memory.total"
 PROBE_TIMEOUT_S = 15
 
@@ -54,7 +56,8 @@ class GpuSampler:
         self.proc = subprocess.Popen(
             ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv", "-lms", str(self.period_ms),
              "-i", ",".join(str(g) for g in self.gpus)],
-            stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            preexec_fn=die_with(os.getpid()))  # a SIGKILLed trainer takes its sampler with it
         out.close()
         return self
 

@@ -79,7 +79,7 @@ def test_trigger_form_params_validate(dagbag):
     from airflow.sdk.definitions.param import ParamsDict
 
     dag = dagbag.dags["mxbench_benchmark"]
-    assert dag.params["preset"] == "cpu-demo" and dag.params["repeats"] == 3
+    assert dag.params["preset"] == "cpu-demo" and dag.params["repeats"] == 5
     for bad in ({"repeats": 0}, {"preset": "all"}, {"dataset": "x; rm -rf /"}, {"num_layers": 9}):
         params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
         with pytest.raises(Exception, match="Invalid input|is not|less than|does not match"):

@@ -121,7 +121,7 @@ def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
     assert pipeline.verdict_of(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
 
 
-def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():
+def test_task_timeout_is_the_run_deadline_plus_grace():
     from datetime import timedelta
 
     assert pipeline.task_timeout({"run_timeout_minutes": 7}) == timedelta(minutes=12)
@@ -145,3 +145,20 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["reaped"] == [["worker-0", leftover.pid]]
     assert (tmp_path / "attempts" / f"{run['key']}.1" / "pids.json").is_file()
+
+
+def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
+    import subprocess
+
+    (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
+    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        pipeline.write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
+        pipeline.write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
+        pipeline.parse_all(tmp_path)
+        assert leftover.wait(timeout=5) == -9
+    finally:
+        leftover.kill()
+    (failure,) = pipeline.failures(tmp_path)
+    assert failure["cause"] == "the run was interrupted (its task died mid-run); killed 1 leftover process(es)"

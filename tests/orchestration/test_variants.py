@@ -76,3 +76,19 @@ def test_schema_refuses_bad_params(bad):
 def test_schema_accepts_the_defaults_and_real_sources():
     for dataset in ("synthetic", "/data/cifar-10-python.tar.gz", "https://example.org/cifar-10-python.tar.gz"):
         jsonschema.validate(defaults(dataset=dataset, num_layers=110, epochs=5), schema())
+
+
+def test_every_launcher_belongs_to_exactly_one_machine_set():
+    from mxbench.variants import LAUNCHERS, MACHINE_SETS
+
+    members = [launcher for launchers in MACHINE_SETS.values() for launcher in launchers]
+    assert sorted(members) == sorted(LAUNCHERS)  # none left without a task, none run twice
+
+
+def test_launchers_that_share_machines_alternate_repeat_by_repeat():
+    targets = {"ssh": Target("ssh", 1, 0), "kubernetes": Target("kubernetes", 1, 0)}
+    runs = expand_runs({"preset": "cpu-demo", "repeats": 3, "launchers": ["ssh", "kubernetes"],
+                        "only_variants": ["cpu1-bs32", "cpu2w-bs32"]}, targets)
+    one_variant = [(r["launcher"], r["repeat"]) for r in runs if r["variant"]["id"] == "cpu1-bs32"]
+    assert one_variant == [("ssh", 1), ("kubernetes", 1), ("ssh", 2), ("kubernetes", 2), ("ssh", 3),
+                           ("kubernetes", 3)]

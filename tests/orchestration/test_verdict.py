@@ -96,3 +96,26 @@ def test_throughput_two_ways_and_the_flag_when_they_disagree():
     (row,) = summary.to_dict("records")
     assert row["epoch_samples_per_sec"] == 1000 and "20% above" in row["throughput_check"]
     assert row["warmup_excluded"] is False
+
+
+def test_the_detectable_gap_is_what_the_rule_really_detects():
+    from mxbench.verdict import _called
+
+    rng = np.random.default_rng(4)
+    a, b = repeats(rng, 8000, 0.02, 5), repeats(rng, 8000, 0.02, 5)
+    gap = min_detectable(a, b)
+    sd = np.sqrt((np.log(a).var(ddof=1) + np.log(b).var(ddof=1)) / 2)
+    fresh = np.random.default_rng(5)
+    found = np.mean([_called(np.exp(fresh.normal(0, sd, 5)) / (1 + gap), np.exp(fresh.normal(0, sd, 5)), 0.05, 0.95)
+                     for _ in range(300)])
+    assert 0.7 <= found <= 0.9  # 80% power, up to the simulations' own noise
+
+
+def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
+    r = compare([7586.0, 7600.0], [8010.0, 8000.0], "k8s", "ssh")
+    assert r.ci_low is None and r.outcome == "too few repeats"  # a 2 vs 2 bootstrap covers ~70%, not 95%
+    r = compare([7586.0, 7600.0, 7590.0, float("inf"), float("nan")], [8010.0, 8000.0, 7990.0], "k8s", "ssh")
+    assert (r.n, r.n_reference) == (3, 3)
+    flat = compare([8000.0] * 5, [8000.0] * 5, "k8s", "ssh")
+    assert flat.outcome == "within noise" and flat.min_detectable is None
+    assert flat.verdict.endswith("the repeats show no spread to judge a gap by")

@@ -32,12 +32,14 @@ def test_p2p_notice_on_a_roles_stderr_reaches_the_runs_table_and_the_report(cifa
     assert row["status"] == "ok" and row["p2p_pairs"] == "24/56"
     metrics = json.loads((tmp_path / run["key"] / "metrics.json").read_text())
     assert metrics["p2p"]["matrix"][:2] == [".vvv....", "v.vv...."] and len(metrics["p2p"]["matrix"]) == 8
-    assert any("storage.cc:199: Using Pooled (Naive) StorageManager" in n for n in metrics["notices"])
+    notices = json.loads((tmp_path / run["key"] / "notices.json").read_text())
+    assert any("storage.cc:199: Using Pooled (Naive) StorageManager" in n for n in notices)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "| cpu1-bs32 | local | 24/56 |" in md
     assert "only 24 out of 56 GPU pairs are enabled direct access" in md
+    assert "StorageManager" not in md  # routine notices stay in metrics.json, out of the report
     # one epoch: the report says its figures include warm-up instead of claiming it excluded it
-    assert "| cpu1-bs32 | local | 1 epoch: s/epoch includes warm-up" in md
+    assert "| cpu1-bs32 | local | 1 epoch: its figures include warm-up" in md
     # the second throughput stands beside the Speedometer's
     summary = pd.read_csv(tmp_path / "tables" / "summary.csv").iloc[0]
     assert summary["epoch_samples_per_sec"] > 0 and summary["samples_per_sec"] > 0

@@ -1,5 +1,7 @@
 """GPU telemetry through nvidia-smi, against a stand-in nvidia-smi that prints its real CSV."""
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,3 +66,36 @@ def test_trainer_start_event_carries_the_gpu_environment(tmp_path):
     start = next(e for e in map(parse_event, done.stdout.splitlines()) if e)
     assert start["environment"]["gpu"]["driver"] == "550.54.15"
     assert start["environment"]["cpu_model"] and start["environment"]["python"].startswith("3.")
+
+
+SAMPLING_TRAINER = r"""
+import sys, time
+from mxbench_train import telemetry
+sampler = telemetry.GpuSampler([0, 1], sys.argv[1], period_ms=100).start()
+print(sampler.proc.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_sigkilled_trainer_takes_its_gpu_sampler_with_it(fake_gpus, tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-c", SAMPLING_TRAINER, tmp_path / "gpu.csv"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        sampler_pid = int(trainer.stdout.readline())
+        assert alive(sampler_pid)
+        trainer.kill()
+        trainer.wait()
+        end = time.monotonic() + 5
+        while alive(sampler_pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not alive(sampler_pid)
+    finally:
+        trainer.kill()

@@ -7,6 +7,7 @@ import os
 import pickle
 import pickletools
 import shutil
+import subprocess
 import tarfile
 import threading
 import time
@@ -15,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import run_trainer
+from conftest import run_trainer, train_python
 from mxbench_train import cifar10
 
 BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
@@ -272,3 +273,57 @@ def test_credentials_do_not_follow_a_redirect(tmp_path, serve):
     assert done.returncode == 2 and "not the official archive" in done.stderr
     assert first.seen[0][1] and first.seen[0][1].startswith("Basic ")  # sent to the host it was given for
     assert other.seen == [("/c.tgz", None)]  # not to the host the redirect pointed at
+
+
+HUGE_ARRAY_BATCH = r"""
+import pickle, sys
+import numpy as np
+
+class Huge:
+    # what a crafted batch can ask numpy for: an array of 2**40 objects
+    def __reduce__(self):
+        from numpy.core.multiarray import _reconstruct
+        return (_reconstruct, (np.ndarray, (2 ** 40,), np.dtype(sys.argv[2])))
+
+out = sys.argv[1]
+for name in ["data_batch_%d" % i for i in range(1, 6)] + ["test_batch"]:
+    with open(f"{out}/{name}", "wb") as f:
+        pickle.dump({b"data": Huge(), b"labels": [0]}, f, protocol=2)
+"""
+
+
+@pytest.mark.parametrize("dtype, refusal", [
+    ("u1", "data_batch_1 holds an array reconstruction with shape (1099511627776,)"),
+    ("O", "data_batch_1 holds an array of type dtype('O')"),
+])
+def test_a_batch_asking_for_a_huge_or_object_array_is_refused(tmp_path, dtype, refusal):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    made = subprocess.run([train_python(), "-c", HUGE_ARRAY_BATCH, folder, dtype], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    done = run_trainer("prepare-cifar10", "--source", folder, "--out", tmp_path / "out", "--allow-unverified")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert refusal in done.stderr
+
+
+def test_query_credentials_are_redacted_too():
+    url = "https://store.example/cifar.tar.gz?X-Amz-Signature=abc123&token=t0k&version=2"
+    assert cifar10.redact(url) == "https://store.example/cifar.tar.gz?X-Amz-Signature=REDACTED&token=REDACTED&version=2"
+
+
+def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
+    from mxbench import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    argv_log = tmp_path / "argv.log"
+    spy = tmp_path / "python"
+    spy.write_text(f'#!/usr/bin/env bash\necho "$@" >> {argv_log}\nexec {train_python()} "$@"\n')
+    spy.chmod(0o755)
+    monkeypatch.setenv("MXBENCH_TRAIN_PYTHON", str(spy))
+    url = "http://alice:s3cret@127.0.0.1:9/cifar-10-python.tar.gz?token=t0k"  # port 9: nobody there
+    with pytest.raises(MxbenchError) as failure:
+        pipeline.prepare_data({"dataset": url}, tmp_path / "run", tmp_path / "data")
+    assert "data preparation failed: cannot download CIFAR-10 from http://127.0.0.1:9/" in str(failure.value)
+    recorded = argv_log.read_text() + str(failure.value) + (tmp_path / "run" / "stages.json").read_text()
+    assert "prepare-cifar10 --source-env MXBENCH_SOURCE" in recorded
+    assert "s3cret" not in recorded and "alice" not in recorded and "t0k" not in recorded

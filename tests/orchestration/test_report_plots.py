@@ -1,0 +1,32 @@
+"""The report's plots read as a person expects: whole devices on a log2 axis, whole epochs."""
+import pandas as pd
+import pytest
+
+from mxbench import report
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    kept = []
+    monkeypatch.setattr(report, "_save", lambda plt, fig, path: kept.append(fig))
+    return kept
+
+
+def test_devices_on_a_log2_axis_with_whole_device_ticks(figures, tmp_path):
+    summary = pd.DataFrame({"launcher": "ssh", "num_layers": 110, "batch_per_device": 128, "devices": [1, 2, 4, 8],
+                            "samples_per_sec": [100.0, 190, 370, 700], "samples_per_sec_min": [95.0, 185, 360, 690],
+                            "samples_per_sec_max": [105.0, 195, 380, 710]})
+    report.plot_scaling(summary, tmp_path / "scaling.png")
+    (ax,) = figures[0].axes
+    assert ax.get_xscale() == "log"
+    assert list(ax.get_xticks()) == [1, 2, 4, 8]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+
+
+def test_epochs_are_whole_numbers(figures, tmp_path):
+    epochs = pd.DataFrame({"variant": "v", "launcher": "local", "repeat": 1, "epoch": [0, 1, 2],
+                           "validation_accuracy": [0.3, 0.5, 0.6]})
+    report.plot_accuracy(epochs, tmp_path / "accuracy.png")
+    (ax,) = figures[0].axes
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
