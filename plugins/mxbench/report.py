@@ -15,7 +15,7 @@ from .parse import worth_reporting
 from .pipeline import load_table, read_json
 from .variants import SEED_REFERENCE
 
-SEED_STUDY_DOC = "docs/seed-study.md in the mxbench repository"
+REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-study.md in the mxbench repository."
 
 
 def _fmt(value, digits=1, pct=False):
@@ -33,16 +33,16 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
         seed = SEED_REFERENCE.get(r["variant"])
         rows.append({
             "setup": r["setup"], "variant": r["variant"], "launcher": r["launcher"],
-            "batch size": r["batch_size"], "devices": r["devices"],
+            "batch size": r["batch_size"], "devices (GPUs or CPU workers)": r["devices"],
             "s/epoch": f"{_fmt(r['sec_per_epoch'], 2)} [{_fmt(r['sec_per_epoch_min'], 2)}–{_fmt(r['sec_per_epoch_max'], 2)}]",
             "samples/s (Speedometer)": f"{_fmt(r['samples_per_sec'])} [{_fmt(r['samples_per_sec_min'])}–"
                                        f"{_fmt(r['samples_per_sec_max'])}]",
-            "CV": _fmt(r["samples_per_sec_cv"], 1, pct=True),
+            "CV (Speedometer)": _fmt(r["samples_per_sec_cv"], 1, pct=True),
             "samples/s (images/epoch ÷ s/epoch)": _fmt(r["epoch_samples_per_sec"]),
             "GPU util": "n/a" if pd.isna(r["gpu_util_pct"]) else f"{r['gpu_util_pct']:.0f}%",
             "GPU mem (MiB)": _fmt(r["gpu_mem_mib"], 0),
             "speedup": _fmt(r["speedup"], 2), "scaling eff.": _fmt(r["scaling_efficiency"], 1, pct=True),
-            "val. acc.": _fmt(r["validation_accuracy"], 3),
+            "val. acc. (last epoch)": _fmt(r["validation_accuracy"], 3),
             "runs ok/failed": f"{r['runs_ok']}/{r['runs_failed']}"
                               + (f" ({r['runs_reused']} reused)" if r.get("runs_reused") else ""),
             "seed s/epoch": f"{seed['sec_per_epoch']}" if seed else "",
@@ -167,7 +167,7 @@ def plot_scaling(summary: pd.DataFrame, path: Path):
     ax.set_xscale("log", base=2)
     ax.set_xticks(devices, [str(d) for d in devices])  # 1, 2, 4, 8: whole devices, not 2^0.5
     ax.minorticks_off()
-    ax.set(xlabel="devices (GPUs, or worker processes on CPU)", ylabel="samples/s (Speedometer; median, min–max)",
+    ax.set(xlabel="devices (GPUs, or worker processes on CPU; log2 scale)", ylabel="samples/s (Speedometer; median, min–max)",
            title="Throughput vs devices (dashed: ideal linear scaling)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
@@ -182,7 +182,7 @@ def plot_epoch_time(summary: pd.DataFrame, path: Path):
     ax.bar(range(len(ok)), ok["sec_per_epoch"], yerr=err, capsize=3)
     ax.set_xticks(range(len(ok)), labels, fontsize=7, rotation=45, ha="right")
     ax.set(ylabel="seconds/epoch (median; first epoch excluded\nwhere a run had more than one)",
-           title="Seconds per epoch by setup")
+           title="Seconds per epoch by variant")
     _save(plt, fig, path)
 
 
@@ -193,7 +193,7 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
         curves = per_run.groupby(["variant", "launcher", "epoch"], as_index=False)["validation_accuracy"].median()
         for (variant, launcher), group in curves.groupby(["variant", "launcher"]):
             ax.plot(group["epoch"], group["validation_accuracy"], marker=".", label=f"{variant} ({launcher})")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
@@ -232,7 +232,7 @@ NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
 METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
           "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run cannot leave out its "
           "warm-up, and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
-          "are flagged when more than 10% apart. Speedup and scaling efficiency use the Speedometer figure. "
+          "are flagged under Notes on variants when more than 10% apart. Speedup and scaling efficiency use the Speedometer figure. "
           "Brackets: min–max over repeats. Launcher ratio: ratio of medians with a bootstrap confidence "
           "interval over repeats; p from a two-sided permutation test on the log speeds; a difference is "
           "called only when p < α and the interval excludes 100%; the detectable gap is what this rule "
@@ -278,19 +278,26 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     title = f"mxbench report: {dag_dir.name}"
     md = [f"# {title}\n"]
     md += [f"> **{n}**\n" for n in notes]
-    md.append(f"Data: {data.get('source', '?')} ({'synthetic' if data.get('synthetic') else 'CIFAR-10'}, "
-              f"{'verified' if data.get('verified') else 'unverified'}), records {data.get('records', {})}\n")
+    md.append(data_line(data) + "\n")
     for name, frame in sections:
         body = frame + "\n" if isinstance(frame, str) else markdown_table(frame)
         md.append(f"## {name}\n\n{body}")
     md.append("## Environment\n\n" + markdown_table(pd.DataFrame([env])) if env else "")
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
-    md.append(f"Reference: the seed study's figures are in {SEED_STUDY_DOC}.\n")
+    md.append(REFERENCE + "\n")
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text(render_html(title, notes, data, sections, env, out, plots))
     table.to_csv(out / "summary.csv", index=False)
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
+
+
+def data_line(data: dict) -> str:
+    """What the runs trained on, in one line for people."""
+    kind = "synthetic CIFAR-format data" if data.get("synthetic") else (
+        "CIFAR-10, verified (official MD5)" if data.get("verified") else "CIFAR-10 format, unverified (MD5 differs)")
+    records = ", ".join(f"{count:,} {split}" for split, count in data.get("records", {}).items())
+    return f"Data: {data.get('source', '?')} ({kind}; records: {records or 'n/a'})"
 
 
 def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
@@ -313,7 +320,7 @@ def render_html(title, notes, data, sections, env, out: Path, plots: Dict[str, s
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"]
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
-    parts.append(f"<p>Data: {html.escape(str(data.get('source', '?')))}</p>")
+    parts.append(f"<p>{html.escape(data_line(data))}</p>")
     for name, frame in sections:
         if isinstance(frame, str):
             body = f"<p>{html.escape(frame)}</p>"
@@ -326,5 +333,5 @@ def render_html(title, notes, data, sections, env, out: Path, plots: Dict[str, s
     for file, caption in plots.items():
         encoded = base64.b64encode((out / file).read_bytes()).decode()
         parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
-    parts.append(f"<p>{html.escape(METHOD)}</p></body></html>")
+    parts.append(f"<p>{html.escape(METHOD)}</p><p>{html.escape(REFERENCE)}</p></body></html>")
     return "".join(parts)

@@ -132,7 +132,7 @@ def _detectable_in_sd(n, m, alpha, power, level, trials=200, steps=9) -> float:
                         for x, y in noise])
 
     low, high = 0.0, 2.0
-    while detected(high) < power:
+    while detected(high) < power and high < 64:  # 64 SDs: beyond any rule that can call a gap
         low, high = high, 2 * high
     for _ in range(steps):
         mid = (low + high) / 2
