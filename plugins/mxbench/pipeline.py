@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -191,7 +192,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
     run_dir.mkdir(parents=True)
     variant = variant_from_dict(run["variant"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
-            "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped}
+            "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
+            "attempt": uuid.uuid4().hex}
     write_json(run_dir / "meta.json", meta)
     try:
         check_enough_data(variant, data["records"]["train"])
@@ -208,6 +210,10 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
         meta.update(status="failed", cause=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        if read_json(run_dir / "meta.json", {}).get("attempt") != meta["attempt"]:
+            # this attempt hung, a newer one moved its folder away and owns the path now
+            raise RunFailed(f"run {run['key']}: a newer attempt took over its folder; this attempt's "
+                            "result is dropped") from None
         meta["command"] = _command_from_plan(run_dir)  # the launcher wrote plan.json, if it got that far
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)

@@ -162,3 +162,25 @@ def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
         leftover.kill()
     (failure,) = pipeline.failures(tmp_path)
     assert failure["cause"] == "the run was interrupted (its task died mid-run); killed 1 leftover process(es)"
+
+
+def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_alone(tmp_path, monkeypatch):
+    from mxbench import launchers
+
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
+    newer = {"key": run["key"], "status": "running", "attempt": "newer"}
+
+    class HungThenWoken:
+        def reap(self, run_dir):
+            return []
+
+        def execute(self, variant, data_dir, run_dir, deadline_s):
+            # while this attempt hung, a retry moved its folder to attempts/ and started afresh
+            run_dir.replace(tmp_path / "attempts-by-the-retry")
+            pipeline.write_json(run_dir / "meta.json", newer)
+            return [], []
+
+    monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
+    with pytest.raises(pipeline.RunFailed, match="a newer attempt took over its folder"):
+        pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
+    assert json.loads((tmp_path / run["key"] / "meta.json").read_text()) == newer
