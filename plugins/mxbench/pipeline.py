@@ -55,10 +55,13 @@ def read_json(path: Path, default=None):
 STAGE_NAMES = {"expand": "expanding the variants", "prepare_data": "data preparation"}
 
 
-def record_stage_failure(dag_dir: Path, stage: str, cause: str) -> None:
-    """Remember why a stage before the runs failed, so the runs it stopped can name the root cause."""
+def stage_failed(dag_dir: Path, stage: str, error: Exception) -> str:
+    """Remember why a stage before the runs failed, so the runs it stopped can name the root
+    cause; returns that cause, "<stage> failed: <error>"."""
+    cause = f"{STAGE_NAMES[stage]} failed: {error}"
     stages = read_json(dag_dir / "stages.json", {})
     write_json(dag_dir / "stages.json", {**stages, stage: cause})
+    return cause
 
 
 def clear_stage_failure(dag_dir: Path, stage: str) -> None:
@@ -83,7 +86,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target]) -> List[dict
     try:
         runs = expand_runs(params, targets)
     except (VariantError, MxbenchError) as exc:
-        record_stage_failure(dag_dir, "expand", f"{STAGE_NAMES['expand']} failed: {exc}")
+        stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
     # a dataset URL may carry a user and password: never written down
@@ -126,9 +129,7 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     try:
         data = _prepare_data(params, data_root)
     except MxbenchError as exc:
-        cause = f"{STAGE_NAMES['prepare_data']} failed: {exc}"
-        record_stage_failure(dag_dir, "prepare_data", cause)
-        raise MxbenchError(cause) from None
+        raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
     clear_stage_failure(dag_dir, "prepare_data")
     write_json(dag_dir / "data.json", data)
     return data
