@@ -21,7 +21,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag, task, task_group
 
-from mxbench.variants import MACHINE_SETS, PARAMS_SCHEMA
+from mxbench.variants import PARAMS_SCHEMA, machine_sets
 
 
 @dag(
@@ -39,12 +39,15 @@ def mxbench_benchmark():
     def expand_variants(params=None, run_id=None) -> list[dict]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from mxbench import config, pipeline
+        from mxbench import config, connections, pipeline
         from mxbench.variants import VariantError
 
-        targets = pipeline.targets_for(params["launchers"])
+        targets, unavailable = pipeline.targets_for(
+            params["launchers"], lambda name: connections.launcher_for(name, params))
+        for reason in unavailable.values():
+            print(f"mxbench: {reason}")
         try:
-            return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets)
+            return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets, unavailable)
         except VariantError as exc:
             raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 
@@ -66,18 +69,20 @@ def mxbench_benchmark():
 
     @task(map_index_template="{{ task.op_kwargs['run']['key'] }}", pre_execute=follow_run_timeout)
     def run_variant(run: dict, data: dict, params=None, run_id=None) -> dict:
-        from mxbench import config, pipeline
+        from mxbench import config, connections, pipeline
 
         result = pipeline.run_one(run, config.dag_run_dir(run_id), data,
-                                  deadline_s=60 * params["run_timeout_minutes"])
+                                  deadline_s=60 * params["run_timeout_minutes"],
+                                  launcher_for=lambda name: connections.launcher_for(name, params))
         print(f"mxbench: run {run['key']}: {result['status']} in {result['duration_s']:.1f} s")
         return result
 
     @task(trigger_rule="all_done")
-    def parse_logs(run_id=None) -> dict:
-        from mxbench import config, pipeline
+    def parse_logs(params=None, run_id=None) -> dict:
+        from mxbench import config, connections, pipeline
 
-        return pipeline.parse_all(config.dag_run_dir(run_id))
+        # a run whose task died mid-run is reaped here, on its hosts too
+        return pipeline.parse_all(config.dag_run_dir(run_id), lambda name: connections.launcher_for(name, params))
 
     @task
     def join_results(tables: dict, run_id=None) -> dict:
@@ -109,7 +114,7 @@ def mxbench_benchmark():
     data = prepare_data()
     runs >> data
     launched = []
-    for machines, launchers in MACHINE_SETS.items():
+    for machines, launchers in machine_sets().items():
         @task_group(group_id=machines)
         def launch(machines=machines, launchers=launchers):
             return run_variant.override(pool=f"mxbench_{machines}", pool_slots=1).partial(data=data).expand(

@@ -16,6 +16,26 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
   fi
 fi
 
+# The SSH launcher's tests and demo run real sshd on loopback addresses (mxbench.loopback_sshd).
+# Install OpenSSH only as root; else the tests report why they cannot run. Never let the package
+# start (or later boot) a system sshd on port 22: policy-rc.d forbids starting services during the
+# install, and Debian's ssh.service/ssh.socket/init script all honour /etc/ssh/sshd_not_to_be_run.
+if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    (
+      made_policy=
+      trap '[[ -z $made_policy ]] || rm -f /usr/sbin/policy-rc.d' EXIT
+      if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        made_policy=1
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+      fi
+      if [[ ! -x /usr/sbin/sshd ]]; then mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run; fi
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq && apt-get install -y -qq openssh-server openssh-client >/dev/null
+    )
+  fi
+fi
+
 make_venv() {  # name requirements-file extra-pip-args...
   local venv=".venv/$1" reqs=$2; shift 2
   local stamp="$venv/.mxbench-stamp" want

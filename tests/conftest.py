@@ -72,3 +72,21 @@ def pytest_sessionfinish(session, exitstatus):
         import shutil
 
         shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(tmp_path_factory):
+    """Two real sshd on 127.0.0.1 and 127.0.0.2 (key auth only), stopped at teardown.
+
+    A mxbench.loopback_sshd.Fleet. Fails (never skips) where sshd cannot run: scripts/setup.sh
+    installs openssh-server when run as root."""
+    from mxbench.loopback_sshd import start, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.fail(f"loopback sshd hosts unavailable: {reason}", pytrace=False)
+    fleet = start(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield fleet
+    finally:
+        fleet.stop()

@@ -22,7 +22,9 @@ def trainer_args(variant: Variant, data_dir: str, log_dir: str) -> tuple:
     return tuple(str(a) for a in args)
 
 
-def job_for(variant: Variant, *, data_dir, log_dir, python, hosts, port, cores_per_host, env=None) -> Job:
+def job_for(variant: Variant, *, data_dir, log_dir, python, hosts, port, cores_per_host, env=None,
+            pythons=None) -> Job:
     return Job(trainer_args=trainer_args(variant, data_dir, log_dir), kvstore=variant.kvstore,
                workers=variant.workers, hosts=tuple(hosts)[:variant.hosts], port=port, python=python,
-               cores_per_host=cores_per_host, env={"PYTHONUNBUFFERED": "1", **(env or {})})
+               pythons=dict(pythons or {}), cores_per_host=cores_per_host,
+               env={"PYTHONUNBUFFERED": "1", **(env or {})})

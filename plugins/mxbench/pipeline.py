@@ -28,7 +28,7 @@ from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 from . import config, launchers
 from .metrics import NoSpeedLines, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
-from .variants import SYNTHETIC, Target, VariantError, expand_runs, variant_from_dict
+from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
 
 
 class RunFailed(RuntimeError):
@@ -78,21 +78,38 @@ def root_cause(dag_dir: Path):
 
 # --- expand ---------------------------------------------------------------------------------
 
-def targets_for(names) -> Dict[str, Target]:
-    return {name: launchers.get(name).target() for name in names if name in launchers.LAUNCHERS}
+def targets_for(names, launcher_for=None):
+    """(targets, unavailable): what each launcher's machines offer, asked of the machines, and
+    why a launcher could not be asked (a dead host, a missing connection: its runs fail with it,
+    the other launchers' runs go on)."""
+    launcher_for = launcher_for or launchers.get
+    targets, unavailable = {}, {}
+    for name in names:
+        if name not in launchers.LAUNCHERS:
+            continue  # expand_runs names it
+        try:
+            targets[name] = launcher_for(name).target()
+        except MxbenchError as exc:
+            unavailable[name] = f"the {name} target is unavailable: {exc}"
+    return targets, unavailable
 
 
-def expand(params: dict, dag_dir: Path, targets: Dict[str, Target]) -> List[dict]:
+def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None) -> List[dict]:
+    unavailable = unavailable or {}
     try:
-        runs = expand_runs(params, targets)
+        runs = expand_runs(params, targets, unavailable)
     except (VariantError, MxbenchError) as exc:
         stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
+    chosen = params.get("launchers") or ["local"]
+    sets = {name: [l for l in members if l in chosen] for name, members in machine_sets().items()}
     write_json(dag_dir / "request.json", {"params": recorded, "runs": runs,
-                                          "targets": {k: vars(v) for k, v in targets.items()}})
+                                          "targets": {k: vars(v) for k, v in targets.items()},
+                                          "unavailable": unavailable,
+                                          "machine_sets": {k: v for k, v in sets.items() if v}})
     return runs
 
 
@@ -169,13 +186,14 @@ def check_enough_data(variant, records: int):
             "would be measured; use more images or a smaller batch")
 
 
-def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
+def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
     A run that already succeeded is not run again (a retried or cleared task
     returns it as it was, marked ``reused``); a failed attempt's folder is kept
     under ``attempts/``, after whatever of its processes still live was reaped
-    (a task killed by SIGKILL cannot clean up after itself).
+    (a task killed by SIGKILL cannot clean up after itself), on every host.
+    ``launcher_for(name)`` gives the launcher (default: ``launchers.get``).
     """
     run_dir = dag_dir / run["key"]
     meta = read_json(run_dir / "meta.json", {})
@@ -183,10 +201,16 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
         if not meta.get("reused"):
             write_json(run_dir / "meta.json", {**meta, "reused": True})
         return {**summary_of(meta), "reused": True}
-    launcher = launchers.get(run["launcher"])
+    launcher, setup_error = None, None
+    try:
+        if run.get("unavailable"):
+            raise MxbenchError(run["unavailable"])
+        launcher = (launcher_for or launchers.get)(run["launcher"])
+    except MxbenchError as exc:
+        setup_error = exc  # recorded below like any other failure of this run
     reaped = []
     if run_dir.exists():
-        reaped = launcher.reap(run_dir)
+        reaped = launcher.reap(run_dir) if launcher else []
         n = len(list((dag_dir / "attempts").glob(f"{run['key']}.*"))) + 1
         (dag_dir / "attempts").mkdir(exist_ok=True)
         run_dir.replace(dag_dir / "attempts" / f"{run['key']}.{n}")
@@ -197,6 +221,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float) -> dict:
             "attempt": uuid.uuid4().hex}
     write_json(run_dir / "meta.json", meta)
     try:
+        if setup_error:
+            raise setup_error
         check_enough_data(variant, data["records"]["train"])
         _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
@@ -258,7 +284,7 @@ def role_notices(run_dir: Path):
     return p2p, notices
 
 
-def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None):
+def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None, launcher_for=None):
     """(row for the runs table, tidy speed rows, tidy epoch rows) of one run."""
     run_dir = dag_dir / run["key"]
     variant = variant_from_dict(run["variant"])
@@ -285,7 +311,10 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")))
     if meta["status"] == "running":
         # its task died mid-run (parse runs only once every run task has ended): stop what it left
-        reaped = launchers.get(run["launcher"]).reap(run_dir)
+        try:
+            reaped = (launcher_for or launchers.get)(run["launcher"]).reap(run_dir)
+        except MxbenchError as exc:
+            reaped, row["warnings"] = [], f"its leftover processes could not be reaped: {exc}"
         row.update(status="failed", cause="the run was interrupted (its task died mid-run)"
                    + (f"; killed {len(reaped)} leftover process(es)" if reaped else ""))
     # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
@@ -309,7 +338,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     return row, speed, epochs
 
 
-def parse_all(dag_dir: Path) -> Dict[str, str]:
+def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
     """Tidy tables of every run in the request: ``tables/{runs,speed,epochs}.csv``."""
     request = read_json(dag_dir / "request.json")
     if request is None:
@@ -319,7 +348,7 @@ def parse_all(dag_dir: Path) -> Dict[str, str]:
     images = (read_json(dag_dir / "data.json", {}) or {}).get("records", {}).get("train")
     rows, speeds, epochs = [], [], []
     for run in request["runs"]:
-        row, speed, epoch = parse_run(run, dag_dir, images)
+        row, speed, epoch = parse_run(run, dag_dir, images, launcher_for)
         rows.append(row)
         speeds.append(speed)
         epochs.append(epoch)

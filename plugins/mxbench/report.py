@@ -115,7 +115,19 @@ def provenance(dag_dir: Path) -> List[str]:
     if "reused" in runs and runs["reused"].fillna(False).astype(bool).any():
         keys = ", ".join(runs.loc[runs["reused"].fillna(False).astype(bool), "key"])
         notes.append(f"REUSED: {keys} were measured by an earlier attempt of this DAG run and reused as they were.")
+    notes += [f"NOTE: {note}" for note in request.get("params", {}).get("notes") or []]
+    for reason in (request.get("unavailable") or {}).values():
+        notes.append(f"UNAVAILABLE: {reason}; its runs failed with that cause.")
+    for machines, members in (request.get("machine_sets") or {}).items():
+        if len(members) > 1:
+            notes.append(f"SHARED MACHINES: {' and '.join(members)} ran on the same machines (pool mxbench_{machines}, "
+                         "one run at a time, their repeats alternating), so neither slowed the other down.")
     for name, target in request.get("targets", {}).items():
+        if target.get("one_machine") and any(r["variant"].get("hosts", 1) > 1 and r["launcher"] == name
+                                             for r in request.get("runs", [])):
+            notes.append(f"ONE MACHINE: the {name} launcher ran multi-host variants on this one machine, each host a "
+                         "loopback address (127.0.0.1, 127.0.0.2, ...): the hosts shared its cores and no network "
+                         "was crossed.")
         if target.get("stand_in"):
             notes.append(f"STAND-IN: the {name} launcher ran against {target['stand_in']}.")
         if not target.get("gpus_per_host"):

@@ -4,14 +4,20 @@ A *variant* is one setup of the seed study's table (devices, batch size,
 kvstore, hosts); a *run* is one variant under one launcher, one repeat. Pure
 functions, no Airflow: the DAG maps over what ``expand_runs`` returns.
 """
+import json
+import os
+import re
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-LAUNCHERS = ("local",)  # the SSH and Kubernetes launchers plug in here
+LAUNCHERS = ("local", "ssh")  # the Kubernetes launcher plugs in here
 # Launchers whose runs share machines, by machine set: they share one Airflow pool
 # (``mxbench_<set>``, one slot) and one mapped task, so their runs never overlap and their
 # repeats alternate. Launchers on disjoint machines go in different sets and run in parallel.
-MACHINE_SETS = {"local": ("local",)}
+# By default the ssh hosts are this machine's loopback sshd (the demo's): one set.
+MACHINE_SETS = {"local": ("local", "ssh")}
+MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_hosts": ["ssh"]}
+DEFAULT_SSH_CONNECTIONS = ("mxbench_ssh_1", "mxbench_ssh_2")
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
 PRESETS = ("cpu-demo", "seed")
 SYNTHETIC = "synthetic"
@@ -19,6 +25,32 @@ SYNTHETIC = "synthetic"
 
 class VariantError(ValueError):
     """A variant the target cannot run, or params that make no sense together."""
+
+
+def machine_sets(environ=os.environ) -> Dict[str, Tuple[str, ...]]:
+    """The machine sets: ``MXBENCH_MACHINE_SETS`` (JSON) where set, else MACHINE_SETS.
+
+    Read where the DAG is parsed and where pools are made, so both see the same sets.
+    Every launcher must be in exactly one set.
+    """
+    raw = environ.get(MACHINE_SETS_ENV)
+    if not raw:
+        return dict(MACHINE_SETS)
+    try:
+        sets = {str(k): tuple(v) for k, v in json.loads(raw).items()}
+    except (ValueError, AttributeError, TypeError):
+        raise VariantError(f"{MACHINE_SETS_ENV} must be a JSON object of set name -> launcher names, "
+                           f"got {raw!r}") from None
+    placed = [launcher for members in sets.values() for launcher in members]
+    bad_names = [k for k in sets if not re.fullmatch(r"[A-Za-z0-9_]+", k)]
+    if bad_names or sorted(placed) != sorted(LAUNCHERS):
+        raise VariantError(f"{MACHINE_SETS_ENV}: every launcher ({', '.join(LAUNCHERS)}) must be in exactly one "
+                           f"set, and set names are letters, digits and _; got {raw!r}")
+    return sets
+
+
+def machine_set_of(launcher: str, sets: Dict[str, Sequence[str]]) -> str:
+    return next(name for name, members in sets.items() if launcher in members)
 
 
 @dataclass(frozen=True)
@@ -82,6 +114,10 @@ def cpu_demo_preset() -> List[Variant]:
             variants.append(Variant(f"cpu{workers}w-bs{batch}", f"{workers} workers dist_sync (CPU)", batch,
                                     workers=workers, kvstore="dist_sync", num_layers=8, epochs=3,
                                     disp_batches=5))
+    # the seed's 2-machine shape: under ssh each worker on its own host, under local each host a
+    # loopback address of this machine
+    variants.append(Variant("cpu2h-bs64", "2 hosts x 1 worker dist_sync (CPU)", 64, workers=2, hosts=2,
+                            kvstore="dist_sync", num_layers=8, epochs=3, disp_batches=5))
     return variants
 
 
@@ -105,8 +141,19 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                       "section": "What to run"},
     "launchers": {"default": ["local"], "type": "array", "items": {"type": "string", "enum": list(LAUNCHERS)},
                   "minItems": 1, "uniqueItems": True, "title": "Launchers",
-                  "description": "How each variant is started; every variant runs under each launcher.",
+                  "description": "How each variant is started; every variant runs under each launcher. "
+                                 "local: processes on the Airflow worker; ssh: the SSH connections below.",
                   "section": "What to run"},
+    "ssh_connections": {"default": list(DEFAULT_SSH_CONNECTIONS), "type": "array", "minItems": 1, "maxItems": 64,
+                        "uniqueItems": True, "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,200}$"},
+                        "title": "SSH hosts (connection ids)",
+                        "description": "Airflow SSH connections, one per host, in order: a variant on n hosts "
+                                       "uses the first n; the first runs the scheduler. Extras: mxbench_python, "
+                                       "mxbench_workdir, mxbench_data_dir, mxbench_address, host_key.",
+                        "section": "Machines"},
+    "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
+              "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
+              "section": "What to run"},
     "repeats": {"default": 5, "type": "integer", "minimum": 1, "maximum": 20, "title": "Repeats",
                 "description": "Runs per variant and launcher; the report gives the median and spread. "
                                "Comparing launchers needs at least 4 a side (at 3 vs 3 no gap can be told "
@@ -140,15 +187,26 @@ PARAMS_SCHEMA: Dict[str, dict] = {
 
 @dataclass(frozen=True)
 class Target:
-    """What a launcher's machines offer: hosts, and GPUs on each."""
+    """What a launcher's machines offer: hosts, and GPUs on each.
+
+    ``one_machine``: every host of a variant is a loopback address of one machine (the local
+    launcher): any number of hosts fit, and they share that machine's GPUs.
+    """
 
     launcher: str
     hosts: int
     gpus_per_host: int
+    one_machine: bool = False
 
 
 def check_fits(variant: Variant, target: Target) -> Optional[str]:
     """Why ``variant`` cannot run on ``target``, in one line; None when it can."""
+    if target.one_machine:
+        need = variant.workers * variant.gpus_per_worker
+        if need > target.gpus_per_host:
+            return (f"variant {variant.id} needs {need} GPUs; the {target.launcher} target has "
+                    f"{target.gpus_per_host}")
+        return None
     if variant.hosts > target.hosts:
         return (f"variant {variant.id} needs {variant.hosts} hosts; the {target.launcher} target has "
                 f"{target.hosts}")
@@ -183,16 +241,21 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
     return f"{variant_id}__{launcher}__r{repeat}"
 
 
-def expand_runs(params: dict, targets: Dict[str, Target]) -> List[dict]:
+def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
-    All misfits are reported together, one line each, before anything starts.
+    All misfits are reported together, one line each, before anything starts. A launcher whose
+    machines could not be asked (``unavailable``: launcher -> why) keeps its runs, each carrying
+    the reason, so that they fail with it while the other launchers' runs go on.
     """
     variants = select_variants(params)
     launchers: Sequence[str] = params.get("launchers") or ["local"]
     repeats = int(params.get("repeats", 5))
+    unavailable = unavailable or {}
     problems = []
     for launcher in launchers:
+        if launcher in unavailable:
+            continue
         if launcher not in targets:
             problems.append(f"launcher {launcher!r} has no target configured")
             continue
@@ -202,7 +265,8 @@ def expand_runs(params: dict, targets: Dict[str, Target]) -> List[dict]:
     # repeat-major: a drift over the hours of a long matrix spreads over every variant and
     # launcher alike instead of biasing whichever ran last
     return [
-        {"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher, "repeat": r}
+        {"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher, "repeat": r,
+         **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})}
         for r in range(1, repeats + 1) for v in variants for launcher in launchers
     ]
 

@@ -1,4 +1,4 @@
-"""``python -m mxbench_train {train,serve,launch,prepare-cifar10,synthetic-cifar10}``.
+"""``python -m mxbench_train {train,serve,launch,supervise,reap,probe,prepare-cifar10,synthetic-cifar10}``.
 
 Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
 """
@@ -36,6 +36,53 @@ def cmd_launch(argv):
         print(f"{result.name}@{result.host}: exit {result.returncode}, log {result.log}")
         if result.warning:
             print(f"warning: {result.warning}", file=sys.stderr)
+    return 0
+
+
+def cmd_supervise(argv):
+    from .supervise import supervise
+
+    parser = argparse.ArgumentParser(
+        prog="python -m mxbench_train supervise",
+        usage="python -m mxbench_train supervise --role NAME --pid-file PATH -- ARGV...",
+        description="Run ARGV (no shell) in its own process group and stop that group when stdin reaches "
+                    "EOF (the SSH channel closed) or on SIGTERM, SIGHUP or SIGINT; exit with ARGV's status "
+                    "(128+N when signal N ended it), 127 when ARGV cannot start")
+    parser.add_argument("--role", required=True, help="the role's name, in the pid file and messages")
+    parser.add_argument("--pid-file", required=True, help='written as {NAME: {"pid", "start"}}, what reap reads')
+    # ARGV is everything after the first "--", as is: none of it is parsed here
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    if not argv[split + 1:]:
+        parser.error("the role's command goes after --")
+    return supervise(args.role, args.pid_file, argv[split + 1:])
+
+
+def cmd_reap(argv):
+    import json
+
+    from .supervise import reap_dir
+
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train reap",
+                                     description="SIGKILL what the pid files DIR/*.json list and is still "
+                                                 "there; print the [role, pid] killed as one JSON line")
+    parser.add_argument("--pids-dir", required=True, help="supervise's --pid-file folder")
+    args = parser.parse_args(argv)
+    print(json.dumps([[role, pid] for role, pid in reap_dir(args.pids_dir)]))
+    return 0
+
+
+def cmd_probe(argv):
+    import json
+
+    from .probe import probe
+
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train probe",
+                                     description="What this host offers a job, as one JSON line: cores, GPUs, "
+                                                 "and a free port on --address (which proves the host owns it)")
+    parser.add_argument("--address", help="the address this host's roles will bind")
+    args = parser.parse_args(argv)
+    print(json.dumps(probe(args.address)))
     return 0
 
 
@@ -100,6 +147,7 @@ def cmd_serve(_argv):
 
 
 COMMANDS = {"train": cmd_train, "serve": cmd_serve, "launch": cmd_launch,
+            "supervise": cmd_supervise, "reap": cmd_reap, "probe": cmd_probe,
             "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
 
 
@@ -109,7 +157,8 @@ def main(argv=None):
         print(f"usage: {USAGE}", file=sys.stderr)
         return 2
     # OpenMP reads this once, at mxnet's import: a lone process gets every core
-    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    if argv[0] != "supervise":  # its role gets the environment exactly as the caller gave it
+        os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     try:
         return COMMANDS[argv[0]](argv[1:])
     except MxbenchError as exc:

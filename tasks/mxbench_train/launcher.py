@@ -81,7 +81,62 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None) -> List[RoleResult]:
+class LocalProcess:
+    """A role started on this machine, in its own session; the handle ``run_plan`` drives.
+
+    Other starters (the SSH launcher's) offer the same: ``pid``, ``returncode``, ``poll()``,
+    ``describe()``, ``terminate()``, ``kill()``, ``wait(timeout)``, ``close()`` and ``record()``.
+    """
+
+    def __init__(self, role: Role, log_path: Path, cwd=None, preexec_fn=None):
+        with open(log_path, "wb") as out:
+            try:
+                self.popen = subprocess.Popen(
+                    list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, preexec_fn=preexec_fn)
+            except OSError as exc:
+                raise MxbenchError(f"cannot start role {role.name} on host {role.host}: {exc}") from None
+        self.pid = self.popen.pid
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self.popen.returncode
+
+    def poll(self) -> Optional[int]:
+        return self.popen.poll()
+
+    def describe(self) -> str:
+        return describe_exit(self.popen.returncode)
+
+    def terminate(self):
+        _signal_group(self.pid, signal.SIGTERM)
+
+    def kill(self):
+        _signal_group(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float):
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self):
+        # reap the group too: a role's children die with their session leader's group
+        _signal_group(self.pid, signal.SIGKILL)
+
+    def record(self) -> Optional[dict]:
+        return {"pid": self.pid, "start": _start_time(self.pid)}
+
+
+def _signal_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None, start=None) -> List[RoleResult]:
     """Start every role, wait for the workers, and tear everything down.
 
     Writes ``log_dir/roles/<role>.log`` for each role and ``log_dir/pids.json``
@@ -90,34 +145,35 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     exits non-zero, or a scheduler/server does while workers still run;
     LaunchTimeout past ``deadline_s``.
 
-    Roles die with the thread that started them (PR_SET_PDEATHSIG), so call it
-    from a thread that outlives the job: the main thread, as the pipeline does.
+    ``start(role, log_path)`` starts one role and returns its handle (see
+    LocalProcess); by default roles are local processes. Local roles die with
+    the thread that started them (PR_SET_PDEATHSIG), so call it from a thread
+    that outlives the job: the main thread, as the pipeline does.
     """
     log_dir = Path(log_dir)
     (log_dir / "roles").mkdir(parents=True, exist_ok=True)
-    procs: Dict[str, subprocess.Popen] = {}
+    if start is None:
+        die_with_launcher = die_with(os.getpid())
+
+        def start(role, log_path):
+            return LocalProcess(role, log_path, cwd=cwd, preexec_fn=die_with_launcher)
+
+    procs: Dict[str, object] = {}
     logs: Dict[str, Path] = {}
     started: Dict[str, float] = {}
     ended: Dict[str, float] = {}
     warnings: Dict[str, str] = {}
     records = {}
-    die_with_launcher = die_with(os.getpid())
     restore = _raise_on_sigterm()
     try:
         for role in plan:  # scheduler first: the plan lists it first
             logs[role.name] = log_dir / "roles" / f"{role.name}.log"
-            with open(logs[role.name], "wb") as out:
-                try:
-                    procs[role.name] = subprocess.Popen(
-                        list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
-                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True, preexec_fn=die_with_launcher)
-                except OSError as exc:
-                    raise MxbenchError(f"cannot start role {role.name} on host {role.host}: {exc}") from None
+            procs[role.name] = start(role, logs[role.name])
             started[role.name] = time.monotonic()
-            pid = procs[role.name].pid
-            records[role.name] = {"pid": pid, "start": _start_time(pid)}
-            _write_json(log_dir / "pids.json", records)
+            record = procs[role.name].record()
+            if record:
+                records[role.name] = record
+                _write_json(log_dir / "pids.json", records)
         _wait(plan, procs, logs, ended, warnings, time.monotonic() + deadline_s, deadline_s)
     finally:
         _kill_all(procs.values())
@@ -136,7 +192,7 @@ def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
     broken, broken_at = None, None  # the first scheduler/server that ended badly while workers ran
 
     def failed(role):
-        return RoleFailed(role, describe_exit(procs[role.name].returncode), logs[role.name])
+        return RoleFailed(role, procs[role.name].describe(), logs[role.name])
 
     while True:
         now = time.monotonic()
@@ -151,7 +207,7 @@ def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
             if role.kind == "worker":
                 raise failed(broken or role)  # a worker failing after a server died: the server is the cause
             if workers_ok:  # ps-lite's scheduler/servers may abort at shutdown: the results stand
-                warnings[role.name] = (f"{role.name} on host {role.host} {describe_exit(code)}, but every "
+                warnings[role.name] = (f"{role.name} on host {role.host} {procs[role.name].describe()}, but every "
                                        f"worker exited 0: results kept; log {logs[role.name]}")
             elif broken is None:
                 broken, broken_at = role, now
@@ -170,13 +226,11 @@ def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
 
 
 def _kill_all(procs):
+    """SIGTERM every live role, SIGKILL what is left after the grace, then close every handle."""
     alive = [p for p in procs if p.poll() is None]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for stop in ("terminate", "kill"):
         for p in alive:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
+            getattr(p, stop)()
         end = time.monotonic() + KILL_GRACE_S
         while alive and time.monotonic() < end:
             alive = [p for p in alive if p.poll() is None]
@@ -184,15 +238,8 @@ def _kill_all(procs):
         if not alive:
             break
     for p in procs:
-        try:
-            p.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        # reap the group too: a role's children die with their session leader's group
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        p.wait(timeout=KILL_GRACE_S)
+        p.close()
 
 
 def reap(pids_path) -> List[Tuple[str, int]]:

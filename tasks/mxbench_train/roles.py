@@ -23,6 +23,7 @@ class Job:
     hosts: Tuple[str, ...] = ("127.0.0.1",)
     port: int = 9091
     python: str = "python3"
+    pythons: Mapping[str, str] = field(default_factory=dict)  # host -> its interpreter, where not python
     cores_per_host: int = 1
     env: Mapping[str, str] = field(default_factory=dict)  # passed to every role
 
@@ -66,12 +67,15 @@ def plan_roles(job: Job) -> List[Role]:
         raise ValueError(f"workers must be at least 1, got {job.workers}")
     if not job.hosts:
         raise ValueError("a job needs at least one host")
-    trainer = (job.python, "-m", TRAINER_MODULE, "train", *job.trainer_args)
+
+    def trainer(host):
+        return (job.pythons.get(host, job.python), "-m", TRAINER_MODULE, "train", *job.trainer_args)
+
     if not is_distributed(job.kvstore):
         if job.workers != 1:
             raise ValueError(f"kvstore {job.kvstore!r} runs one worker; use a dist_* kvstore for {job.workers}")
         env = {**job.env, "OMP_NUM_THREADS": str(threads_per_process(job.cores_per_host, 1))}
-        return [Role("worker-0", "worker", job.hosts[0], trainer, env)]
+        return [Role("worker-0", "worker", job.hosts[0], trainer(job.hosts[0]), env)]
 
     servers = job.workers if job.servers is None else job.servers
     if servers < 1:
@@ -86,16 +90,18 @@ def plan_roles(job: Job) -> List[Role]:
         "DMLC_NUM_SERVER": str(servers),
         "DMLC_NUM_WORKER": str(job.workers),
     }
-    serve = (job.python, "-m", TRAINER_MODULE, "serve")
+
+    def serve(host):
+        return (job.pythons.get(host, job.python), "-m", TRAINER_MODULE, "serve")
 
     def role(name, kind, host, argv, threads):
         env = {**common, "DMLC_ROLE": kind, "DMLC_NODE_HOST": host, "OMP_NUM_THREADS": str(threads)}
         return Role(name, kind, host, argv, env)
 
-    plan = [role("scheduler", "scheduler", scheduler_host, serve, 1)]
-    plan += [role(f"server-{i}", "server", host, serve, 1) for i, host in enumerate(server_hosts)]
+    plan = [role("scheduler", "scheduler", scheduler_host, serve(scheduler_host), 1)]
+    plan += [role(f"server-{i}", "server", host, serve(host), 1) for i, host in enumerate(server_hosts)]
     plan += [
-        role(f"worker-{i}", "worker", host, trainer,
+        role(f"worker-{i}", "worker", host, trainer(host),
              threads_per_process(job.cores_per_host, worker_hosts.count(host)))
         for i, host in enumerate(worker_hosts)
     ]

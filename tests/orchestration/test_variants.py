@@ -2,10 +2,11 @@
 import jsonschema
 import pytest
 
-from mxbench.variants import (PARAMS_SCHEMA, SEED_REFERENCE, Target, VariantError, expand_runs, preset,
-                              select_variants)
+from mxbench.variants import (PARAMS_SCHEMA, SEED_REFERENCE, Target, VariantError, check_fits, cpu_demo_preset,
+                              expand_runs, preset, seed_preset, select_variants)
 
 NO_GPU = {"local": Target("local", hosts=1, gpus_per_host=0)}
+LOCAL = {"local": Target("local", hosts=1, gpus_per_host=0, one_machine=True)}
 BIG = {"local": Target("local", hosts=2, gpus_per_host=8)}
 
 
@@ -36,10 +37,10 @@ def test_cpu_demo_has_one_two_and_four_workers_at_two_batch_sizes():
 
 
 def test_runs_are_variant_x_launcher_x_repeat_repeat_major():
-    runs = expand_runs(defaults(repeats=2), NO_GPU)
-    assert len(runs) == 6 * 2
-    assert [r["repeat"] for r in runs] == [1] * 6 + [2] * 6
-    assert len({r["key"] for r in runs}) == 12 and runs[0]["key"] == "cpu1-bs32__local__r1"
+    runs = expand_runs(defaults(repeats=2), LOCAL)
+    assert len(runs) == 7 * 2
+    assert [r["repeat"] for r in runs] == [1] * 7 + [2] * 7
+    assert len({r["key"] for r in runs}) == 14 and runs[0]["key"] == "cpu1-bs32__local__r1"
 
 
 def test_overrides_and_variant_selection():
@@ -79,10 +80,49 @@ def test_schema_accepts_the_defaults_and_real_sources():
 
 
 def test_every_launcher_belongs_to_exactly_one_machine_set():
-    from mxbench.variants import LAUNCHERS, MACHINE_SETS
+    from mxbench.launchers import LAUNCHERS as REGISTERED
+    from mxbench.variants import LAUNCHERS, MACHINE_SETS, machine_sets
 
     members = [launcher for launchers in MACHINE_SETS.values() for launcher in launchers]
-    assert sorted(members) == sorted(LAUNCHERS)  # none left without a task, none run twice
+    assert sorted(members) == sorted(LAUNCHERS) == sorted(REGISTERED)  # none without a task, none run twice
+    assert machine_sets({}) == MACHINE_SETS
+    # the loopback sshd the demo and tests use is this machine: ssh and local take turns
+    assert any({"local", "ssh"} <= set(members) for members in MACHINE_SETS.values())
+
+
+def test_machine_sets_from_the_environment_are_checked():
+    from mxbench.variants import MACHINE_SETS_ENV, machine_sets
+
+    assert machine_sets({MACHINE_SETS_ENV: '{"local": ["local"], "gpu_hosts": ["ssh"]}'}) == {
+        "local": ("local",), "gpu_hosts": ("ssh",)}
+    for bad in ('{"local": ["local"]}', '{"a": ["local", "ssh"], "b": ["ssh"]}', "not json", "[1]",
+                '{"bad name": ["local", "ssh"]}'):
+        with pytest.raises(VariantError, match="MXBENCH_MACHINE_SETS"):
+            machine_sets({MACHINE_SETS_ENV: bad})
+
+
+def test_local_runs_a_multi_host_variant_on_loopback_addresses_of_one_machine():
+    from mxbench.launchers.local import LocalLauncher
+
+    variant = next(v for v in cpu_demo_preset() if v.hosts == 2)
+    assert check_fits(variant, Target("local", 1, 0, one_machine=True)) is None
+    assert "needs 2 hosts" in check_fits(variant, Target("ssh", 1, 0))
+    gpu_variant = seed_preset()[-1]  # 2 machines x 4 GPUs: 8 GPUs on one machine
+    assert "needs 8 GPUs" in check_fits(gpu_variant, Target("local", 1, 4, one_machine=True))
+    assert check_fits(gpu_variant, Target("local", 1, 8, one_machine=True)) is None
+    plan = LocalLauncher().plan(variant, "/data", "/tmp/run")
+    assert sorted({r.host for r in plan}) == ["127.0.0.1", "127.0.0.2"]
+    assert {r.env["DMLC_NODE_HOST"] for r in plan if r.kind == "worker"} == {"127.0.0.1", "127.0.0.2"}
+
+
+def test_an_unavailable_launcher_keeps_its_runs_with_the_reason():
+    runs = expand_runs({"preset": "cpu-demo", "repeats": 2, "launchers": ["local", "ssh"],
+                        "only_variants": ["cpu2h-bs64"]},
+                       {"local": Target("local", 1, 0, one_machine=True)},
+                       {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): cannot connect"})
+    assert [(r["launcher"], r["repeat"], r.get("unavailable", "")[:26]) for r in runs] == [
+        ("local", 1, ""), ("ssh", 1, "the ssh target is unavaila"), ("local", 2, ""),
+        ("ssh", 2, "the ssh target is unavaila")]
 
 
 def test_launchers_that_share_machines_alternate_repeat_by_repeat():

@@ -51,3 +51,13 @@ def test_plan_round_trips_through_json_dicts():
 def test_bad_jobs_are_refused_with_the_cause(job, message):
     with pytest.raises(ValueError, match=message):
         plan_roles(job)
+
+
+def test_each_host_runs_its_own_interpreter():
+    """SSH hosts may keep the training env in different places: the plan says which runs where."""
+    job = Job(trainer_args=(), kvstore="dist_sync", workers=2, hosts=("10.0.0.1", "10.0.0.2"),
+              python="python3", pythons={"10.0.0.2": "/opt/train/bin/python"})
+    by_host = {(r.name, r.host): r.argv[0] for r in plan_roles(job)}
+    assert by_host == {("scheduler", "10.0.0.1"): "python3", ("server-0", "10.0.0.1"): "python3",
+                       ("server-1", "10.0.0.2"): "/opt/train/bin/python", ("worker-0", "10.0.0.1"): "python3",
+                       ("worker-1", "10.0.0.2"): "/opt/train/bin/python"}

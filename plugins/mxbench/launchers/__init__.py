@@ -3,15 +3,23 @@
 A launcher offers ``target()`` (what its machines have, for the up-front
 check), ``execute(variant, data_dir, run_dir, deadline_s)`` and
 ``reap(run_dir)`` (stop what an earlier, killed attempt left running). ``local`` is
-the embedded default; SSH and Kubernetes launchers register here too.
+the embedded default; ``ssh`` takes its hosts as settings (``mxbench.connections``
+makes them from Airflow connections); the Kubernetes launcher registers here too.
 """
+from mxbench_train.errors import MxbenchError
+
 from .local import LocalLauncher
+from .ssh import SshLauncher
 
-LAUNCHERS = {"local": LocalLauncher}
+LAUNCHERS = {"local": LocalLauncher, "ssh": SshLauncher}
 
 
-def get(name: str):
+def get(name: str, **settings):
     try:
-        return LAUNCHERS[name]()
+        launcher = LAUNCHERS[name]
     except KeyError:
         raise ValueError(f"unknown launcher {name!r}; known: {', '.join(LAUNCHERS)}") from None
+    try:
+        return launcher(**settings)
+    except TypeError as exc:
+        raise MxbenchError(f"launcher {name!r} needs settings: {exc}") from None

@@ -14,16 +14,24 @@ from ..variants import Target, Variant
 HOST = "127.0.0.1"
 
 
+def loopback_hosts(count: int):
+    """Stand-ins for ``count`` hosts on this machine: 127.0.0.1, 127.0.0.2, ... (all of 127/8 is local)."""
+    return tuple(f"127.0.0.{i + 1}" for i in range(count))
+
+
 class LocalLauncher:
     name = "local"
 
     def target(self) -> Target:
         gpu = gpu_environment()
-        return Target(self.name, hosts=1, gpus_per_host=len(gpu.get("gpus", [])) if gpu["available"] else 0)
+        return Target(self.name, hosts=1, gpus_per_host=len(gpu.get("gpus", [])) if gpu["available"] else 0,
+                      one_machine=True)
 
     def plan(self, variant: Variant, data_dir, run_dir):
+        hosts = loopback_hosts(variant.hosts)
         job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=config.train_python(),
-                      hosts=(HOST,), port=free_port(HOST), cores_per_host=os.cpu_count() or 1)
+                      hosts=hosts, port=free_port(HOST),
+                      cores_per_host=max(1, (os.cpu_count() or 1) // len(hosts)))  # the hosts share the cores
         return plan_roles(job)
 
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):

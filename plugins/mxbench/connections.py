@@ -1,0 +1,33 @@
+"""Airflow Connections -> launchers: the one module of the library that imports Airflow.
+
+Called inside tasks only. SSH hosts are SSH connections (apache-airflow-providers-ssh): the
+provider's SSHHook reads login, key, password and host key; mxbench reads its own extras
+(``mxbench_python``, ``mxbench_workdir``, ``mxbench_data_dir``, ``mxbench_address``) and hands
+the launcher plain settings plus ``SSHHook.get_conn``. Host key checking follows the hook: on
+unless the connection's extra says ``"no_host_key_check": true``.
+"""
+from mxbench_train.errors import MxbenchError
+
+from . import launchers
+from .launchers.ssh import SshHost, SshLauncher, host_settings
+
+# one attempt: Airflow's task retries are the retry policy, and a dead host is reported at once
+CONNECT_ATTEMPTS = 1
+
+
+def ssh_host(conn_id: str) -> SshHost:
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    try:
+        hook = SSHHook(ssh_conn_id=conn_id, conn_retry_attempts=CONNECT_ATTEMPTS)
+        extra = hook.get_connection(conn_id).extra_dejson
+    except Exception as exc:  # AirflowNotFoundException, or an extra the hook refuses
+        raise MxbenchError(f"ssh connection {conn_id!r}: {exc}") from None
+    return host_settings(conn_id, hook.remote_host, extra, connect=hook.get_conn)
+
+
+def launcher_for(name: str, params: dict):
+    """The launcher ``name`` with its machines as this DAG run's params and connections say."""
+    if name == "ssh":
+        return SshLauncher([ssh_host(conn_id) for conn_id in params.get("ssh_connections") or []])
+    return launchers.get(name)

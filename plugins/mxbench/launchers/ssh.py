@@ -1,0 +1,515 @@
+"""The SSH launcher: the role plan over SSH, each role on its host.
+
+Hosts are Airflow SSH connections. The DAG task resolves them (``mxbench.connections``, the
+provider's SSHHook) into plain ``SshHost`` settings and a ``connect`` callable, so nothing here
+imports Airflow or sees a key or password. Each role runs on its host under ``python -m
+mxbench_train supervise``, in its own session, with its environment inline in one quoted command
+(sshd drops ``environment=`` requests without AcceptEnv). The supervisor kills the role's group
+when its channel closes: a launcher that stops, dies or loses the connection leaves nothing
+running there. ``run_plan`` drives the roles exactly as it drives local processes.
+
+On each host: ``<workdir>/data/<data set>/`` (copied over SFTP, skipped when its manifest already
+matches) or a shared ``mxbench_data_dir``, and ``<workdir>/runs/<dag run>/<run>/``, the roles'
+working folder, whose rank logs and telemetry come back into the local run folder at the end.
+"""
+import hashlib
+import ipaddress
+import json
+import posixpath
+import re
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from mxbench_train.errors import MxbenchError
+from mxbench_train.launcher import describe_exit, run_plan
+from mxbench_train.roles import Role, plan_roles
+
+from ..jobs import job_for
+from ..variants import Target, Variant
+
+DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifar10_val.idx")
+MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
+DEFAULT_WORKDIR = "/var/tmp/mxbench"
+COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
+LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One training host: plain settings from its Airflow connection; no secrets."""
+
+    conn_id: str
+    address: str  # the IP its roles bind and the others reach (ps-lite binds it itself)
+    python: str = "python3"  # the training interpreter there, with mxbench_train installed
+    workdir: str = DEFAULT_WORKDIR
+    data_dir: Optional[str] = None  # a shared folder with the prepared files: used as is
+    # opens an authenticated paramiko SSHClient (SSHHook.get_conn); holds the credentials
+    connect: Optional[Callable] = field(default=None, repr=False, compare=False)
+
+    def __str__(self):
+        return f"host {self.conn_id} ({self.address})"
+
+
+def host_settings(conn_id: str, host: str, extra: dict, connect=None) -> SshHost:
+    """An SshHost from a connection's host and extra; refuses values that could not work."""
+    where = f"ssh connection {conn_id!r}"
+    address = str(extra.get("mxbench_address") or host or "")
+    try:
+        address = str(ipaddress.ip_address(address))
+    except ValueError:
+        try:  # a name: the roles need the address the host owns, not a name (ps-lite binds it)
+            address = socket.gethostbyname(address)
+        except (OSError, UnicodeError):
+            raise MxbenchError(f"{where}: cannot resolve host {address!r}; set an IP in its extra "
+                               "mxbench_address") from None
+    python = str(extra.get("mxbench_python") or "python3")
+    if python.startswith("-") or "=" in python or not _plain(python):
+        raise MxbenchError(f"{where}: mxbench_python {python!r} is not an interpreter path")
+    workdir = _absolute(extra.get("mxbench_workdir") or DEFAULT_WORKDIR, f"{where}: mxbench_workdir")
+    data_dir = extra.get("mxbench_data_dir")
+    data_dir = _absolute(data_dir, f"{where}: mxbench_data_dir") if data_dir else None
+    return SshHost(conn_id, address, python, workdir, data_dir, connect)
+
+
+def _plain(text: str) -> bool:
+    return bool(text) and not any(c in text for c in "\0\n\r")
+
+
+def _absolute(path, what) -> str:
+    path = str(path)
+    if not _plain(path) or not path.startswith("/"):
+        raise MxbenchError(f"{what} {path!r} must be an absolute path on the host")
+    return posixpath.normpath(path)
+
+
+# --- commands: pure, every value quoted ------------------------------------------------------
+
+def role_command(host: SshHost, role: Role, remote_run_dir: str) -> str:
+    """The one shell line that runs ``role`` under the supervisor, in the run's folder."""
+    bad = [k for k in role.env if not _ENV_NAME.match(k)]
+    if bad:
+        raise MxbenchError(f"role {role.name}: environment names {bad} cannot be passed to a remote shell")
+    env = [f"{k}={v}" for k, v in sorted(role.env.items())]
+    supervise = [host.python, "-m", "mxbench_train", "supervise", "--role", role.name,
+                 "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"), "--", *role.argv]
+    return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
+
+
+def setup_command(host: SshHost, remote_run_dir: str, bind: bool) -> str:
+    """A fresh run folder, then what the host offers (and a free port when ``bind``)."""
+    probe = [host.python, "-m", "mxbench_train", "probe"] + (["--address", host.address] if bind else [])
+    return (f"rm -rf -- {shlex.quote(remote_run_dir)} && mkdir -p -- {shlex.quote(remote_run_dir + '/pids')} "
+            f"&& {shlex.join(probe)}")
+
+
+def probe_command(host: SshHost) -> str:
+    return shlex.join([host.python, "-m", "mxbench_train", "probe"])
+
+
+def reap_command(host: SshHost, remote_run_dir: str) -> str:
+    return shlex.join([host.python, "-m", "mxbench_train", "reap", "--pids-dir",
+                       posixpath.join(remote_run_dir, "pids")])
+
+
+def remote_run_dir(host: SshHost, run_dir: Path) -> str:
+    return posixpath.join(host.workdir, "runs", Path(run_dir).parent.name, Path(run_dir).name)
+
+
+def remote_data_dir(host: SshHost, data_dir: Path) -> str:
+    return host.data_dir or posixpath.join(host.workdir, "data", Path(data_dir).name)
+
+
+# --- a role on a host: the handle run_plan drives ----------------------------------------------
+
+class RemoteRole:
+    """A role running on a host through one SSH channel; its output streams into its log."""
+
+    def __init__(self, client, host: SshHost, role: Role, command: str, log_path: Path, echo: bool = False):
+        self.host, self.role, self.pid = host, role, None  # the remote pid lives in its pid file there
+        self._code = None
+        try:
+            self.chan = client.get_transport().open_session()
+            self.chan.set_combine_stderr(True)
+            self.chan.exec_command(command)
+        except Exception as exc:  # paramiko raises SSHException, EOFError or OSError here
+            raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__} (sshd "
+                               "limits sessions per connection: MaxSessions must exceed the roles per host)"
+                               ) from None
+        self._log = open(log_path, "wb")
+        self._reader = threading.Thread(target=self._copy, args=(echo,), daemon=True,
+                                         name=f"ssh-{role.name}")
+        self._reader.start()
+
+    def _copy(self, echo):
+        prefix = f"[{self.role.name}@{self.host.conn_id}] "
+        pending = b""
+        while True:
+            try:
+                data = self.chan.recv(65536)
+            except Exception:  # the channel or the connection is gone
+                break
+            if not data:
+                break
+            self._log.write(data)
+            self._log.flush()
+            if echo:  # the workers' progress in the Airflow task log
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    print(prefix + line.decode(errors="replace"), flush=True)
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._code
+
+    def poll(self) -> Optional[int]:
+        if self._code is None and self.chan.exit_status_ready():
+            self._code = self.chan.recv_exit_status()  # -1: the channel closed without a status
+        return self._code
+
+    def describe(self) -> str:
+        code = self._code
+        if code is None or code < 0:
+            return f"lost its SSH connection to {self.host} (no exit status came back)"
+        if code > 128:
+            try:
+                return f"was killed by {signal.Signals(code - 128).name} (exit status {code})"
+            except ValueError:
+                pass
+        return describe_exit(code)
+
+    def terminate(self):
+        """EOF on the supervisor's stdin: it stops the role's group (TERM, then KILL)."""
+        try:
+            self.chan.shutdown_write()
+        except Exception:
+            pass
+
+    def kill(self):
+        self.chan.close()
+
+    def wait(self, timeout: float):
+        end = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+
+    def close(self):
+        self.chan.close()
+        self._reader.join(timeout=5)
+        self._log.close()
+
+    def record(self):
+        return None  # nothing local to reap: the supervisor's pid file on the host is
+
+
+# --- the launcher -------------------------------------------------------------------------------
+
+class SshLauncher:
+    name = "ssh"
+
+    def __init__(self, hosts: Sequence[SshHost]):
+        if not hosts:
+            raise MxbenchError("the ssh launcher has no hosts: list SSH connection ids in the "
+                               "ssh_connections param")
+        seen = {}
+        for host in hosts:
+            if host.address in seen:
+                raise MxbenchError(f"ssh connections {seen[host.address]!r} and {host.conn_id!r} are the same "
+                                   f"address {host.address}: each host needs its own (ps-lite binds it)")
+            seen[host.address] = host.conn_id
+        self.hosts = list(hosts)
+        self._clients: Dict[str, object] = {}
+
+    # connections
+
+    def _client(self, host: SshHost):
+        client = self._clients.get(host.conn_id)
+        if client is not None and client.get_transport() is not None and client.get_transport().is_active():
+            return client
+        self._clients[host.conn_id] = client = connect(host)
+        return client
+
+    def close(self):
+        for client in self._clients.values():
+            try:
+                client.close()
+            except Exception:
+                pass
+        self._clients.clear()
+
+    def _run(self, host: SshHost, command: str, what: str) -> str:
+        """Run a setup command on ``host``; its stdout, or an error naming host and cause."""
+        code, out, err = run_command(self._client(host), command)
+        if code != 0:
+            raise MxbenchError(f"{host}: {what} failed: {command_error(code, err, host)}")
+        return out
+
+    def _probe(self, host: SshHost, command: str, what: str) -> dict:
+        out = self._run(host, command, what)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise MxbenchError(f"{host}: {what} printed no result: {out[-300:]!r}") from None
+
+    # the launcher interface
+
+    def target(self) -> Target:
+        try:
+            probes = [self._probe(h, probe_command(h), "probing the training env") for h in self.hosts]
+        finally:
+            self.close()
+        return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes))
+
+    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
+        run_dir = Path(run_dir)
+        hosts = self.hosts[:variant.hosts]
+        remote = {h.conn_id: remote_run_dir(h, run_dir) for h in hosts}
+        (run_dir / "remote.json").write_text(json.dumps(
+            [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
+        results, fetched = None, False
+        try:
+            probes = {h.conn_id: self._probe(h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]),
+                                             "preparing the run folder") for h in hosts}
+            data_arg = self._stage_data(hosts, Path(data_dir), run_dir)
+            job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
+                          pythons={h.address: h.python for h in hosts}, hosts=[h.address for h in hosts],
+                          port=probes[hosts[0].conn_id]["port"],
+                          cores_per_host=min(p["cores"] for p in probes.values()))
+            plan = plan_roles(job)
+            (run_dir / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
+            by_address = {h.address: h for h in hosts}
+
+            def start(role, log_path):
+                host = by_address[role.host]
+                return RemoteRole(self._client(host), host, role, role_command(host, role, remote[host.conn_id]),
+                                  log_path, echo=role.kind == "worker")
+
+            results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
+            self._fetch(hosts, remote, run_dir)
+            fetched = True
+            return plan, results
+        finally:
+            if not fetched:  # a failed run's rank logs tell why: bring back what there is
+                try:
+                    self._fetch(hosts, remote, run_dir)
+                except Exception:
+                    pass
+            self.close()
+
+    def _stage_data(self, hosts, data_dir: Path, run_dir: Path) -> str:
+        """Put the data set on every host; the path the trainer gets (the same on each host)."""
+        shared = {h.data_dir for h in hosts}
+        if len(shared) > 1:
+            raise MxbenchError(f"hosts {', '.join(h.conn_id for h in hosts)} of one job must all set the same "
+                               f"mxbench_data_dir or none; they set {sorted(map(str, shared))}")
+        want = local_manifest(data_dir)
+        started = time.monotonic()
+        copied = []
+        for host in hosts:
+            sftp = self._client(host).open_sftp()
+            try:
+                if host.data_dir:
+                    check_shared(sftp, host, host.data_dir, want)
+                elif stage(sftp, remote_data_dir(host, data_dir), data_dir, want):
+                    copied.append(host.conn_id)
+            except (OSError, EOFError) as exc:
+                raise MxbenchError(f"{host}: copying the data set over SFTP failed: {exc}") from None
+            finally:
+                sftp.close()
+        (run_dir / "staging.json").write_text(json.dumps(
+            {"copied_to": copied, "seconds": round(time.monotonic() - started, 3)}))
+        if hosts[0].data_dir:
+            return hosts[0].data_dir
+        # relative to the run folder, so hosts with different workdirs share one command line
+        return posixpath.join("..", "..", "..", "data", data_dir.name)
+
+    def _fetch(self, hosts, remote, run_dir: Path):
+        for host in hosts:
+            sftp = self._client(host).open_sftp()
+            try:
+                fetch_outputs(sftp, remote[host.conn_id], run_dir)
+            except (OSError, EOFError) as exc:
+                raise MxbenchError(f"{host}: fetching the run's logs over SFTP failed: {exc}") from None
+            finally:
+                sftp.close()
+
+    def reap(self, run_dir) -> List:
+        """Kill what an earlier attempt of this run left on its hosts; [(role@conn, pid)] hit."""
+        try:
+            recorded = json.loads((Path(run_dir) / "remote.json").read_text())
+        except (OSError, ValueError):
+            return []  # that attempt never got to a host
+        by_conn = {h.conn_id: h for h in self.hosts}
+        killed = []
+        try:
+            for entry in recorded:
+                host = by_conn.get(entry["conn_id"])
+                if host is None:
+                    print(f"mxbench: cannot reap run {Path(run_dir).name} on {entry['conn_id']}: not among this "
+                          "run's ssh connections", file=sys.stderr)
+                    continue
+                try:
+                    out = self._run(host, reap_command(host, entry["run_dir"]), "reaping an earlier attempt")
+                except MxbenchError as exc:
+                    print(f"mxbench: {exc}", file=sys.stderr)
+                    continue
+                killed += [(f"{role}@{host.conn_id}", pid) for role, pid in json.loads(out.splitlines()[-1])]
+        finally:
+            self.close()
+        return killed
+
+
+# --- SSH and SFTP helpers -----------------------------------------------------------------------
+
+def connect(host: SshHost):
+    """An authenticated client for ``host``, or an error that says which host and why."""
+    import paramiko
+
+    if host.connect is None:
+        raise MxbenchError(f"{host}: no way to connect (the connection was not resolved)")
+    try:
+        return host.connect()
+    except paramiko.BadHostKeyException:
+        cause = ("its host key does not match the one the connection expects: refused (the host was "
+                 "reinstalled, or someone is in between)")
+    except paramiko.AuthenticationException:
+        cause = "authentication failed: check the connection's login and key"
+    except paramiko.SSHException as exc:
+        if "known_hosts" in str(exc):
+            cause = ("its host key is unknown: put it in the connection's extra host_key (or known_hosts); "
+                     "no_host_key_check: true turns checking off")
+        else:
+            cause = f"SSH error: {exc}"
+    except (OSError, EOFError) as exc:
+        # paramiko's NoValidConnectionsError keeps each address's own error in .errors
+        inner = next(iter(getattr(exc, "errors", {}).values()), exc)
+        cause = f"cannot connect: {getattr(inner, 'strerror', None) or exc or type(exc).__name__}"
+    raise MxbenchError(f"{host}: {cause}")
+
+
+def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
+    """(exit status, stdout, stderr) of a short command; -1 when no status came back."""
+    try:
+        stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
+        stdin.close()
+        out = stdout.read().decode(errors="replace")
+        err = stderr.read().decode(errors="replace")
+        return stdout.channel.recv_exit_status(), out, err
+    except (socket.timeout, TimeoutError):
+        return -1, "", f"no answer within {timeout:.0f} s"
+    except Exception as exc:  # the connection went away mid-command
+        return -1, "", f"connection lost: {exc or type(exc).__name__}"
+
+
+def command_error(code: int, err: str, host: SshHost) -> str:
+    """The one line that says why a command on a host failed."""
+    lines = [l.strip() for l in err.splitlines() if l.strip()]
+    mine = [l for l in lines if l.startswith("error:")]  # mxbench_train's own one-line errors
+    if mine:
+        return mine[-1][len("error: "):]
+    if code == 127 or any("No module named mxbench_train" in l for l in lines):
+        return (f"the training interpreter {host.python!r} there cannot run mxbench_train (set the "
+                f"connection's extra mxbench_python): {lines[-1] if lines else 'not found'}")
+    return lines[-1] if lines else f"exit status {code}"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def local_manifest(data_dir: Path) -> dict:
+    """{file: {size, sha256}} of the data set, checksums cached beside it by size and mtime."""
+    cache_path = data_dir / ".sha256.json"
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    manifest, changed = {}, False
+    for name in DATA_FILES:
+        try:
+            st = (data_dir / name).stat()
+        except OSError:
+            raise MxbenchError(f"the prepared data set {data_dir} lacks {name}") from None
+        entry = cache.get(name, {})
+        if entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
+            entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_of(data_dir / name)}
+            cache[name], changed = entry, True
+        manifest[name] = {"size": entry["size"], "sha256": entry["sha256"]}
+    if changed:
+        tmp = cache_path.with_name(f".sha256.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        tmp.replace(cache_path)
+    return manifest
+
+
+def _remote_json(sftp, path: str):
+    try:
+        with sftp.open(path, "r") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def stage(sftp, remote_dir: str, data_dir: Path, want: dict) -> bool:
+    """Copy the data set into ``remote_dir`` unless its manifest and sizes already match; copied?"""
+    if _remote_json(sftp, posixpath.join(remote_dir, MANIFEST)) == want and all(
+            _size(sftp, posixpath.join(remote_dir, name)) == want[name]["size"] for name in want):
+        return False
+    _makedirs(sftp, remote_dir)
+    for name in want:  # under a temporary name, so a half-copied file never looks complete
+        tmp = posixpath.join(remote_dir, f".{name}.partial")
+        sftp.put(str(data_dir / name), tmp, confirm=True)
+        sftp.posix_rename(tmp, posixpath.join(remote_dir, name))
+    tmp = posixpath.join(remote_dir, f".{MANIFEST}.partial")
+    with sftp.open(tmp, "w") as f:
+        f.write(json.dumps(want, indent=1, sort_keys=True))
+    sftp.posix_rename(tmp, posixpath.join(remote_dir, MANIFEST))
+    return True
+
+
+def check_shared(sftp, host: SshHost, remote_dir: str, want: dict):
+    wrong = [name for name in want if _size(sftp, posixpath.join(remote_dir, name)) != want[name]["size"]]
+    if wrong:
+        raise MxbenchError(f"{host}: the shared data folder {remote_dir} (mxbench_data_dir) lacks the prepared "
+                           f"{', '.join(wrong)} (or holds other versions of them)")
+
+
+def _size(sftp, path: str) -> Optional[int]:
+    try:
+        return sftp.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _makedirs(sftp, path: str):
+    parts = []
+    while path not in ("/", ""):
+        parts.append(path)
+        path = posixpath.dirname(path)
+    for part in reversed(parts):
+        try:
+            sftp.mkdir(part)
+        except OSError:
+            if _size(sftp, part) is None:
+                raise
+
+
+def fetch_outputs(sftp, remote_dir: str, run_dir: Path):
+    """Bring the rank logs and telemetry files back (not ``pids/``, never a local bookkeeping file)."""
+    import stat
+
+    for entry in sftp.listdir_attr(remote_dir):
+        if stat.S_ISREG(entry.st_mode) and entry.filename not in LOCAL_ONLY:
+            sftp.get(posixpath.join(remote_dir, entry.filename), str(run_dir / entry.filename))

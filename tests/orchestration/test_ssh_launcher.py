@@ -1,0 +1,308 @@
+"""The SSH launcher against two real sshd (127.0.0.1, 127.0.0.2), real MXNet training, real faults.
+
+Hosts come from Airflow SSH connections (AIRFLOW_CONN_* in JSON) through the provider's SSHHook,
+exactly as the DAG resolves them. Each host has its own work folder; the roles' pid files there
+tell which processes ran on it, and every test checks none of them outlives the launcher.
+"""
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, train_python
+from mxbench_train.errors import MxbenchError
+from mxbench_train.launcher import LaunchTimeout, RoleFailed
+from mxbench_train.roles import Role
+
+from mxbench import connections
+from mxbench.launchers.ssh import SshHost, host_settings, role_command, setup_command
+from mxbench.variants import Variant
+
+CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
+ONE_HOST = Variant("tiny1", "1 process (CPU)", 32, kvstore="local", num_layers=8, epochs=1, disp_batches=2)
+TWO_HOSTS = Variant("tiny2h", "2 hosts x 1 worker", 32, workers=2, hosts=2, kvstore="dist_sync", num_layers=8,
+                    epochs=1, disp_batches=2)
+LONG = Variant("long2h", "2 hosts x 1 worker", 32, workers=2, hosts=2, kvstore="dist_sync", num_layers=8,
+               epochs=200, disp_batches=2)
+
+
+def use_hosts(monkeypatch, fleet, extras=({}, {}), connections_=None):
+    """Point the mxbench_ssh_* connections at the fleet (the training env's python on each)."""
+    for i, conn_id in enumerate(CONN_IDS):
+        conn = connections_[i] if connections_ else fleet.connection(i, **{"mxbench_python": train_python(), **extras[i]})
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+    return {"ssh_connections": list(CONN_IDS)}
+
+
+def launcher(params):
+    return connections.launcher_for("ssh", params)
+
+
+def run_dir_for(tmp_path, key="run"):
+    path = tmp_path / f"dagrun-{tmp_path.name}" / key  # the hosts are shared: one remote folder a test
+    path.mkdir(parents=True)
+    return path
+
+
+def remote_pids(fleet, run_dir):
+    """{role@host: pid} from the supervisors' pid files on every host."""
+    found = {}
+    for host in fleet.hosts:
+        for pid_file in (host.workdir / "runs" / run_dir.parent.name / run_dir.name / "pids").glob("*.json"):
+            for role, record in json.loads(pid_file.read_text()).items():
+                found[f"{role}@{host.name}"] = record["pid"]
+    return found
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_all_dead(pids, seconds=10.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+# --- pure: command building -------------------------------------------------------------------
+
+PAYLOADS = ["$(touch pwned)", "; touch pwned", "`touch pwned`", "a' ; touch pwned; '", "x && touch pwned"]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_role_command_quotes_every_value(payload):
+    host = SshHost("h", "127.0.0.2", python=f"/opt/{payload}/python", workdir=f"/w/{payload}")
+    role = Role("worker-0", "worker", "127.0.0.2", (host.python, "-m", "mxbench_train", "train", payload),
+                {"DMLC_ROLE": "worker", "NOTE": payload})
+    command = role_command(host, role, f"/w/{payload}/runs/d/r")
+    tokens = shlex.split(command)
+    assert tokens[:3] == ["cd", f"/w/{payload}/runs/d/r", "&&"]
+    assert tokens[3:6] == ["exec", "env", "DMLC_ROLE=worker"] and tokens[6] == f"NOTE={payload}"
+    assert tokens[7:] == [host.python, "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
+                          f"/w/{payload}/runs/d/r/pids/worker-0.json", "--", *role.argv]
+    assert shlex.split(setup_command(host, f"/w/{payload}/r", bind=True))[3] == f"/w/{payload}/r"
+
+
+def test_connection_extras_are_checked_before_anything_runs():
+    ok = host_settings("c", "127.0.0.2", {"mxbench_workdir": "/srv/mx/", "mxbench_python": "/opt/py/bin/python"})
+    assert (ok.address, ok.workdir, ok.python, ok.data_dir) == ("127.0.0.2", "/srv/mx", "/opt/py/bin/python", None)
+    assert host_settings("c", "localhost", {}).address == "127.0.0.1"  # roles bind an address, not a name
+    assert host_settings("c", "gpu1.example", {"mxbench_address": "10.1.2.3"}).address == "10.1.2.3"
+    for extra, why in [({"mxbench_workdir": "relative/dir"}, "absolute"), ({"mxbench_python": "py\nthon"}, "interpreter"),
+                       ({"mxbench_python": "-c"}, "interpreter"), ({"mxbench_python": "A=B"}, "interpreter"),
+                       ({"mxbench_data_dir": "data"}, "absolute")]:
+        with pytest.raises(MxbenchError, match=why):
+            host_settings("c", "127.0.0.2", extra)
+    with pytest.raises(MxbenchError, match="cannot resolve host 'no-such-host.invalid'"):
+        host_settings("c", "no-such-host.invalid", {})
+
+
+# --- real sshd ----------------------------------------------------------------------------------
+
+def test_target_asks_the_hosts(ssh_hosts, monkeypatch):
+    target = launcher(use_hosts(monkeypatch, ssh_hosts)).target()
+    assert (target.launcher, target.hosts, target.gpus_per_host, target.one_machine) == ("ssh", 2, 0, False)
+
+
+def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_hosts, monkeypatch, cifar_rec,
+                                                                        tmp_path, capsys):
+    params = use_hosts(monkeypatch, ssh_hosts)
+    first = run_dir_for(tmp_path, "first")
+    plan, results = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)
+    assert [(r.name, r.host, r.returncode) for r in results] == [("worker-0", "127.0.0.1", 0)]
+    assert "Speed:" in (first / "rank0.log").read_text()  # brought back from host 1's work folder
+    assert "Speed:" in (first / "roles" / "worker-0.log").read_text()  # streamed while it ran
+    assert "[worker-0@mxbench_ssh_1]" in capsys.readouterr().out  # the task log shows progress
+    assert json.loads((first / "staging.json").read_text())["copied_to"] == ["mxbench_ssh_1"]
+    copied = ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name / "cifar10_train.rec"
+    assert copied.read_bytes() == (cifar_rec / "cifar10_train.rec").read_bytes()
+    assert not remote_pids(ssh_hosts, first) or not any(alive(p) for p in remote_pids(ssh_hosts, first).values())
+
+    second = run_dir_for(tmp_path, "second")
+    launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)
+    staging = json.loads((second / "staging.json").read_text())
+    assert staging["copied_to"] == [] and staging["seconds"] < 0.5  # checksums matched: nothing copied
+
+
+def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    run_dir = run_dir_for(tmp_path)
+    plan, results = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, run_dir, 300)
+    assert [(r.name, r.host) for r in plan] == [("scheduler", "127.0.0.1"), ("server-0", "127.0.0.1"),
+                                               ("server-1", "127.0.0.2"), ("worker-0", "127.0.0.1"),
+                                               ("worker-1", "127.0.0.2")]
+    assert all(r.returncode == 0 for r in results)
+    pids = remote_pids(ssh_hosts, run_dir)
+    assert sorted(pids) == ["scheduler@host1", "server-0@host1", "server-1@host2", "worker-0@host1",
+                            "worker-1@host2"]  # each supervisor wrote its pid file on its own host
+    assert not wait_all_dead(pids.values(), 0)
+    for rank in (0, 1):
+        assert "Speed:" in (run_dir / f"rank{rank}.log").read_text()
+    # each host's work folder has one worker's rank log (ps-lite numbers ranks as workers register)
+    for host in ssh_hosts.hosts:
+        assert len(list((host.workdir / "runs" / run_dir.parent.name / run_dir.name).glob("rank*.log"))) == 1
+    assert plan[-1].env["DMLC_NODE_HOST"] == "127.0.0.2"
+
+
+def crashing_python(tmp_path, after_s):
+    """A training interpreter whose trainer segfaults ``after_s`` seconds into training."""
+    wrapper = tmp_path / "python-crashing"
+    wrapper.write_text(f"""#!/usr/bin/env bash
+if [[ $1 == -m && $2 == mxbench_train && $3 == train ]]; then  # the trainer, not its supervisor
+  {shlex.quote(train_python())} "$@" &
+  sleep {after_s}
+  echo "Segmentation fault (simulated)" >&2
+  kill -SEGV $! ; wait $!; exit $?
+fi
+exec {shlex.quote(train_python())} "$@"
+""")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_worker_crashing_on_host_2_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    params = use_hosts(monkeypatch, ssh_hosts, ({}, {"mxbench_python": crashing_python(tmp_path, 6)}))
+    run_dir = run_dir_for(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(RoleFailed) as failed:
+        launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=300)
+    assert time.monotonic() - started < 60
+    assert failed.value.role.name == "worker-1" and failed.value.role.host == "127.0.0.2"
+    # MXNet's own SIGSEGV handler prints a stack trace and aborts
+    assert re.search(r"worker-1 on host 127\.0\.0\.2 was killed by SIG(SEGV|ABRT) \(exit status 1(39|34)\)",
+                     str(failed.value))
+    pids = remote_pids(ssh_hosts, run_dir)
+    assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
+
+
+def test_the_deadline_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    run_dir = run_dir_for(tmp_path)
+    with pytest.raises(LaunchTimeout, match="deadline"):
+        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(LONG, cifar_rec, run_dir, deadline_s=8)
+    pids = remote_pids(ssh_hosts, run_dir)
+    assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
+    assert "channel closed, stopping the role" in (run_dir / "roles" / "worker-1.log").read_text()
+
+
+KILLABLE = """
+import json, sys
+from mxbench import connections
+from mxbench.variants import Variant
+v = Variant(**json.loads(sys.argv[1]))
+connections.launcher_for("ssh", {"ssh_connections": ["mxbench_ssh_1", "mxbench_ssh_2"]}).execute(
+    v, sys.argv[2], sys.argv[3], 600)
+"""
+
+
+def test_sigkill_of_the_task_process_leaves_nothing_on_either_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    """The remote supervisors notice the dropped channel: no cleanup code of the launcher runs."""
+    from dataclasses import asdict
+
+    use_hosts(monkeypatch, ssh_hosts)
+    run_dir = run_dir_for(tmp_path)
+    task = subprocess.Popen([sys.executable, "-c", KILLABLE, json.dumps(asdict(LONG)), str(cifar_rec), str(run_dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 90
+        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
+            assert task.poll() is None, task.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        pids = remote_pids(ssh_hosts, run_dir)
+        assert len(pids) == 5 and all(alive(p) for p in pids.values())  # training on both hosts
+        task.send_signal(signal.SIGKILL)
+        task.wait(10)
+        assert not wait_all_dead(pids.values(), 15), "roles outlived the killed launcher"
+    finally:
+        task.kill()
+
+
+def _read(path):
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_reap_kills_what_an_earlier_attempt_left_on_a_host(ssh_hosts, monkeypatch, tmp_path):
+    """A host that never saw the channel drop (a partition): the retry reaps by the pid files there."""
+    ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
+    run_dir = run_dir_for(tmp_path)
+    remote = ssh_hosts.hosts[1].workdir / "runs" / run_dir.parent.name / run_dir.name
+    (remote / "pids").mkdir(parents=True)
+    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        start = int(Path(f"/proc/{leftover.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        (remote / "pids" / "worker-1.json").write_text(json.dumps({"worker-1": {"pid": leftover.pid, "start": start}}))
+        (run_dir / "remote.json").write_text(json.dumps([{"conn_id": "mxbench_ssh_2", "address": "127.0.0.2",
+                                                          "run_dir": str(remote)}]))
+        assert ssh.reap(run_dir) == [("worker-1@mxbench_ssh_2", leftover.pid)]
+        assert leftover.wait(5) == -signal.SIGKILL
+    finally:
+        leftover.kill()
+
+
+# --- connection faults: each names the host and the cause ---------------------------------------
+
+def free_port(address):
+    import socket
+
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def test_a_dead_host_is_named_with_its_cause(ssh_hosts, monkeypatch):
+    dead = {**ssh_hosts.connection(0, mxbench_python=train_python()), "host": "127.0.0.3", "port": free_port("127.0.0.3")}
+    params = use_hosts(monkeypatch, ssh_hosts,
+                       connections_=[ssh_hosts.connection(0, mxbench_python=train_python()), dead])
+    started = time.monotonic()
+    with pytest.raises(MxbenchError, match=r"host mxbench_ssh_2 \(127\.0\.0\.3\): cannot connect: .*refused"):
+        launcher(params).target()
+    assert time.monotonic() - started < 10
+
+
+def test_a_key_the_host_does_not_accept_is_an_authentication_failure(ssh_hosts, monkeypatch, tmp_path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "stranger")], check=True)
+    params = use_hosts(monkeypatch, ssh_hosts, ({"key_file": str(tmp_path / "stranger")}, {}))
+    with pytest.raises(MxbenchError, match=r"host mxbench_ssh_1 \(127\.0\.0\.1\): authentication failed"):
+        launcher(params).target()
+
+
+def test_an_unknown_or_wrong_host_key_is_refused_while_checking_is_on(ssh_hosts, monkeypatch):
+    unknown = ssh_hosts.connection(0, mxbench_python=train_python())
+    del unknown["extra"]["host_key"]
+    params = use_hosts(monkeypatch, ssh_hosts, connections_=[unknown, ssh_hosts.connection(1)])
+    with pytest.raises(MxbenchError, match=r"mxbench_ssh_1 .*host key is unknown"):
+        launcher(params).target()
+    wrong = ssh_hosts.connection(0, host_key=ssh_hosts.hosts[1].host_key)
+    params = use_hosts(monkeypatch, ssh_hosts, connections_=[wrong, ssh_hosts.connection(1)])
+    with pytest.raises(MxbenchError, match=r"mxbench_ssh_1 .*host key does not match"):
+        launcher(params).target()
+    # turning checking off is explicit, and then the unknown key is accepted
+    unknown["extra"]["no_host_key_check"] = True
+    params = use_hosts(monkeypatch, ssh_hosts, connections_=[unknown, ssh_hosts.connection(1, mxbench_python=train_python())])
+    assert launcher(params).target().hosts == 2
+
+
+@pytest.mark.parametrize("payload", ["$(touch pwned)", "; touch pwned", "`touch pwned`", "x\ntouch pwned"])
+def test_a_shell_payload_in_a_connection_extra_runs_nothing(ssh_hosts, monkeypatch, payload, cifar_rec, tmp_path):
+    workdir = ssh_hosts.hosts[0].workdir / "payload"
+    params = use_hosts(monkeypatch, ssh_hosts, ({"mxbench_python": payload, "mxbench_workdir": f"{workdir}/{payload}"},
+                                                {}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MxbenchError) as refused:
+        launcher(params).execute(ONE_HOST, cifar_rec, run_dir_for(tmp_path), 60)
+    assert "mxbench_ssh_1" in str(refused.value)
+    for root in (ssh_hosts.root, tmp_path, Path.home(), Path("/tmp")):
+        assert not list(root.rglob("pwned")) if root != Path("/tmp") else not (root / "pwned").exists()
