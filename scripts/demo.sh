@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: set up everything on first use, then run the benchmark DAG once, the cpu-demo
-# matrix on the local launcher with synthetic CIFAR-format data, and say where the report is.
-#   scripts/demo.sh                                    # cpu-demo, 3 repeats (one launcher: no verdict to give)
+# The main job: set up everything on first use, then run the benchmark DAG once: part of the
+# cpu-demo matrix (1 and 2 workers, 2 hosts) with synthetic CIFAR-format data, on the local
+# launcher and over SSH to two loopback sshd hosts that it starts itself, 4 repeats each, and
+# say where the report is (with the ssh/local ratio and its verdict).
+#   scripts/demo.sh
 #   scripts/demo.sh '{"dataset": "/data/cifar-10-python.tar.gz"}'   # any trigger-form params
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +13,31 @@ mkdir -p "$MXBENCH_HOME"
 log=$MXBENCH_HOME/demo.log
 echo "mxbench: Airflow metadata DB and pools (log: $log)"
 scripts/airflow-init.sh >"$log" 2>&1
-conf=${1:-'{"preset": "cpu-demo", "launchers": ["local"], "repeats": 3}'}
+# The ssh leg's hosts: two sshd on 127.0.0.1 and 127.0.0.2 (setup.sh installs openssh-server
+# when root), as the Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is
+# skipped and the report says why.
+skipped=""
+if ! reason=$(python -m mxbench.loopback_sshd check); then
+  skipped="ssh leg skipped: $reason"
+else
+  extra=$(python -c 'import json, sys; print(json.dumps({"mxbench_python": sys.argv[1]}))' "$PWD/.venv/train/bin/python")
+  trap 'python -m mxbench.loopback_sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true' EXIT
+  if exports=$(python -m mxbench.loopback_sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" 2>>"$log"); then
+    eval "$exports"
+    echo "mxbench: ssh leg: loopback sshd on 127.0.0.1 and 127.0.0.2, stopped when the demo ends"
+  else
+    skipped="ssh leg skipped: the loopback sshd did not start (see $log)"
+  fi
+fi
+[[ -z $skipped ]] || echo "mxbench: $skipped"
+conf=${1:-$(python - "$skipped" <<'PY'
+import json, sys
+skipped = sys.argv[1]
+print(json.dumps({"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2w-bs64", "cpu2h-bs64"],
+                  "launchers": ["local"] if skipped else ["local", "ssh"], "repeats": 4, "epochs": 2,
+                  "notes": [skipped] if skipped else []}))
+PY
+)}
 echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
 airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \
   | grep --line-buffered -oE "mxbench: run .*|RunFailed: .*" || true

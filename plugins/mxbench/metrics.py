@@ -156,27 +156,36 @@ RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string
                  "outcome": "string", "order": "string", "verdict": "string"}
 
 
-def reference_launcher(launchers: List[str]) -> Optional[str]:
-    for preferred in ("ssh", "local"):
-        if preferred in launchers:
-            return preferred
-    return launchers[0] if launchers else None
+# simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
+# ssh costs; kubernetes / ssh is the seed study's headline)
+LAUNCHER_ORDER = ("local", "ssh", "kubernetes")
+
+
+def launcher_pairs(launchers: List[str]) -> List[tuple]:
+    """(launcher, reference) for every pair, the reference the simpler of the two."""
+    rank = {name: LAUNCHER_ORDER.index(name) if name in LAUNCHER_ORDER else len(LAUNCHER_ORDER) + i
+            for i, name in enumerate(launchers)}
+    ordered = sorted(launchers, key=rank.get)
+    return [(a, b) for i, a in enumerate(ordered) for b in ordered[:i]]
 
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.DataFrame:
-    """For every variant run under two launchers: speed of each against the reference (k8s/ssh),
-    with the verdict statistics and how the two legs were ordered in time."""
+    """For every variant run under two or more launchers: the speed of each against each simpler
+    one (or only against ``reference``), with the verdict statistics and how the two legs were
+    ordered in time."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
-    reference = reference or reference_launcher(list(dict.fromkeys(ok["launcher"])))
+    launchers = list(dict.fromkeys(ok["launcher"]))
+    pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
     rows = []
     for variant, group in ok.groupby("variant", sort=False):
-        ref = group.loc[group["launcher"] == reference, "samples_per_sec"]
-        if ref.empty:
-            continue
-        for launcher, other in group[group["launcher"] != reference].groupby("launcher", sort=False):
-            result = verdict.compare(other["samples_per_sec"], ref, launcher, reference).to_dict()
-            rows.append({"variant": variant, "launcher": launcher, "reference": reference, **result,
-                         "order": leg_order(group, launcher, reference)})
+        for launcher, ref_name in pairs:
+            other = group.loc[group["launcher"] == launcher, "samples_per_sec"]
+            ref = group.loc[group["launcher"] == ref_name, "samples_per_sec"]
+            if other.empty or ref.empty:
+                continue
+            result = verdict.compare(other, ref, launcher, ref_name).to_dict()
+            rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
+                         "order": leg_order(group, launcher, ref_name)})
     return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
 
 

@@ -99,3 +99,12 @@ def test_launcher_ratio_carries_the_verdict_statistics():
     noisy = compare_speeds(pd.Series([7600.0, 8100, 7900, 8000]), pd.Series([8010.0, 7700, 8200, 7900]))
     assert noisy["outcome"] == "within noise" and "would have been detected" in noisy["verdict"]
     assert compare_speeds(pd.Series([1.0]), pd.Series([2.0]))["outcome"] == "too few repeats"
+
+
+def test_each_launcher_is_compared_with_every_simpler_one():
+    from mxbench.metrics import launcher_pairs
+
+    assert launcher_pairs(["ssh", "local"]) == [("ssh", "local")]
+    assert launcher_pairs(["kubernetes", "ssh", "local"]) == [("ssh", "local"), ("kubernetes", "local"),
+                                                             ("kubernetes", "ssh")]
+    assert launcher_pairs(["local"]) == []

@@ -184,3 +184,44 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
     with pytest.raises(pipeline.RunFailed, match="a newer attempt took over its folder"):
         pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text()) == newer
+
+
+def test_an_unreachable_launcher_fails_its_own_runs_with_the_cause_and_the_others_go_on(tmp_path):
+    class Dead:
+        def target(self):
+            raise MxbenchError("host mxbench_ssh_1 (127.0.0.1): cannot connect: Connection refused")
+
+    class Fine:
+        def target(self):
+            return Target("local", 1, 0, one_machine=True)
+
+    targets, unavailable = pipeline.targets_for(["local", "ssh"], lambda name: {"local": Fine(), "ssh": Dead()}[name])
+    assert list(targets) == ["local"]
+    assert unavailable == {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): cannot connect: "
+                                  "Connection refused"}
+    runs = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "launchers": ["local", "ssh"],
+                            "only_variants": ["cpu1-bs32"]}, tmp_path, targets, unavailable)
+    ssh_run = next(r for r in runs if r["launcher"] == "ssh")
+    never_called = lambda name: pytest.fail("no launcher may be made for an unavailable target")  # noqa: E731
+    with pytest.raises(pipeline.RunFailed, match="run cpu1-bs32__ssh__r1 failed: the ssh target is unavailable: "
+                                                 "host mxbench_ssh_1 .*Connection refused"):
+        pipeline.run_one(ssh_run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, never_called)
+    request = json.loads((tmp_path / "request.json").read_text())
+    assert request["unavailable"] == unavailable and request["machine_sets"] == {"local": ["local", "ssh"]}
+    pipeline.parse_all(tmp_path)
+    pipeline.join(tmp_path)
+    from mxbench.report import provenance
+
+    assert any(n.startswith("UNAVAILABLE: the ssh target is unavailable") for n in provenance(tmp_path))
+    assert any(n.startswith("SHARED MACHINES: local and ssh") for n in provenance(tmp_path))
+
+
+def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
+
+    def missing(name):
+        raise MxbenchError("ssh connection 'mxbench_ssh_1': The conn_id `mxbench_ssh_1` isn't defined")
+
+    with pytest.raises(pipeline.RunFailed, match="isn't defined"):
+        pipeline.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
+    assert json.loads((tmp_path / run["key"] / "meta.json").read_text())["status"] == "failed"

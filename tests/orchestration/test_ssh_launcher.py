@@ -125,15 +125,15 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     assert "Speed:" in (first / "rank0.log").read_text()  # brought back from host 1's work folder
     assert "Speed:" in (first / "roles" / "worker-0.log").read_text()  # streamed while it ran
     assert "[worker-0@mxbench_ssh_1]" in capsys.readouterr().out  # the task log shows progress
-    assert json.loads((first / "staging.json").read_text())["copied_to"] == ["mxbench_ssh_1"]
+    assert json.loads((first / "ssh.json").read_text())["data_copied_to"] == ["mxbench_ssh_1"]
     copied = ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name / "cifar10_train.rec"
     assert copied.read_bytes() == (cifar_rec / "cifar10_train.rec").read_bytes()
     assert not remote_pids(ssh_hosts, first) or not any(alive(p) for p in remote_pids(ssh_hosts, first).values())
 
     second = run_dir_for(tmp_path, "second")
     launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)
-    staging = json.loads((second / "staging.json").read_text())
-    assert staging["copied_to"] == [] and staging["seconds"] < 0.5  # checksums matched: nothing copied
+    staging = json.loads((second / "ssh.json").read_text())
+    assert staging["data_copied_to"] == [] and staging["data_s"] < 0.5  # checksums matched: nothing copied
 
 
 def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
@@ -205,8 +205,10 @@ connections.launcher_for("ssh", {"ssh_connections": ["mxbench_ssh_1", "mxbench_s
 """
 
 
-def test_sigkill_of_the_task_process_leaves_nothing_on_either_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
-    """The remote supervisors notice the dropped channel: no cleanup code of the launcher runs."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_task_process_leaves_nothing_on_either_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path, sig):
+    """SIGTERM (Airflow's on_kill path): the launcher stops every role. SIGKILL: no launcher code
+    runs at all; the remote supervisors notice the dropped connection."""
     from dataclasses import asdict
 
     use_hosts(monkeypatch, ssh_hosts)
@@ -220,8 +222,8 @@ def test_sigkill_of_the_task_process_leaves_nothing_on_either_host(ssh_hosts, mo
             time.sleep(0.2)
         pids = remote_pids(ssh_hosts, run_dir)
         assert len(pids) == 5 and all(alive(p) for p in pids.values())  # training on both hosts
-        task.send_signal(signal.SIGKILL)
-        task.wait(10)
+        task.send_signal(sig)
+        task.wait(30)
         assert not wait_all_dead(pids.values(), 15), "roles outlived the killed launcher"
     finally:
         task.kill()

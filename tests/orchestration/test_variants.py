@@ -132,3 +132,9 @@ def test_launchers_that_share_machines_alternate_repeat_by_repeat():
     one_variant = [(r["launcher"], r["repeat"]) for r in runs if r["variant"]["id"] == "cpu1-bs32"]
     assert one_variant == [("ssh", 1), ("kubernetes", 1), ("ssh", 2), ("kubernetes", 2), ("ssh", 3),
                            ("kubernetes", 3)]
+
+
+@pytest.mark.parametrize("conn_id", ["$(touch pwned)", "; touch pwned", "`touch pwned`", "a\nb", "a b", ""])
+def test_ssh_connection_ids_with_shell_payloads_are_refused_by_the_form(conn_id):
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(defaults(ssh_connections=[conn_id]), schema())

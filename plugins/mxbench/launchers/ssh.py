@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -51,6 +52,7 @@ class SshHost:
     python: str = "python3"  # the training interpreter there, with mxbench_train installed
     workdir: str = DEFAULT_WORKDIR
     data_dir: Optional[str] = None  # a shared folder with the prepared files: used as is
+    env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment there
     # opens an authenticated paramiko SSHClient (SSHHook.get_conn); holds the credentials
     connect: Optional[Callable] = field(default=None, repr=False, compare=False)
 
@@ -76,7 +78,16 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None) -> SshHost
     workdir = _absolute(extra.get("mxbench_workdir") or DEFAULT_WORKDIR, f"{where}: mxbench_workdir")
     data_dir = extra.get("mxbench_data_dir")
     data_dir = _absolute(data_dir, f"{where}: mxbench_data_dir") if data_dir else None
-    return SshHost(conn_id, address, python, workdir, data_dir, connect)
+    env = extra.get("mxbench_env") or {}
+    if isinstance(env, str):
+        try:
+            env = json.loads(env)
+        except ValueError:
+            env = None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and _plain(str(v))
+                                            for k, v in env.items()):
+        raise MxbenchError(f"{where}: mxbench_env must be an object of variable names to one-line values")
+    return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()}, connect)
 
 
 def _plain(text: str) -> bool:
@@ -94,10 +105,11 @@ def _absolute(path, what) -> str:
 
 def role_command(host: SshHost, role: Role, remote_run_dir: str) -> str:
     """The one shell line that runs ``role`` under the supervisor, in the run's folder."""
-    bad = [k for k in role.env if not _ENV_NAME.match(k)]
+    variables = {**host.env, **role.env}  # the plan's DMLC_* and thread counts win
+    bad = [k for k in variables if not _ENV_NAME.match(k)]
     if bad:
         raise MxbenchError(f"role {role.name}: environment names {bad} cannot be passed to a remote shell")
-    env = [f"{k}={v}" for k, v in sorted(role.env.items())]
+    env = [f"{k}={v}" for k, v in sorted(variables.items())]
     supervise = [host.python, "-m", "mxbench_train", "supervise", "--role", role.name,
                  "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"), "--", *role.argv]
     return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
@@ -269,16 +281,20 @@ class SshLauncher:
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes))
 
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
+        """Run the variant's plan on the first ``variant.hosts`` hosts. ``ssh.json`` in the run
+        folder says how long each step took and which hosts the data was copied to."""
         run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
         remote = {h.conn_id: remote_run_dir(h, run_dir) for h in hosts}
         (run_dir / "remote.json").write_text(json.dumps(
             [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
-        results, fetched = None, False
+        steps, ran = Steps(run_dir / "ssh.json"), False
         try:
-            probes = {h.conn_id: self._probe(h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]),
-                                             "preparing the run folder") for h in hosts}
-            data_arg = self._stage_data(hosts, Path(data_dir), run_dir)
+            with steps("setup_s"):  # connect, fresh run folders, cores and a port
+                probes = {h.conn_id: self._probe(h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]),
+                                                 "preparing the run folder") for h in hosts}
+            with steps("data_s"):
+                data_arg, steps.record["data_copied_to"] = self._stage_data(hosts, Path(data_dir))
             job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
                           pythons={h.address: h.python for h in hosts}, hosts=[h.address for h in hosts],
                           port=probes[hosts[0].conn_id]["port"],
@@ -292,26 +308,29 @@ class SshLauncher:
                 return RemoteRole(self._client(host), host, role, role_command(host, role, remote[host.conn_id]),
                                   log_path, echo=role.kind == "worker")
 
-            results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
-            self._fetch(hosts, remote, run_dir)
-            fetched = True
-            return plan, results
+            with steps("roles_s"):
+                results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
+            ran = True
         finally:
-            if not fetched:  # a failed run's rank logs tell why: bring back what there is
-                try:
+            # a failed run's rank logs tell why: bring back what there is, but keep the first error
+            try:
+                with steps("fetch_s"):
                     self._fetch(hosts, remote, run_dir)
-                except Exception:
-                    pass
-            self.close()
+            except MxbenchError:
+                if ran:
+                    raise
+            finally:
+                self.close()
+        return plan, results
 
-    def _stage_data(self, hosts, data_dir: Path, run_dir: Path) -> str:
-        """Put the data set on every host; the path the trainer gets (the same on each host)."""
+    def _stage_data(self, hosts, data_dir: Path):
+        """Put the data set on every host: (the path the trainer gets, the same on each host;
+        the hosts it had to be copied to)."""
         shared = {h.data_dir for h in hosts}
         if len(shared) > 1:
             raise MxbenchError(f"hosts {', '.join(h.conn_id for h in hosts)} of one job must all set the same "
                                f"mxbench_data_dir or none; they set {sorted(map(str, shared))}")
         want = local_manifest(data_dir)
-        started = time.monotonic()
         copied = []
         for host in hosts:
             sftp = self._client(host).open_sftp()
@@ -324,12 +343,10 @@ class SshLauncher:
                 raise MxbenchError(f"{host}: copying the data set over SFTP failed: {exc}") from None
             finally:
                 sftp.close()
-        (run_dir / "staging.json").write_text(json.dumps(
-            {"copied_to": copied, "seconds": round(time.monotonic() - started, 3)}))
         if hosts[0].data_dir:
-            return hosts[0].data_dir
+            return hosts[0].data_dir, copied
         # relative to the run folder, so hosts with different workdirs share one command line
-        return posixpath.join("..", "..", "..", "data", data_dir.name)
+        return posixpath.join("..", "..", "..", "data", data_dir.name), copied
 
     def _fetch(self, hosts, remote, run_dir: Path):
         for host in hosts:
@@ -365,6 +382,22 @@ class SshLauncher:
         finally:
             self.close()
         return killed
+
+
+class Steps:
+    """Times named steps into a JSON file, rewritten after each, so a failed run has them too."""
+
+    def __init__(self, path: Path):
+        self.path, self.record = path, {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.record[name] = round(time.monotonic() - started, 3)
+            self.path.write_text(json.dumps(self.record, indent=1))
 
 
 # --- SSH and SFTP helpers -----------------------------------------------------------------------

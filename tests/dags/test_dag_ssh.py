@@ -1,0 +1,94 @@
+"""The ssh leg through dag.test(): a two-host dist_sync job across two real sshd, and the same
+variant on the local launcher, in one DAG run; parsed, joined and reported with the ssh/local row.
+
+Both launchers run on this machine (the sshd are on its loopback addresses), so they share the
+machine set's pool: their runs take turns, repeat by repeat.
+"""
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, train_python
+
+CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["local", "ssh"], "repeats": 2,
+        "epochs": 2, "synthetic_images": 1000, "notes": ["ssh leg test <b>escaped</b>"]}
+
+
+@pytest.fixture(scope="module")
+def ssh_dag_run(airflow_db, ssh_hosts):
+    import os
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    env = ssh_hosts.airflow_env(mxbench_python=train_python())
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
+        run = dag.test(run_conf=CONF)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    from mxbench import config
+
+    return run, config.dag_run_dir(run.run_id)
+
+
+def test_both_legs_measure_and_the_dag_run_succeeds(ssh_dag_run):
+    run, dag_dir = ssh_dag_run
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert runs["status"].to_dict() == {f"cpu2h-bs64__{l}__r{r}": "ok" for r in (1, 2) for l in ("local", "ssh")}
+    assert (runs["samples_per_sec"] > 0).all() and (runs["sec_per_epoch"] > 0).all()
+    assert run.state == "success"
+    # one mapped task for both launchers, in the machine set's pool
+    tis = [ti for ti in run.get_task_instances() if ti.task_id == "local.run_variant"]
+    assert len(tis) == 4 and {ti.pool for ti in tis} == {"mxbench_local"}
+
+
+def test_ssh_runs_used_both_hosts_and_brought_their_logs_back(ssh_dag_run, ssh_hosts):
+    _, dag_dir = ssh_dag_run
+    for r in (1, 2):
+        run_dir = dag_dir / f"cpu2h-bs64__ssh__r{r}"
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert {p["name"]: p["host"] for p in plan} == {"scheduler": "127.0.0.1", "server-0": "127.0.0.1",
+                                                      "server-1": "127.0.0.2", "worker-0": "127.0.0.1",
+                                                      "worker-1": "127.0.0.2"}
+        assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log"]
+        for host in ssh_hosts.hosts:  # each host ran its roles in its own work folder
+            assert list((host.workdir / "runs" / dag_dir.name / run_dir.name).glob("rank*.log"))
+    local_plan = json.loads((dag_dir / "cpu2h-bs64__local__r1" / "plan.json").read_text())
+    assert sorted({p["host"] for p in local_plan}) == ["127.0.0.1", "127.0.0.2"]  # loopback stand-ins
+
+
+def test_runs_of_launchers_sharing_machines_never_overlap_and_alternate(ssh_dag_run):
+    _, dag_dir = ssh_dag_run
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").sort_values("started_at")
+    assert list(runs["key"]) == ["cpu2h-bs64__local__r1", "cpu2h-bs64__ssh__r1", "cpu2h-bs64__local__r2",
+                                 "cpu2h-bs64__ssh__r2"]
+    assert (runs["started_at"].iloc[1:].to_numpy() >= runs["ended_at"].iloc[:-1].to_numpy()).all()
+
+
+def test_report_has_the_ssh_local_ratio_and_says_the_launchers_shared_machines(ssh_dag_run):
+    _, dag_dir = ssh_dag_run
+    ratios = pd.read_csv(dag_dir / "tables" / "ratios.csv")
+    (row,) = ratios.to_dict("records")
+    assert (row["variant"], row["launcher"], row["reference"]) == ("cpu2h-bs64", "ssh", "local")
+    assert row["ratio"] > 0 and row["n"] == 2 and row["n_reference"] == 2
+    assert "too few repeats to tell" in row["verdict"]
+    md = (dag_dir / "report" / "report.md").read_text()
+    assert "| cpu2h-bs64 | ssh / local |" in md
+    assert "SHARED MACHINES: local and ssh ran on the same machines (pool mxbench_local" in md
+    assert "ONE MACHINE: the local launcher ran multi-host variants on this one machine" in md
+    assert "NOTE: ssh leg test" in md
+    html = (dag_dir / "report" / "report.html").read_text()
+    assert "&lt;b&gt;escaped&lt;/b&gt;" in html and "<b>escaped</b>" not in html
+
+
+def test_no_secret_reaches_the_run_folder(ssh_dag_run, ssh_hosts):
+    _, dag_dir = ssh_dag_run
+    key = ssh_hosts.client_key.read_text().split("\n")[1]  # a line of the private key's body
+    for path in dag_dir.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert key not in text and "BEGIN OPENSSH PRIVATE KEY" not in text, path
