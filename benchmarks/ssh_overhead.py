@@ -10,11 +10,11 @@ LocalExecutor (Airflow's default; it accepts SQLite, as `airflow standalone` doe
 one shared JWT secret, the pools of scripts/airflow-init.sh, the DAG triggered with the same conf.
 Per mapped run task: overhead = task duration - meta.json trainer_wall_s (first role start to
 last role exit), split into Airflow's part (task duration - run_one's duration) and the
-launcher's (the rest: for ssh, connect, probe, staging and fetching the logs). An ssh role's own
-start-up over its channel (session, supervisor) falls inside trainer_wall_s, so per variant the
-median task and trainer times are printed too.
-Targets: ssh adds <= 1.0 s median per run; staging to a host that already has the data set
-(staging.json copied_to empty) <= 0.5 s median. Exits 1 when a DAG run fails or nothing was
+launcher's (the rest: for ssh, connect, probe, staging and fetching the logs; ssh.json's step
+timings are printed too). An ssh role's own start-up over its channel (session, supervisor) falls
+inside trainer_wall_s, so per variant the median task and trainer times are printed as well.
+Targets: ssh adds <= 1.0 s median per run; staging to hosts that already have the data set
+(ssh.json data_copied_to empty) <= 0.5 s median. Exits 1 when a DAG run fails or nothing was
 measured; the scratch folder is removed on success (unless --keep) and kept otherwise.
 """
 import argparse
@@ -71,7 +71,8 @@ def measure(tis, dag_dir: Path) -> dict:
 
 
 def report(title: str, run, tis, dag_dir: Path):
-    """Print one mode's lines; (summary line, [cache-hit staging seconds])."""
+    """Print one mode's lines; (DAG run ok and both launchers measured, summary line, [seconds of
+    staging runs that found the data already there])."""
     found = measure(tis, dag_dir)
     print(f"\n== {title}: DAG run {run.run_id}: {run.state}; runs measured: {sum(map(len, found.values()))}")
     medians = {}
@@ -101,18 +102,26 @@ def report(title: str, run, tis, dag_dir: Path):
                 cells.append(f"{launcher} task {statistics.median(r['task'] for r in rows):.2f} s, trainer "
                              f"{statistics.median(r['trainer'] for r in rows):.2f} s")
         print(f"{variant}: medians: {'; '.join(cells)}")
-    hits, copies = [], []
-    for path in dag_dir.glob("*__ssh__*/staging.json"):
-        staging = json.loads(path.read_text())
-        started = json.loads((path.parent / "meta.json").read_text()).get("started_at") or 0
-        (copies if staging["copied_to"] else hits).append((started, path.parent.name, staging))
-    for _, key, staging in sorted(copies):
-        print(f"staging, copying: {key} copied to {', '.join(staging['copied_to'])} in {staging['seconds']:.2f} s")
+    hits, copies, steps = [], [], {}
+    for run_dir in dag_dir.glob("*__ssh__*/"):
+        record = json.loads((run_dir / "ssh.json").read_text()) if (run_dir / "ssh.json").exists() else {}
+        for name, value in record.items():
+            if name.endswith("_s"):
+                steps.setdefault(run_dir.name.split("__")[0], {}).setdefault(name, []).append(value)
+        if "data_s" in record:
+            started = json.loads((run_dir / "meta.json").read_text()).get("started_at") or 0
+            entry = (started, run_dir.name, record["data_copied_to"], record["data_s"])
+            (copies if entry[2] else hits).append(entry)
+    for variant, by_step in sorted(steps.items()):  # the ssh launcher's own timings; roles ~ trainer_wall_s
+        print(f"{variant}: ssh steps (ssh.json), medians: " + ", ".join(
+            f"{name[:-2]} {statistics.median(values):.2f} s" for name, values in by_step.items()))
+    for _, key, copied_to, seconds in sorted(copies):
+        print(f"data staging, copying: {key} copied it to {', '.join(copied_to)} in {seconds:.2f} s")
     if hits:
-        print(f"staging, host already has the data: median {statistics.median(s['seconds'] for *_, s in hits):.3f} s, "
-              f"max {max(s['seconds'] for *_, s in hits):.3f} s over {len(hits)} runs")
+        print(f"data staging, host already has it: median {statistics.median(h[3] for h in hits):.3f} s, "
+              f"max {max(h[3] for h in hits):.3f} s over {len(hits)} runs")
     ok = run.state == "success" and {"local", "ssh"} <= medians.keys()
-    return ok, line, [s["seconds"] for *_, s in hits]
+    return ok, line, [h[3] for h in hits]
 
 
 def start_bg(name: str, args, logs: Path, procs: list):
