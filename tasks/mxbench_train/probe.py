@@ -11,6 +11,22 @@ from .launcher import free_port
 from .telemetry import gpu_environment
 
 
+def machine_id() -> str:
+    """Which machine this is, so that a launcher can tell two "hosts" that are one machine (two
+    addresses of one box) and split its cores between them."""
+    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    import socket
+
+    return socket.gethostname()
+
+
 def probe(address=None) -> dict:
     gpu = gpu_environment()
     port = None
@@ -21,5 +37,5 @@ def probe(address=None) -> dict:
             raise MxbenchError(f"cannot bind {address} on this host ({exc.strerror}): ps-lite's roles bind "
                                "it, so it must be an address this host owns") from None
     return {"cores": os.cpu_count() or 1, "gpus": len(gpu["gpus"]) if gpu["available"] else 0,
-            "gpu_reason": None if gpu["available"] else gpu["reason"], "port": port,
+            "gpu_reason": None if gpu["available"] else gpu["reason"], "port": port, "machine": machine_id(),
             "python": sys.version.split()[0]}

@@ -308,3 +308,12 @@ def test_a_shell_payload_in_a_connection_extra_runs_nothing(ssh_hosts, monkeypat
     assert "mxbench_ssh_1" in str(refused.value)
     for root in (ssh_hosts.root, tmp_path, Path.home(), Path("/tmp")):
         assert not list(root.rglob("pwned")) if root != Path("/tmp") else not (root / "pwned").exists()
+
+
+def test_hosts_that_are_one_machine_share_its_cores():
+    from mxbench.launchers.ssh import cores_per_host
+
+    assert cores_per_host({"a": {"cores": 8, "machine": "m1"}, "b": {"cores": 8, "machine": "m2"}}) == 8
+    assert cores_per_host({"a": {"cores": 8, "machine": "m1"}, "b": {"cores": 8, "machine": "m1"}}) == 4
+    assert cores_per_host({"a": {"cores": 2, "machine": "m1"}, "b": {"cores": 2, "machine": "m1"},
+                           "c": {"cores": 2, "machine": "m1"}}) == 1

@@ -23,6 +23,8 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +104,13 @@ def _absolute(path, what) -> str:
 
 
 # --- commands: pure, every value quoted ------------------------------------------------------
+
+def cores_per_host(probes: Dict[str, dict]) -> int:
+    """Cores a job may use on each host: hosts that report the same machine (two addresses of one
+    box, like the loopback test hosts) share its cores."""
+    per_machine = Counter(p.get("machine") or conn_id for conn_id, p in probes.items())
+    return max(1, min(p["cores"] // per_machine[p.get("machine") or conn_id] for conn_id, p in probes.items()))
+
 
 def role_command(host: SshHost, role: Role, remote_run_dir: str) -> str:
     """The one shell line that runs ``role`` under the supervisor, in the run's folder."""
@@ -271,11 +280,18 @@ class SshLauncher:
         except (ValueError, IndexError):
             raise MxbenchError(f"{host}: {what} printed no result: {out[-300:]!r}") from None
 
+    def _on_each(self, hosts, step) -> dict:
+        """``step(host)`` on every host at once ({conn_id: result}); the first host's error wins."""
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            futures = {h.conn_id: pool.submit(step, h) for h in hosts}
+        return {conn_id: future.result() for conn_id, future in futures.items()}
+
     # the launcher interface
 
     def target(self) -> Target:
         try:
-            probes = [self._probe(h, probe_command(h), "probing the training env") for h in self.hosts]
+            probes = list(self._on_each(self.hosts, lambda h: self._probe(
+                h, probe_command(h), "probing the training env")).values())
         finally:
             self.close()
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes))
@@ -290,15 +306,15 @@ class SshLauncher:
             [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
         steps, ran = Steps(run_dir / "ssh.json"), False
         try:
-            with steps("setup_s"):  # connect, fresh run folders, cores and a port
-                probes = {h.conn_id: self._probe(h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]),
-                                                 "preparing the run folder") for h in hosts}
+            with steps("setup_s"):  # connect, fresh run folders, cores and a port: all hosts at once
+                probes = self._on_each(hosts, lambda h: self._probe(
+                    h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]), "preparing the run folder"))
             with steps("data_s"):
                 data_arg, steps.record["data_copied_to"] = self._stage_data(hosts, Path(data_dir))
             job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
                           pythons={h.address: h.python for h in hosts}, hosts=[h.address for h in hosts],
                           port=probes[hosts[0].conn_id]["port"],
-                          cores_per_host=min(p["cores"] for p in probes.values()))
+                          cores_per_host=cores_per_host(probes))
             plan = plan_roles(job)
             (run_dir / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
             by_address = {h.address: h for h in hosts}
