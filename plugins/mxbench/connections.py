@@ -2,9 +2,11 @@
 
 Called inside tasks only. SSH hosts are SSH connections (apache-airflow-providers-ssh): the
 provider's SSHHook reads login, key, password and host key; mxbench reads its own extras
-(``mxbench_python``, ``mxbench_workdir``, ``mxbench_data_dir``, ``mxbench_address``) and hands
-the launcher plain settings plus ``SSHHook.get_conn``. Host key checking follows the hook: on
-unless the connection's extra says ``"no_host_key_check": true``.
+(``mxbench_python``, ``mxbench_workdir``, ``mxbench_data_dir``, ``mxbench_address``,
+``mxbench_env``) and hands the launcher plain settings plus ``SSHHook.get_conn``. Credentials
+come from the connection only (never the worker's ~/.ssh keys). Host key checking follows the
+hook: on unless the connection's extra says ``"no_host_key_check": true``, which the report
+then states.
 """
 from mxbench_train.errors import MxbenchError
 
@@ -23,7 +25,15 @@ def ssh_host(conn_id: str) -> SshHost:
         extra = hook.get_connection(conn_id).extra_dejson
     except Exception as exc:  # AirflowNotFoundException, or an extra the hook refuses
         raise MxbenchError(f"ssh connection {conn_id!r}: {exc}") from None
-    return host_settings(conn_id, hook.remote_host, extra, connect=hook.get_conn)
+    if not (hook.key_file or hook.pkey or hook.password):
+        raise MxbenchError(f"ssh connection {conn_id!r} has no key or password: give key_file or private_key in "
+                           "its extra, or a password (mxbench does not fall back on the worker's own keys)")
+    if hook.allow_host_key_change:
+        raise MxbenchError(f"ssh connection {conn_id!r} sets allow_host_key_change, which accepts any host key: "
+                           "to turn host key checking off, say so with no_host_key_check: true")
+    hook.look_for_keys = False  # credentials come from the connection only, not from ~/.ssh
+    return host_settings(conn_id, hook.remote_host, extra, connect=hook.get_conn,
+                         checks_host_key=not hook.no_host_key_check)
 
 
 def launcher_for(name: str, params: dict):

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -107,7 +108,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     chosen = params.get("launchers") or ["local"]
     sets = {name: [l for l in members if l in chosen] for name, members in machine_sets().items()}
     write_json(dag_dir / "request.json", {"params": recorded, "runs": runs,
-                                          "targets": {k: vars(v) for k, v in targets.items()},
+                                          "targets": {k: asdict(v) for k, v in targets.items()},
                                           "unavailable": unavailable,
                                           "machine_sets": {k: v for k, v in sets.items() if v}})
     return runs

@@ -128,8 +128,7 @@ def provenance(dag_dir: Path) -> List[str]:
             notes.append(f"ONE MACHINE: the {name} launcher ran multi-host variants on this one machine, each host a "
                          "loopback address (127.0.0.1, 127.0.0.2, ...): the hosts shared its cores and no network "
                          "was crossed.")
-        if target.get("stand_in"):
-            notes.append(f"STAND-IN: the {name} launcher ran against {target['stand_in']}.")
+        notes += [f"{name.upper()} TARGET: {note}" for note in target.get("notes") or []]
         if not target.get("gpus_per_host"):
             notes.append(f"No GPU on the {name} target: training ran on the CPU; GPU columns are n/a, and "
                          "workers on one host share its cores, so scaling shows the host, not MXNet.")

@@ -149,7 +149,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                         "title": "SSH hosts (connection ids)",
                         "description": "Airflow SSH connections, one per host, in order: a variant on n hosts "
                                        "uses the first n; the first runs the scheduler. Extras: mxbench_python, "
-                                       "mxbench_workdir, mxbench_data_dir, mxbench_address, host_key.",
+                                       "mxbench_workdir, mxbench_data_dir, mxbench_address, mxbench_env, "
+                                       "host_key (no_host_key_check: true turns checking off).",
                         "section": "Machines"},
     "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
               "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
@@ -197,6 +198,8 @@ class Target:
     hosts: int
     gpus_per_host: int
     one_machine: bool = False
+    on_this_machine: bool = False  # its hosts include the machine the Airflow task runs on
+    notes: Tuple[str, ...] = ()  # what the report must say about these machines
 
 
 def check_fits(variant: Variant, target: Target) -> Optional[str]:
@@ -241,7 +244,8 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
     return f"{variant_id}__{launcher}__r{repeat}"
 
 
-def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None) -> List[dict]:
+def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
+                sets: Optional[Dict[str, Sequence[str]]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
     All misfits are reported together, one line each, before anything starts. A launcher whose
@@ -260,6 +264,13 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
             problems.append(f"launcher {launcher!r} has no target configured")
             continue
         problems += [p for p in (check_fits(v, targets[launcher]) for v in variants) if p]
+    sets = machine_sets() if sets is None else sets
+    for launcher in launchers:
+        target = targets.get(launcher)
+        if target and target.on_this_machine and "local" in launchers and launcher != "local" \
+                and machine_set_of(launcher, sets) != machine_set_of("local", sets):
+            problems.append(f"the {launcher} hosts include this machine, but the machine sets put {launcher} and "
+                            f"local apart ({MACHINE_SETS_ENV}): their runs would overlap and spoil each other")
     if problems:
         raise VariantError("; ".join(problems))
     # repeat-major: a drift over the hours of a long matrix spreads over every variant and

@@ -40,22 +40,40 @@ def cmd_launch(argv):
 
 
 def cmd_supervise(argv):
+    import math
+
     from .supervise import supervise
+
+    def heartbeat_timeout(text):
+        """--heartbeat-timeout: finite seconds, >= 0."""
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (0: off), not {text!r}")
+        return value
 
     parser = argparse.ArgumentParser(
         prog="python -m mxbench_train supervise",
-        usage="python -m mxbench_train supervise --role NAME --pid-file PATH -- ARGV...",
+        usage="python -m mxbench_train supervise --role NAME --pid-file PATH [--heartbeat-timeout SECONDS] "
+              "-- ARGV...",
         description="Run ARGV (no shell) in its own process group and stop that group when stdin reaches "
                     "EOF (the SSH channel closed) or on SIGTERM, SIGHUP or SIGINT; exit with ARGV's status "
                     "(128+N when signal N ended it), 127 when ARGV cannot start")
     parser.add_argument("--role", required=True, help="the role's name, in the pid file and messages")
     parser.add_argument("--pid-file", required=True, help='written as {NAME: {"pid", "start"}}, what reap reads')
+    parser.add_argument("--heartbeat-timeout", type=heartbeat_timeout, default=0.0, metavar="SECONDS",
+                        help="also stop the group, as on EOF, when nothing has been read from stdin for SECONDS "
+                             "(any byte counts; the launcher writes one every few seconds). A connection that "
+                             "dies silently (network partition, suspended host) never reaches EOF: a stock "
+                             "sshd (ClientAliveInterval 0) does not notice a dead client. Default 0: off")
     # ARGV is everything after the first "--", as is: none of it is parsed here
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     if not argv[split + 1:]:
         parser.error("the role's command goes after --")
-    return supervise(args.role, args.pid_file, argv[split + 1:])
+    return supervise(args.role, args.pid_file, argv[split + 1:], heartbeat_timeout=args.heartbeat_timeout)
 
 
 def cmd_reap(argv):

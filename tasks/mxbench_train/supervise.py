@@ -8,6 +8,14 @@ then), and the whole group is stopped. A supervisor killed outright takes the
 role with it (PR_SET_PDEATHSIG); what the role started itself is left to
 ``reap``, which kills the group recorded in the pid file.
 
+EOF needs a connection that ends cleanly. One that dies silently (a network
+partition, a suspended host, a launcher machine gone without a FIN) is never
+noticed by a stock sshd (``ClientAliveInterval 0``): the session and its pipes
+stay open and the role runs on. ``heartbeat_timeout`` (``--heartbeat-timeout``)
+covers that: the launcher writes a byte to the channel every few seconds, and
+when nothing at all has been read from stdin for that many seconds the group is
+stopped exactly as on EOF. Any byte counts; 0, the default, turns it off.
+
 Linux only, stdlib only.
 """
 import json
@@ -27,8 +35,12 @@ EXIT_SUPERVISOR_FAILED = 125
 EXIT_CANNOT_START = 127
 
 
-def supervise(role: str, pid_file, argv: Sequence[str]) -> int:
-    """Run ``argv`` until it exits or the channel closes; the exit status to report (shell convention)."""
+def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float = 0.0) -> int:
+    """Run ``argv`` until it exits or the channel closes; the exit status to report (shell convention).
+
+    ``heartbeat_timeout`` > 0: also stop the role once stdin has been silent that many seconds
+    (counted from the role's start, then from the last byte read).
+    """
     stop_signals: List[int] = []
     for sig in STOP_SIGNALS:  # before the role starts, so that no stop request is lost
         signal.signal(sig, lambda signum, _frame: stop_signals.append(signum))
@@ -51,7 +63,7 @@ def supervise(role: str, pid_file, argv: Sequence[str]) -> int:
         _say(role, f"cannot write {pid_file}: {exc.strerror or exc}; stopping the role")
         _finish(child)
         return EXIT_SUPERVISOR_FAILED
-    reason = _watch(child.pid, stop_signals)
+    reason = _watch(child.pid, stop_signals, heartbeat_timeout)
     if reason:
         _say(role, f"{reason}, stopping the role")
         _killpg(child.pid, signal.SIGTERM)
@@ -69,13 +81,17 @@ def reap_dir(pids_dir) -> List[Tuple[str, int]]:
     return killed
 
 
-def _watch(pid: int, stop_signals: List[int]) -> Optional[str]:
-    """Wait for the role to exit (None) or for a reason to stop it: stdin's EOF or error, a signal."""
+def _watch(pid: int, stop_signals: List[int], heartbeat_timeout: float = 0.0) -> Optional[str]:
+    """Wait for the role to exit (None) or for a reason to stop it: stdin's EOF or error, a signal,
+    or (``heartbeat_timeout`` > 0) that many seconds without a byte on stdin."""
     poller = select.poll()
     poller.register(0, select.POLLIN)  # POLLHUP, POLLERR and POLLNVAL are reported regardless
+    last_heard = time.monotonic()
     while not _exited(pid):
         if stop_signals:
             return f"got {signal.Signals(stop_signals[0]).name}"
+        if heartbeat_timeout > 0 and time.monotonic() - last_heard >= heartbeat_timeout:
+            return f"no heartbeat from the launcher for {_seconds(heartbeat_timeout)} s"
         # a timeout, not a blocking read: the handlers above only set a flag, and the role may exit
         if poller.poll(launcher.POLL_S * 1000):
             try:
@@ -85,7 +101,13 @@ def _watch(pid: int, stop_signals: List[int]) -> Optional[str]:
                 continue
             except OSError as exc:
                 return f"channel read failed ({exc.strerror or exc})"
+            last_heard = time.monotonic()  # any byte is a heartbeat
     return None
+
+
+def _seconds(value: float) -> str:
+    """``30`` for 30.0, ``2.5`` for 2.5."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _exited(pid: int) -> bool:

@@ -5,6 +5,7 @@ Both launchers run on this machine (the sshd are on its loopback addresses), so 
 machine set's pool: their runs take turns, repeat by repeat.
 """
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,6 +23,10 @@ def ssh_dag_run(airflow_db, ssh_hosts):
     from airflow.dag_processing.dagbag import DagBag
 
     env = ssh_hosts.airflow_env(mxbench_python=train_python())
+    # host 1's key inline, as a secret in the connection: it must never reach a file mxbench writes
+    inline = ssh_hosts.connection(0, mxbench_python=train_python(), private_key=ssh_hosts.client_key.read_text())
+    del inline["extra"]["key_file"]
+    env["AIRFLOW_CONN_MXBENCH_SSH_1"] = json.dumps(inline)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -88,10 +93,16 @@ def test_report_has_the_ssh_local_ratio_and_says_the_launchers_shared_machines(s
     assert "&lt;b&gt;escaped&lt;/b&gt;" in html and "<b>escaped</b>" not in html
 
 
-def test_no_secret_reaches_the_run_folder(ssh_dag_run, ssh_hosts):
+def test_no_secret_reaches_the_run_folder_or_airflow_home(ssh_dag_run, ssh_hosts):
+    import os
+
     _, dag_dir = ssh_dag_run
-    key = ssh_hosts.client_key.read_text().split("\n")[1]  # a line of the private key's body
-    for path in dag_dir.rglob("*"):
-        if path.is_file():
-            text = path.read_text(errors="replace")
-            assert key not in text and "BEGIN OPENSSH PRIVATE KEY" not in text, path
+    body = [line for line in ssh_hosts.client_key.read_text().splitlines() if "PRIVATE KEY" not in line]
+    searched = 0
+    for root in (dag_dir, Path(os.environ["AIRFLOW_HOME"])):
+        for path in root.rglob("*"):
+            if path.is_file() and path.suffix not in (".db", ".png"):
+                text = path.read_text(errors="replace")
+                searched += 1
+                assert not any(line in text for line in body) and "PRIVATE KEY" not in text, path
+    assert searched > 10

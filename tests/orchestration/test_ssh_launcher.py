@@ -69,6 +69,18 @@ def alive(pid):
         return False
 
 
+def children_of(parent):
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def wait_all_dead(pids, seconds=10.0):
     end = time.monotonic() + seconds
     while time.monotonic() < end and any(alive(p) for p in pids):
@@ -83,16 +95,19 @@ PAYLOADS = ["$(touch pwned)", "; touch pwned", "`touch pwned`", "a' ; touch pwne
 
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_role_command_quotes_every_value(payload):
-    host = SshHost("h", "127.0.0.2", python=f"/opt/{payload}/python", workdir=f"/w/{payload}")
+    host = SshHost("h", "127.0.0.2", python=f"/opt/{payload}/python", workdir=f"/w/{payload}",
+                   env={"NOTE": "overridden by the plan", "HOST_ONLY": payload})
     role = Role("worker-0", "worker", "127.0.0.2", (host.python, "-m", "mxbench_train", "train", payload),
                 {"DMLC_ROLE": "worker", "NOTE": payload})
     command = role_command(host, role, f"/w/{payload}/runs/d/r")
     tokens = shlex.split(command)
     assert tokens[:3] == ["cd", f"/w/{payload}/runs/d/r", "&&"]
-    assert tokens[3:6] == ["exec", "env", "DMLC_ROLE=worker"] and tokens[6] == f"NOTE={payload}"
-    assert tokens[7:] == [host.python, "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
-                          f"/w/{payload}/runs/d/r/pids/worker-0.json", "--", *role.argv]
-    assert shlex.split(setup_command(host, f"/w/{payload}/r", bind=True))[3] == f"/w/{payload}/r"
+    assert tokens[3:7] == ["exec", "env", "DMLC_ROLE=worker", f"HOST_ONLY={payload}"]
+    assert tokens[7] == f"NOTE={payload}"  # the plan's value wins over the host's
+    assert tokens[8:] == [host.python, "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
+                          f"/w/{payload}/runs/d/r/pids/worker-0.json", "--heartbeat-timeout", "30", "--",
+                          *role.argv]
+    assert shlex.split(setup_command(host, f"/w/{payload}/r"))[3] == f"/w/{payload}/r"
 
 
 def test_connection_extras_are_checked_before_anything_runs():
@@ -317,3 +332,104 @@ def test_hosts_that_are_one_machine_share_its_cores():
     assert cores_per_host({"a": {"cores": 8, "machine": "m1"}, "b": {"cores": 8, "machine": "m1"}}) == 4
     assert cores_per_host({"a": {"cores": 2, "machine": "m1"}, "b": {"cores": 2, "machine": "m1"},
                            "c": {"cores": 2, "machine": "m1"}}) == 1
+
+
+def test_a_connection_lost_mid_run_fails_the_run_naming_the_host_and_stops_everything(ssh_hosts, monkeypatch,
+                                                                                     cifar_rec, tmp_path):
+    """Host 2's sshd session process dies mid-run (as when the host drops off the network)."""
+    import threading
+
+    params = use_hosts(monkeypatch, ssh_hosts)
+    run_dir = run_dir_for(tmp_path)
+    host2 = ssh_hosts.hosts[1]
+
+    def cut_host2():
+        end = time.monotonic() + 90
+        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
+            time.sleep(0.2)
+        for pid in children_of(host2.pid):  # the per-connection sshd serving the launcher
+            os.kill(pid, signal.SIGKILL)
+
+    cutter = threading.Thread(target=cut_host2)
+    cutter.start()
+    with pytest.raises(RoleFailed, match=r"on host 127\.0\.0\.2 lost its SSH connection to host mxbench_ssh_2"):
+        launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=300)
+    cutter.join()
+    pids = remote_pids(ssh_hosts, run_dir)
+    assert len(pids) == 5 and not wait_all_dead(pids.values(), 10)
+
+
+def test_a_changed_file_on_the_host_is_copied_again(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    from mxbench.launchers.ssh import local_manifest, stage
+
+    host = ssh_hosts.hosts[0]
+    ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
+    remote = f"{host.workdir}/data/changed-{tmp_path.name}"
+    want = local_manifest(cifar_rec)
+    sftp = ssh._client(ssh.hosts[0]).open_sftp()
+    try:
+        assert stage(sftp, remote, cifar_rec, want) is True
+        assert stage(sftp, remote, cifar_rec, want) is False  # cache hit
+        copied = Path(remote) / "cifar10_val.rec"
+        data = bytearray(copied.read_bytes())
+        data[100] ^= 0xFF  # same size, other content: as a half-finished earlier copy could leave it
+        time.sleep(1.1)  # a new modification time
+        copied.write_bytes(bytes(data))
+        assert stage(sftp, remote, cifar_rec, want) is True
+        assert copied.read_bytes() == (cifar_rec / "cifar10_val.rec").read_bytes()
+    finally:
+        sftp.close()
+        ssh.close()
+
+
+def test_a_shared_data_folder_is_used_as_is_and_checked(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    import shutil
+
+    shared = tmp_path / "shared"
+    shutil.copytree(cifar_rec, shared)
+    params = use_hosts(monkeypatch, ssh_hosts, ({"mxbench_data_dir": str(shared), "mxbench_env": {"MXBENCH_MARK": "a b"}},
+                                                {"mxbench_data_dir": str(shared)}))
+    run_dir = run_dir_for(tmp_path)
+    plan, results = launcher(params).execute(ONE_HOST, cifar_rec, run_dir, 300)
+    assert results[0].returncode == 0
+    assert f"{shared}/cifar10_train.rec" in plan[0].argv
+    assert json.loads((run_dir / "ssh.json").read_text())["data_copied_to"] == []
+    (shared / "cifar10_val.rec").write_bytes(b"\0" * (shared / "cifar10_val.rec").stat().st_size)
+    with pytest.raises(MxbenchError, match=r"mxbench_ssh_1 .*shared data folder .* other versions of cifar10_val.rec"):
+        launcher(params).execute(ONE_HOST, cifar_rec, run_dir_for(tmp_path, "again"), 300)
+
+
+def test_a_connection_without_its_own_credentials_is_refused(ssh_hosts, monkeypatch):
+    bare = ssh_hosts.connection(0, mxbench_python=train_python())
+    del bare["extra"]["key_file"]
+    use_hosts(monkeypatch, ssh_hosts, connections_=[bare, ssh_hosts.connection(1)])
+    with pytest.raises(MxbenchError, match="'mxbench_ssh_1' has no key or password"):
+        launcher({"ssh_connections": list(CONN_IDS)})
+    loose = ssh_hosts.connection(0, allow_host_key_change=True)
+    use_hosts(monkeypatch, ssh_hosts, connections_=[loose, ssh_hosts.connection(1)])
+    with pytest.raises(MxbenchError, match="allow_host_key_change"):
+        launcher({"ssh_connections": list(CONN_IDS)})
+
+
+def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
+    """The roles failed; the SFTP fetch then fails too (the connection is gone): the role's error stands."""
+    import paramiko
+
+    from mxbench.launchers.ssh import SshLauncher
+
+    class DeadClient:
+        def open_sftp(self):
+            raise paramiko.SSHException("Server connection dropped: ")
+
+        def close(self):
+            pass
+
+    ssh = SshLauncher([SshHost("h1", "127.0.0.1", connect=lambda: DeadClient())])
+    monkeypatch.setattr(ssh, "_client", lambda host: DeadClient())
+    monkeypatch.setattr(ssh, "_on_each", lambda hosts, step: (_ for _ in ()).throw(MxbenchError("FIRST ERROR")))
+    run_dir = run_dir_for(tmp_path)
+    with pytest.raises(MxbenchError, match="FIRST ERROR"):
+        ssh.execute(ONE_HOST, tmp_path, run_dir, 60)
+    with pytest.raises(MxbenchError, match=r"host h1 \(127.0.0.1\): fetching the run's logs over SFTP failed: "
+                                           "Server connection dropped"):
+        ssh._fetch(ssh.hosts, {"h1": "/nowhere"}, run_dir)

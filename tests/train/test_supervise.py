@@ -71,11 +71,11 @@ def supervisor(tmp_path):
     """Start supervisors the way the SSH launcher does; whatever they leave is SIGKILLed at teardown."""
     started = []
 
-    def start(*argv, role="worker-0", env=None):
+    def start(*argv, role="worker-0", env=None, options=()):
         pid_file = tmp_path / "pids" / "remote" / f"{role}.json"  # the folders do not exist yet
         proc = subprocess.Popen(
             [sys.executable, "-m", "mxbench_train", "supervise", "--role", role, "--pid-file", str(pid_file),
-             "--", *argv],
+             *options, "--", *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
             env=env)
         started.append((proc, pid_file))
@@ -243,6 +243,56 @@ def test_supervisor_sigkilled_role_dies_and_reap_gets_the_rest(supervisor, tmp_p
     assert run_reap(pid_file.parent) == [["worker-0", pid]]
     assert wait_for(lambda: group(pid) == [], 5)
     assert not any(alive(p) for p in leftovers)
+
+
+# --- the channel goes silent: no EOF ever comes ---------------------------------------------------
+
+
+def test_heartbeats_keep_the_role_and_silence_stops_it(supervisor):
+    timeout = 1.5
+    proc, pid_file = supervisor(*SH_WITH_GRANDCHILD, options=("--heartbeat-timeout", f"{timeout}"))
+    assert read_line(proc.stdout) == "ready\n"
+    pid = role_pid(pid_file)
+    assert wait_for(lambda: len(group(pid)) >= 2)
+    members = group(pid)
+
+    end = time.monotonic() + 3.0  # twice the timeout: only the heartbeats keep it going
+    while time.monotonic() < end:
+        proc.stdin.write("x")  # the byte means nothing but "still here"
+        proc.stdin.flush()
+        time.sleep(0.3)
+    assert proc.poll() is None and alive(pid), "the role was stopped despite the heartbeats"
+    proc.stdin.write("\n")  # the last heartbeat; stdin stays open, as over a dead connection
+    proc.stdin.flush()
+    silent_since = time.monotonic()
+
+    rc, _, err = finish(proc, timeout=timeout + KILL_GRACE_S + 5)
+    elapsed = time.monotonic() - silent_since
+    assert timeout - 0.2 <= elapsed < timeout + KILL_GRACE_S, elapsed
+    assert rc == 128 + signal.SIGTERM
+    assert err == "mxbench supervise: worker-0: no heartbeat from the launcher for 1.5 s, stopping the role\n"
+    assert wait_for(lambda: not any(alive(p) for p in members), 5)
+
+
+def test_without_heartbeat_timeout_silence_is_not_a_reason_to_stop(supervisor):
+    proc, pid_file = supervisor(*SH_WITH_GRANDCHILD)  # the default: 0, off
+    assert read_line(proc.stdout) == "ready\n"
+    pid = role_pid(pid_file)
+    time.sleep(3.0)
+    assert proc.poll() is None and alive(pid), "stopped with no heartbeat asked for"
+    proc.stdin.close()
+    rc, _, err = finish(proc, timeout=KILL_GRACE_S + 5)
+    assert rc == 128 + signal.SIGTERM
+    assert err == "mxbench supervise: worker-0: channel closed, stopping the role\n"
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_heartbeat_timeout_must_be_finite_seconds(supervisor, value):
+    proc, pid_file = supervisor("true", options=("--heartbeat-timeout", value))
+    rc, out, err = finish(proc)
+    assert rc == 2
+    assert "--heartbeat-timeout" in err and out == ""
+    assert not pid_file.exists()
 
 
 # --- reap ----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ working folder, whose rank logs and telemetry come back into the local run folde
 import hashlib
 import ipaddress
 import json
+import os
 import posixpath
 import re
 import shlex
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import describe_exit, run_plan
+from mxbench_train.launcher import LaunchInterrupted, describe_exit, run_plan
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
@@ -41,6 +42,8 @@ DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifa
 MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
 DEFAULT_WORKDIR = "/var/tmp/mxbench"
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
+HEARTBEAT_S = 2.0  # the launcher writes a byte to each role's channel this often...
+HEARTBEAT_TIMEOUT_S = 30.0  # ...and its supervisor stops the role after this long without one
 LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -55,6 +58,7 @@ class SshHost:
     workdir: str = DEFAULT_WORKDIR
     data_dir: Optional[str] = None  # a shared folder with the prepared files: used as is
     env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment there
+    checks_host_key: bool = True  # False only where the connection turns checking off explicitly
     # opens an authenticated paramiko SSHClient (SSHHook.get_conn); holds the credentials
     connect: Optional[Callable] = field(default=None, repr=False, compare=False)
 
@@ -62,7 +66,7 @@ class SshHost:
         return f"host {self.conn_id} ({self.address})"
 
 
-def host_settings(conn_id: str, host: str, extra: dict, connect=None) -> SshHost:
+def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_host_key: bool = True) -> SshHost:
     """An SshHost from a connection's host and extra; refuses values that could not work."""
     where = f"ssh connection {conn_id!r}"
     address = str(extra.get("mxbench_address") or host or "")
@@ -89,7 +93,8 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None) -> SshHost
     if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and _plain(str(v))
                                             for k, v in env.items()):
         raise MxbenchError(f"{where}: mxbench_env must be an object of variable names to one-line values")
-    return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()}, connect)
+    return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
+                   checks_host_key, connect)
 
 
 def _plain(text: str) -> bool:
@@ -120,13 +125,15 @@ def role_command(host: SshHost, role: Role, remote_run_dir: str) -> str:
         raise MxbenchError(f"role {role.name}: environment names {bad} cannot be passed to a remote shell")
     env = [f"{k}={v}" for k, v in sorted(variables.items())]
     supervise = [host.python, "-m", "mxbench_train", "supervise", "--role", role.name,
-                 "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"), "--", *role.argv]
+                 "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"),
+                 "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}", "--", *role.argv]
     return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
 
 
-def setup_command(host: SshHost, remote_run_dir: str, bind: bool) -> str:
-    """A fresh run folder, then what the host offers (and a free port when ``bind``)."""
-    probe = [host.python, "-m", "mxbench_train", "probe"] + (["--address", host.address] if bind else [])
+def setup_command(host: SshHost, remote_run_dir: str) -> str:
+    """A fresh run folder, then what the host offers and a free port on its address (binding it
+    proves the host owns the address its roles will bind)."""
+    probe = [host.python, "-m", "mxbench_train", "probe", "--address", host.address]
     return (f"rm -rf -- {shlex.quote(remote_run_dir)} && mkdir -p -- {shlex.quote(remote_run_dir + '/pids')} "
             f"&& {shlex.join(probe)}")
 
@@ -151,18 +158,29 @@ def remote_data_dir(host: SshHost, data_dir: Path) -> str:
 # --- a role on a host: the handle run_plan drives ----------------------------------------------
 
 class RemoteRole:
-    """A role running on a host through one SSH channel; its output streams into its log."""
+    """A role running on a host through one SSH channel; its output streams into its log.
+
+    It sends the supervisor a heartbeat byte every HEARTBEAT_S: a connection that dies without
+    a word (a partition; stock sshd never notices) stops the role after HEARTBEAT_TIMEOUT_S.
+    """
 
     def __init__(self, client, host: SshHost, role: Role, command: str, log_path: Path, echo: bool = False):
+        import paramiko
+
         self.host, self.role, self.pid = host, role, None  # the remote pid lives in its pid file there
         self._code = None
+        self._beat = time.monotonic()
+        self.chan = None
         try:
             self.chan = client.get_transport().open_session()
             self.chan.set_combine_stderr(True)
             self.chan.exec_command(command)
-        except Exception as exc:  # paramiko raises SSHException, EOFError or OSError here
-            raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__} (sshd "
-                               "limits sessions per connection: MaxSessions must exceed the roles per host)"
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            if self.chan is not None:
+                self.chan.close()
+            hint = (" (sshd limits sessions per connection: its MaxSessions must exceed the roles per host)"
+                    if isinstance(exc, paramiko.ChannelException) else "")
+            raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__}{hint}"
                                ) from None
         self._log = open(log_path, "wb")
         self._reader = threading.Thread(target=self._copy, args=(echo,), daemon=True,
@@ -193,7 +211,16 @@ class RemoteRole:
 
     def poll(self) -> Optional[int]:
         if self._code is None and self.chan.exit_status_ready():
+            # sshd may send the status before the last output: let the log catch up first, so
+            # that an error quoting the log's last line quotes the right one
+            self._reader.join(timeout=2)
             self._code = self.chan.recv_exit_status()  # -1: the channel closed without a status
+        elif self._code is None and time.monotonic() - self._beat > HEARTBEAT_S:
+            self._beat = time.monotonic()
+            try:
+                self.chan.send(b".")
+            except Exception:
+                pass  # the connection is gone: exit_status_ready() says so next
         return self._code
 
     def describe(self) -> str:
@@ -223,8 +250,9 @@ class RemoteRole:
             time.sleep(0.05)
 
     def close(self):
+        self._reader.join(timeout=2)  # the output still in flight, before the channel goes
         self.chan.close()
-        self._reader.join(timeout=5)
+        self._reader.join(timeout=2)
         self._log.close()
 
     def record(self):
@@ -289,12 +317,19 @@ class SshLauncher:
     # the launcher interface
 
     def target(self) -> Target:
+        from mxbench_train.probe import machine_id
+
         try:
-            probes = list(self._on_each(self.hosts, lambda h: self._probe(
-                h, probe_command(h), "probing the training env")).values())
+            probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h), "probing the training env"))
         finally:
             self.close()
-        return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes))
+        here = [h.conn_id for h in self.hosts if probes[h.conn_id].get("machine") == machine_id()]
+        notes = [f"the hosts {', '.join(here)} are the machine Airflow runs on (addresses of its own): no network "
+                 "was crossed there, and they share its cores"] if here else []
+        notes += [f"host key checking is OFF for {h.conn_id} (its connection says no_host_key_check)"
+                  for h in self.hosts if not h.checks_host_key]
+        return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes.values()),
+                      on_this_machine=bool(here), notes=tuple(notes))
 
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
         """Run the variant's plan on the first ``variant.hosts`` hosts. ``ssh.json`` in the run
@@ -304,11 +339,11 @@ class SshLauncher:
         remote = {h.conn_id: remote_run_dir(h, run_dir) for h in hosts}
         (run_dir / "remote.json").write_text(json.dumps(
             [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
-        steps, ran = Steps(run_dir / "ssh.json"), False
+        steps, ran, interrupted = Steps(run_dir / "ssh.json"), False, False
         try:
             with steps("setup_s"):  # connect, fresh run folders, cores and a port: all hosts at once
                 probes = self._on_each(hosts, lambda h: self._probe(
-                    h, setup_command(h, remote[h.conn_id], bind=h is hosts[0]), "preparing the run folder"))
+                    h, setup_command(h, remote[h.conn_id]), "preparing the run folder"))
             with steps("data_s"):
                 data_arg, steps.record["data_copied_to"] = self._stage_data(hosts, Path(data_dir))
             job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
@@ -327,12 +362,16 @@ class SshLauncher:
             with steps("roles_s"):
                 results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
             ran = True
+        except LaunchInterrupted:
+            interrupted = True  # the task is being killed: no time to fetch, Airflow SIGKILLs soon
+            raise
         finally:
-            # a failed run's rank logs tell why: bring back what there is, but keep the first error
             try:
-                with steps("fetch_s"):
-                    self._fetch(hosts, remote, run_dir)
-            except MxbenchError:
+                if not interrupted:
+                    # a failed run's rank logs tell why: bring back what there is, keep the first error
+                    with steps("fetch_s"):
+                        self._fetch(hosts, remote, run_dir)
+            except Exception:
                 if ran:
                     raise
             finally:
@@ -349,29 +388,46 @@ class SshLauncher:
         want = local_manifest(data_dir)
         copied = []
         for host in hosts:
-            sftp = self._client(host).open_sftp()
-            try:
+            with self._sftp(host, "copying the data set") as sftp:
                 if host.data_dir:
                     check_shared(sftp, host, host.data_dir, want)
                 elif stage(sftp, remote_data_dir(host, data_dir), data_dir, want):
                     copied.append(host.conn_id)
-            except (OSError, EOFError) as exc:
-                raise MxbenchError(f"{host}: copying the data set over SFTP failed: {exc}") from None
-            finally:
-                sftp.close()
+        if hosts[0].data_dir:  # one shared folder: its content checked once, on the first host
+            sums = self._probe(hosts[0], sha256_command(hosts[0], hosts[0].data_dir), "checksumming the shared data")
+            wrong = [name for name in want if sums.get(name) != want[name]["sha256"]]
+            if wrong:
+                raise MxbenchError(f"{hosts[0]}: the shared data folder {hosts[0].data_dir} (mxbench_data_dir) holds "
+                                   f"other versions of {', '.join(wrong)} than this DAG run prepared")
         if hosts[0].data_dir:
             return hosts[0].data_dir, copied
         # relative to the run folder, so hosts with different workdirs share one command line
         return posixpath.join("..", "..", "..", "data", data_dir.name), copied
 
     def _fetch(self, hosts, remote, run_dir: Path):
+        """Every host's rank logs and telemetry; a host that fails does not stop the others."""
+        errors = []
         for host in hosts:
-            sftp = self._client(host).open_sftp()
             try:
-                fetch_outputs(sftp, remote[host.conn_id], run_dir)
-            except (OSError, EOFError) as exc:
-                raise MxbenchError(f"{host}: fetching the run's logs over SFTP failed: {exc}") from None
-            finally:
+                with self._sftp(host, "fetching the run's logs") as sftp:
+                    fetch_outputs(sftp, remote[host.conn_id], run_dir)
+            except MxbenchError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    @contextmanager
+    def _sftp(self, host: SshHost, what: str):
+        import paramiko
+
+        sftp = None
+        try:
+            sftp = self._client(host).open_sftp()
+            yield sftp
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise MxbenchError(f"{host}: {what} over SFTP failed: {exc or type(exc).__name__}") from None
+        finally:
+            if sftp is not None:
                 sftp.close()
 
     def reap(self, run_dir) -> List:
@@ -394,7 +450,10 @@ class SshLauncher:
                 except MxbenchError as exc:
                     print(f"mxbench: {exc}", file=sys.stderr)
                     continue
-                killed += [(f"{role}@{host.conn_id}", pid) for role, pid in json.loads(out.splitlines()[-1])]
+                try:
+                    killed += [(f"{role}@{host.conn_id}", pid) for role, pid in json.loads(out.splitlines()[-1])]
+                except (ValueError, IndexError, TypeError):
+                    print(f"mxbench: {host}: reaping printed no result: {out[-300:]!r}", file=sys.stderr)
         finally:
             self.close()
         return killed
@@ -497,7 +556,7 @@ def local_manifest(data_dir: Path) -> dict:
             cache[name], changed = entry, True
         manifest[name] = {"size": entry["size"], "sha256": entry["sha256"]}
     if changed:
-        tmp = cache_path.with_name(f".sha256.{threading.get_ident()}.tmp")
+        tmp = cache_path.with_name(f".sha256.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(cache))
         tmp.replace(cache_path)
     return manifest
@@ -512,20 +571,41 @@ def _remote_json(sftp, path: str):
 
 
 def stage(sftp, remote_dir: str, data_dir: Path, want: dict) -> bool:
-    """Copy the data set into ``remote_dir`` unless its manifest and sizes already match; copied?"""
-    if _remote_json(sftp, posixpath.join(remote_dir, MANIFEST)) == want and all(
-            _size(sftp, posixpath.join(remote_dir, name)) == want[name]["size"] for name in want):
+    """Copy the data set into ``remote_dir`` unless it is there already; copied?
+
+    "There" means: the host's manifest lists the same checksums, and each file still has the size
+    and modification time it had when copied (a file changed since is copied again).
+    """
+    manifest = posixpath.join(remote_dir, MANIFEST)
+    have = _remote_json(sftp, manifest) or {}
+    if have.get("files") == want and all(
+            _size_mtime(sftp, posixpath.join(remote_dir, name)) == [want[name]["size"], have["mtimes"].get(name)]
+            for name in want):
         return False
     _makedirs(sftp, remote_dir)
+    try:
+        sftp.remove(manifest)  # a copy cut short must not look complete
+    except OSError:
+        pass
+    mtimes = {}
     for name in want:  # under a temporary name, so a half-copied file never looks complete
         tmp = posixpath.join(remote_dir, f".{name}.partial")
         sftp.put(str(data_dir / name), tmp, confirm=True)
         sftp.posix_rename(tmp, posixpath.join(remote_dir, name))
+        mtimes[name] = _size_mtime(sftp, posixpath.join(remote_dir, name))[1]
     tmp = posixpath.join(remote_dir, f".{MANIFEST}.partial")
     with sftp.open(tmp, "w") as f:
-        f.write(json.dumps(want, indent=1, sort_keys=True))
-    sftp.posix_rename(tmp, posixpath.join(remote_dir, MANIFEST))
+        f.write(json.dumps({"files": want, "mtimes": mtimes}, indent=1, sort_keys=True))
+    sftp.posix_rename(tmp, manifest)
     return True
+
+
+def _size_mtime(sftp, path: str):
+    try:
+        st = sftp.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime]
 
 
 def check_shared(sftp, host: SshHost, remote_dir: str, want: dict):
@@ -533,6 +613,18 @@ def check_shared(sftp, host: SshHost, remote_dir: str, want: dict):
     if wrong:
         raise MxbenchError(f"{host}: the shared data folder {remote_dir} (mxbench_data_dir) lacks the prepared "
                            f"{', '.join(wrong)} (or holds other versions of them)")
+
+
+def sha256_command(host: SshHost, remote_dir: str) -> str:
+    """Checksums of the data files in a folder on the host, as one JSON line (its own python)."""
+    script = ("import hashlib, json, os, sys\n"
+              "def sha(p):\n"
+              "    h = hashlib.sha256()\n"
+              "    with open(p, 'rb') as f:\n"
+              "        for b in iter(lambda: f.read(1 << 20), b''): h.update(b)\n"
+              "    return h.hexdigest()\n"
+              "print(json.dumps({n: sha(os.path.join(sys.argv[1], n)) for n in sys.argv[2:]}))\n")
+    return shlex.join([host.python, "-c", script, remote_dir, *DATA_FILES])
 
 
 def _size(sftp, path: str) -> Optional[int]:
