@@ -121,7 +121,8 @@ def provenance(dag_dir: Path) -> List[str]:
     for machines, members in (request.get("machine_sets") or {}).items():
         if len(members) > 1:
             notes.append(f"SHARED MACHINES: {' and '.join(members)} ran on the same machines (pool mxbench_{machines}, "
-                         "one run at a time, their repeats alternating), so neither slowed the other down.")
+                         "one run at a time), so neither slowed the other down; the launcher table says in which "
+                         "order their repeats ran.")
     for name, target in request.get("targets", {}).items():
         if target.get("one_machine") and any(r["variant"].get("hosts", 1) > 1 and r["launcher"] == name
                                              for r in request.get("runs", [])):

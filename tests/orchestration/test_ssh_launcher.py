@@ -143,7 +143,8 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     assert json.loads((first / "ssh.json").read_text())["data_copied_to"] == ["mxbench_ssh_1"]
     copied = ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name / "cifar10_train.rec"
     assert copied.read_bytes() == (cifar_rec / "cifar10_train.rec").read_bytes()
-    assert not remote_pids(ssh_hosts, first) or not any(alive(p) for p in remote_pids(ssh_hosts, first).values())
+    pids = remote_pids(ssh_hosts, first)
+    assert list(pids) == ["worker-0@host1"] and not alive(pids["worker-0@host1"])
 
     second = run_dir_for(tmp_path, "second")
     launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)

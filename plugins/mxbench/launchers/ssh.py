@@ -505,6 +505,8 @@ def connect(host: SshHost):
 
 def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
     """(exit status, stdout, stderr) of a short command; -1 when no status came back."""
+    import paramiko
+
     try:
         stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
         stdin.close()
@@ -513,7 +515,7 @@ def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
         return stdout.channel.recv_exit_status(), out, err
     except (socket.timeout, TimeoutError):
         return -1, "", f"no answer within {timeout:.0f} s"
-    except Exception as exc:  # the connection went away mid-command
+    except (paramiko.SSHException, OSError, EOFError) as exc:  # the connection went away mid-command
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
 
 
