@@ -66,6 +66,23 @@ def cifar_rec(tmp_path_factory, cifar_source):
     return out
 
 
+def run_dag(conf: dict, env: dict):
+    """``dag.test()`` of the benchmark DAG with ``env`` set meanwhile (then restored): the DagRun
+    and its run folder."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from mxbench import config
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        run = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"].test(run_conf=conf)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    return run, config.dag_run_dir(run.run_id)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Keep the session's Airflow home and runs when something failed, to look at; else tidy up."""
     if exitstatus == 0:

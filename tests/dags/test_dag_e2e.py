@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, train_python
+from conftest import REPO, run_dag, train_python
 
 CRASHING_PYTHON = REPO / "tests" / "fixtures" / "bin" / "python-crashing-bs64"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32", "cpu2w-bs32", "cpu1-bs64"], "repeats": 2,
@@ -22,19 +22,7 @@ SPEED = re.compile(r"Epoch\[(\d+)\] Batch \[\d+-\d+\]\tSpeed: ([\d.]+) samples/s
 
 @pytest.fixture(scope="module")
 def dag_run(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    saved = {k: os.environ.get(k) for k in ("MXBENCH_TRAIN_PYTHON", "MXBENCH_REAL_TRAIN_PYTHON")}
-    os.environ.update(MXBENCH_TRAIN_PYTHON=str(CRASHING_PYTHON), MXBENCH_REAL_TRAIN_PYTHON=train_python())
-    try:
-        dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
-        run = dag.test(run_conf=CONF)
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    from mxbench import config
-
-    return run, config.dag_run_dir(run.run_id)
+    return run_dag(CONF, {"MXBENCH_TRAIN_PYTHON": str(CRASHING_PYTHON), "MXBENCH_REAL_TRAIN_PYTHON": train_python()})
 
 
 def raw_samples_per_sec(run_dir: Path) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, train_python
+from conftest import run_dag, train_python
 
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["local", "ssh"], "repeats": 2,
         "epochs": 2, "synthetic_images": 1000, "notes": ["ssh leg test <b>escaped</b>"]}
@@ -18,26 +18,12 @@ CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["lo
 
 @pytest.fixture(scope="module")
 def ssh_dag_run(airflow_db, ssh_hosts):
-    import os
-
-    from airflow.dag_processing.dagbag import DagBag
-
     env = ssh_hosts.airflow_env(mxbench_python=train_python())
     # host 1's key inline, as a secret in the connection: it must never reach a file mxbench writes
     inline = ssh_hosts.connection(0, mxbench_python=train_python(), private_key=ssh_hosts.client_key.read_text())
     del inline["extra"]["key_file"]
     env["AIRFLOW_CONN_MXBENCH_SSH_1"] = json.dumps(inline)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
-        run = dag.test(run_conf=CONF)
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    from mxbench import config
-
-    return run, config.dag_run_dir(run.run_id)
+    return run_dag(CONF, env)
 
 
 def test_both_legs_measure_and_the_dag_run_succeeds(ssh_dag_run):
