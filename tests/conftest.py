@@ -66,6 +66,15 @@ def cifar_rec(tmp_path_factory, cifar_source):
     return out
 
 
+def alive(pid) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def run_dag(conf: dict, env: dict):
     """``dag.test()`` of the benchmark DAG with ``env`` set meanwhile (then restored): the DagRun
     and its run folder."""

@@ -110,10 +110,10 @@ class LocalProcess:
         return describe_exit(self.popen.returncode)
 
     def terminate(self):
-        _signal_group(self.pid, signal.SIGTERM)
+        signal_group(self.pid, signal.SIGTERM)
 
     def kill(self):
-        _signal_group(self.pid, signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
 
     def wait(self, timeout: float):
         try:
@@ -123,13 +123,14 @@ class LocalProcess:
 
     def close(self):
         # reap the group too: a role's children die with their session leader's group
-        _signal_group(self.pid, signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
 
     def record(self) -> Optional[dict]:
         return {"pid": self.pid, "start": _start_time(self.pid)}
 
 
-def _signal_group(pid, sig):
+def signal_group(pid, sig):
+    """Signal a process group; an empty group is no error."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -66,7 +66,7 @@ def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float
     reason = _watch(child.pid, stop_signals, heartbeat_timeout)
     if reason:
         _say(role, f"{reason}, stopping the role")
-        _killpg(child.pid, signal.SIGTERM)
+        launcher.signal_group(child.pid, signal.SIGTERM)
         end = time.monotonic() + launcher.KILL_GRACE_S
         while not _exited(child.pid) and time.monotonic() < end:
             time.sleep(launcher.POLL_S)
@@ -121,16 +121,10 @@ def _exited(pid: int) -> bool:
 
 def _finish(child: subprocess.Popen) -> int:
     """SIGKILL the role's group (the role, or what it left behind), reap the role; its exit status."""
-    _killpg(child.pid, signal.SIGKILL)
+    launcher.signal_group(child.pid, signal.SIGKILL)
     code = child.wait()
     return 128 - code if code < 0 else code
 
-
-def _killpg(pgid: int, sig: int):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is empty already
 
 
 def _write_pid_file(path: Path, role: str, pid: int):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, train_python
+from conftest import REPO, alive, train_python
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchTimeout, RoleFailed
 from mxbench_train.roles import Role
@@ -60,13 +60,6 @@ def remote_pids(fleet, run_dir):
                 found[f"{role}@{host.name}"] = record["pid"]
     return found
 
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def children_of(parent):

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from conftest import alive
 from mxbench_train.launcher import KILL_GRACE_S
 
 # sleepers never hold the supervisor's stdout: reading it to EOF must not wait for them
@@ -20,13 +21,6 @@ QUIET = ">/dev/null 2>&1"
 # a role with a grandchild in its process group, both sleeping
 SH_WITH_GRANDCHILD = ["sh", "-c", f"sleep 300 {QUIET} & echo ready; exec sleep 300 {QUIET}"]
 
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def start_time(pid):
