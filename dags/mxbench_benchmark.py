@@ -11,7 +11,9 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 3. **<machines>.run_variant**: one mapped task per run, in the pool of the machines it runs on
    (one slot: runs that share machines never overlap and spoil each other's numbers). Launchers
    that share machines share the mapped task, and their repeats alternate (a r1, b r1, a r2, ...).
-   The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.
+   The task is a KubernetesPodOperator subclass: a `kubernetes` run's role pods (scheduler,
+   servers, workers) are all made by that one task; `local` and `ssh` runs go through their
+   launchers. The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.
 4. **parse_logs -> join_results -> report**: tidy tables, the seed-style table, launcher ratios,
    Markdown/HTML/CSV/PNG under `$MXBENCH_HOME/runs/<run id>/report/`. They run even when some runs
    failed; **check_runs** then fails the DAG run so that alerting sees it.
@@ -19,8 +21,11 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 from __future__ import annotations
 
 import pendulum
+# named here so that the dag-processor imports the provider once, not in every parse
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag, task, task_group
 
+from mxbench.operators import RunVariantOperator
 from mxbench.variants import PARAMS_SCHEMA, machine_sets
 
 
@@ -60,22 +65,6 @@ def mxbench_benchmark():
     @task
     def pick(runs: list[dict], launchers: list[str]) -> list[dict]:
         return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
-
-    def follow_run_timeout(context):
-        from mxbench import pipeline
-
-        context["task"].execution_timeout = pipeline.task_timeout(context["params"])
-        print(f"mxbench: task timeout {context['task'].execution_timeout} (run_timeout_minutes + grace)")
-
-    @task(map_index_template="{{ task.op_kwargs['run']['key'] }}", pre_execute=follow_run_timeout)
-    def run_variant(run: dict, data: dict, params=None, run_id=None) -> dict:
-        from mxbench import config, connections, pipeline
-
-        result = pipeline.run_one(run, config.dag_run_dir(run_id), data,
-                                  deadline_s=60 * params["run_timeout_minutes"],
-                                  launcher_for=lambda name: connections.launcher_for(name, params))
-        print(f"mxbench: run {run['key']}: {result['status']} in {result['duration_s']:.1f} s")
-        return result
 
     @task(trigger_rule="all_done")
     def parse_logs(params=None, run_id=None) -> dict:
@@ -117,10 +106,12 @@ def mxbench_benchmark():
     for machines, launchers in machine_sets().items():
         @task_group(group_id=machines)
         def launch(machines=machines, launchers=launchers):
-            return run_variant.override(pool=f"mxbench_{machines}", pool_slots=1).partial(data=data).expand(
-                run=pick(runs, list(launchers)))
+            return RunVariantOperator.partial(
+                task_id="run_variant", pool=f"mxbench_{machines}", pool_slots=1,
+                map_index_template="{{ task.run['key'] }}").expand(run=pick(runs, list(launchers)))
 
         launched.append(launch())
+    data >> launched
     parsed = parse_logs()
     launched >> parsed
     reported = report(join_results(parsed))

@@ -116,3 +116,26 @@ def ssh_hosts(tmp_path_factory):
         yield fleet
     finally:
         fleet.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_standin(tmp_path_factory):
+    """The loopback Kubernetes API server stand-in (tests/support/kube_standin.py): two nodes
+    that are this machine, every manifest strictly validated; stopped at teardown with no pod
+    process left."""
+    from support.kube_standin import start
+
+    with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True) as standin:
+        yield standin
+
+
+def kubernetes_connection(standin, python=None, **pod) -> dict:
+    """An Airflow kubernetes connection (as AIRFLOW_CONN_* JSON) to the stand-in, whose pods run
+    the training env's python and read the data under MXBENCH_HOME/data."""
+    from mxbench import config
+
+    config.data_dir().mkdir(parents=True, exist_ok=True)
+    settings = {"image": "mxbench-standin", "python": python or train_python(),
+                "data": {"host_path": str(config.data_dir())}, **pod}
+    return {"conn_type": "kubernetes",
+            "extra": {"kube_config_path": str(standin.kubeconfig), "namespace": "mxbench", "mxbench_pod": settings}}

@@ -7,11 +7,17 @@ provider's SSHHook reads login, key, password and host key; mxbench reads its ow
 come from the connection only (never the worker's ~/.ssh keys). Host key checking follows the
 hook: on unless the connection's extra says ``"no_host_key_check": true``, which the report
 then states.
+
+The Kubernetes cluster is a ``kubernetes`` connection (apache-airflow-providers-cncf-kubernetes):
+the provider's KubernetesHook reads its kubeconfig or in-cluster settings; its extra
+``mxbench_pod`` says how role pods look (``launchers.kubernetes.SETTINGS_SCHEMA``).
 """
 from mxbench_train.errors import MxbenchError
 
 from . import launchers
+from .launchers.kubernetes import KubernetesLauncher, PodSettings, pod_settings
 from .launchers.ssh import SshHost, SshLauncher, host_settings
+from .variants import DEFAULT_KUBERNETES_CONNECTION
 
 # one attempt: Airflow's task retries are the retry policy, and a dead host is reported at once
 CONNECT_ATTEMPTS = 1
@@ -36,8 +42,35 @@ def ssh_host(conn_id: str) -> SshHost:
                          checks_host_key=not hook.no_host_key_check)
 
 
+def kubernetes_hook(conn_id: str):
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    try:
+        hook = KubernetesHook(conn_id=conn_id)
+        hook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException
+        raise MxbenchError(f"kubernetes connection {conn_id!r}: {exc}") from None
+    return hook
+
+
+def kubernetes_settings(params: dict) -> PodSettings:
+    """The role pods' settings: the connection's ``mxbench_pod`` extra, the image param over its image."""
+    conn_id = params.get("kubernetes_connection") or DEFAULT_KUBERNETES_CONNECTION
+    hook = kubernetes_hook(conn_id)
+    extra = hook.get_connection(conn_id).extra_dejson
+    return pod_settings(conn_id, extra, namespace=hook.get_namespace(), image=params.get("kubernetes_image"))
+
+
 def launcher_for(name: str, params: dict):
-    """The launcher ``name`` with its machines as this DAG run's params and connections say."""
+    """The launcher ``name`` with its machines as this DAG run's params and connections say (the
+    run task makes its Kubernetes launcher itself, with the operator's pod building)."""
     if name == "ssh":
         return SshLauncher([ssh_host(conn_id) for conn_id in params.get("ssh_connections") or []])
+    if name == "kubernetes":
+        settings = kubernetes_settings(params)
+        try:
+            client = kubernetes_hook(settings.conn_id).core_v1_client
+        except Exception as exc:  # a kubeconfig that does not load
+            raise MxbenchError(f"kubernetes connection {settings.conn_id!r}: {exc}") from None
+        return KubernetesLauncher(settings, client)
     return launchers.get(name)

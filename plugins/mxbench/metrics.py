@@ -14,6 +14,7 @@ import pandas as pd
 
 from . import verdict
 from .parse import ParsedLog
+from .variants import HOST_NETWORK_SUFFIX
 
 
 class NoSpeedLines(ValueError):
@@ -210,6 +211,38 @@ def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
     if switches == 1 and min(order.count(a), order.count(b)) > 1:
         return f"blocked: all {order[0]} first, then all {order[-1]}; a drift could pass for a launcher effect"
     return f"mixed ({sequence})"
+
+
+GAP_COLUMNS = {"variant": "string", "part": "string", "launcher": "string", "reference": "string",
+               "ratio": "float64", "ci_low": "float64", "ci_high": "float64", "level": "float64",
+               "p_value": "float64", "alpha": "float64", "n": "Int64", "n_reference": "Int64",
+               "min_detectable": "float64", "outcome": "string", "verdict": "string"}
+
+
+def kubernetes_gap(runs: pd.DataFrame) -> pd.DataFrame:
+    """The seed's open question, answered per variant that also ran with ``hostNetwork: true``: how
+    much of the k8s/ssh gap is the container (k8s on the host network vs ssh) and how much the pod
+    network (k8s on the pod network vs k8s on the host network), each with its verdict."""
+    if runs.empty:
+        return pd.DataFrame(columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
+
+    def speeds(variant, launcher):
+        return ok.loc[(ok["variant"] == variant) & (ok["launcher"] == launcher), "samples_per_sec"]
+
+    rows = []
+    for twin in dict.fromkeys(ok.loc[ok["variant"].str.endswith(HOST_NETWORK_SUFFIX), "variant"]):
+        base = twin[:-len(HOST_NETWORK_SUFFIX)]
+        ssh, pod_net, host_net = speeds(base, "ssh"), speeds(base, "kubernetes"), speeds(twin, "kubernetes")
+        parts = [("whole gap", pod_net, ssh, "kubernetes", "ssh"),
+                 ("container", host_net, ssh, "kubernetes (hostNetwork)", "ssh"),
+                 ("network", pod_net, host_net, "kubernetes (pod network)", "kubernetes (hostNetwork)")]
+        for part, a, b, name, reference in parts:
+            if a.empty or b.empty:
+                continue
+            rows.append({"variant": base, "part": part, "launcher": name, "reference": reference,
+                         **verdict.compare(a, b, name, reference).to_dict()})
+    return pd.DataFrame(rows, columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
 
 
 def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b") -> dict:

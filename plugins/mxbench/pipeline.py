@@ -27,7 +27,7 @@ from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
 from . import config, launchers
-from .metrics import NoSpeedLines, launcher_ratios, run_metrics, summarise
+from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
 from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
 
@@ -371,11 +371,13 @@ def load_table(path: Path) -> pd.DataFrame:
 
 
 def join(dag_dir: Path) -> Dict[str, str]:
-    """``tables/summary.csv`` (the seed-style table) and ``tables/ratios.csv`` (launcher ratios)."""
+    """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios) and
+    ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)."""
     runs = load_table(dag_dir / "tables" / "runs.csv")
     summarise(runs).to_csv(dag_dir / "tables" / "summary.csv", index=False)
     launcher_ratios(runs).to_csv(dag_dir / "tables" / "ratios.csv", index=False)
-    return {name: str(dag_dir / "tables" / f"{name}.csv") for name in ("summary", "ratios")}
+    kubernetes_gap(runs).to_csv(dag_dir / "tables" / "k8s_gap.csv", index=False)
+    return {name: str(dag_dir / "tables" / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap")}
 
 
 def failures(dag_dir: Path) -> List[dict]:

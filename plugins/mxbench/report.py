@@ -91,6 +91,18 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
+    """The k8s/ssh gap by part: ratio, CI, p, n, verdict."""
+    return pd.DataFrame({
+        "variant": gap["variant"], "part": gap["part"], "compared": gap["launcher"] + " / " + gap["reference"],
+        "ratio": gap["ratio"].map(lambda v: _fmt(v, 1, pct=True)),
+        "CI": [f"{lvl:.0%}: [{_fmt(lo, 1, pct=True)}, {_fmt(hi, 1, pct=True)}]"
+               for lvl, lo, hi in zip(gap["level"], gap["ci_low"], gap["ci_high"])],
+        "n": [f"{a} vs {b}" for a, b in zip(gap["n"], gap["n_reference"])],
+        "verdict": gap["verdict"],
+    })
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_none_\n"
@@ -258,6 +270,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     tables = dag_dir / "tables"
     runs, summary = load_table(tables / "runs.csv"), load_table(tables / "summary.csv")
     ratios, epochs = load_table(tables / "ratios.csv"), load_table(tables / "epochs.csv")
+    gap = load_table(tables / "k8s_gap.csv")
     if summary.empty:
         summary = pd.DataFrame(columns=["variant", "launcher", "devices", "samples_per_sec", "sec_per_epoch"])
     plots = dict(PLOTS)
@@ -280,6 +293,9 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         sections.append(("Notes on variants", notes_on_variants))
     sections += [("Failed runs", failed),
                  ("Launcher speed ratio", ratio_table(ratios) if not ratios.empty else NO_RATIO)]
+    if not gap.empty:
+        sections.append(("Where the Kubernetes/ssh gap comes from (container: k8s on the host network vs ssh; "
+                         "network: pod network vs host network)", gap_table(gap)))
     if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))

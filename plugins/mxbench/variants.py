@@ -10,16 +10,20 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-LAUNCHERS = ("local", "ssh")  # the Kubernetes launcher plugs in here
+LAUNCHERS = ("local", "ssh", "kubernetes")
 # Launchers whose runs share machines, by machine set: they share one Airflow pool
 # (``mxbench_<set>``, one slot) and one mapped task, so their runs never overlap and their
 # repeats alternate. Launchers on disjoint machines go in different sets and run in parallel.
-# By default the ssh hosts are this machine's loopback sshd (the demo's): one set.
-MACHINE_SETS = {"local": ("local", "ssh")}
-MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_hosts": ["ssh"]}
+# By default the ssh hosts are this machine's loopback sshd and the Kubernetes nodes the local
+# stand-in's (the demo's): one set. The seed's k8s-vs-ssh study ran both on the same GPU machines,
+# which is one set too.
+MACHINE_SETS = {"local": ("local", "ssh", "kubernetes")}
+MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_hosts": ["ssh", "kubernetes"]}
 DEFAULT_SSH_CONNECTIONS = ("mxbench_ssh_1", "mxbench_ssh_2")
+DEFAULT_KUBERNETES_CONNECTION = "mxbench_kubernetes"
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
-PRESETS = ("cpu-demo", "seed")
+PRESETS = ("cpu-demo", "seed", "seed-k8s")
+HOST_NETWORK_SUFFIX = "-hostnet"  # a variant's twin that runs its pods with hostNetwork: true
 SYNTHETIC = "synthetic"
 
 
@@ -65,6 +69,8 @@ class Variant:
     num_layers: int = 110
     epochs: int = 300
     disp_batches: int = 20
+    host_network: bool = False  # Kubernetes only: pods on the node's network, not the pod network
+    launchers: Tuple[str, ...] = ()  # the only launchers it runs under; empty: every chosen one
 
     @property
     def devices(self) -> int:
@@ -100,6 +106,30 @@ SEED_REFERENCE = {
 }
 
 
+def seed_k8s_preset() -> List[Variant]:
+    """The seed's Kubernetes study: one machine with 4 GPUs (``device``), ``dist_sync`` with every
+    role on one machine, and ``dist_sync`` over two machines; 128 and 256 images per GPU. The
+    two-machine variant also runs its pods with ``hostNetwork: true`` (Kubernetes only), so that
+    the report can split the k8s/ssh gap into the pod network's part and the container's."""
+    variants = []
+    for per_gpu in (128, 256):
+        variants += [
+            Variant(f"device-4gpu-b{per_gpu}", "1 machine, 4 GPUs, device", 4 * per_gpu, gpus_per_worker=4),
+            Variant(f"dist-1x4gpu-b{per_gpu}", "1 machine, 4 workers x 1 GPU, dist_sync", per_gpu, workers=4,
+                    gpus_per_worker=1, kvstore="dist_sync"),
+            Variant(f"dist-2x4gpu-b{per_gpu}", "2 machines x 4 GPUs, dist_sync", 4 * per_gpu, workers=2, hosts=2,
+                    gpus_per_worker=4, kvstore="dist_sync"),
+        ]
+        variants.append(host_network_twin(variants[-1]))
+    return variants
+
+
+def host_network_twin(variant: Variant) -> Variant:
+    """The same variant with its pods on the host network, run under Kubernetes only."""
+    return replace(variant, id=variant.id + HOST_NETWORK_SUFFIX, setup=variant.setup + ", hostNetwork",
+                   host_network=True, launchers=("kubernetes",))
+
+
 def cpu_demo_preset() -> List[Variant]:
     """A CPU matrix that finishes in minutes on 2 cores: 1, 2 and 4 workers, two batch sizes.
 
@@ -118,6 +148,7 @@ def cpu_demo_preset() -> List[Variant]:
     # loopback address of this machine
     variants.append(Variant("cpu2h-bs64", "2 hosts x 1 worker dist_sync (CPU)", 64, workers=2, hosts=2,
                             kvstore="dist_sync", num_layers=8, epochs=3, disp_batches=5))
+    variants.append(host_network_twin(variants[-1]))
     return variants
 
 
@@ -126,13 +157,16 @@ def preset(name: str) -> List[Variant]:
         return seed_preset()
     if name == "cpu-demo":
         return cpu_demo_preset()
+    if name == "seed-k8s":
+        return seed_k8s_preset()
     raise VariantError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
 
 
 # The trigger form. Airflow renders it and refuses a DAG run whose conf breaks it.
 PARAMS_SCHEMA: Dict[str, dict] = {
     "preset": {"default": "cpu-demo", "type": "string", "enum": list(PRESETS), "title": "Matrix preset",
-               "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); "
+               "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); seed-k8s: its "
+                              "Kubernetes-vs-ssh study (4 GPUs device, dist_sync on 1 and 2 machines, hostNetwork); "
                               "cpu-demo: a small CPU matrix that runs in minutes on any machine.",
                "section": "What to run"},
     "only_variants": {"default": [], "type": "array", "items": {"type": "string", "pattern": r"^[\w.-]+$"},
@@ -142,7 +176,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "launchers": {"default": ["local"], "type": "array", "items": {"type": "string", "enum": list(LAUNCHERS)},
                   "minItems": 1, "uniqueItems": True, "title": "Launchers",
                   "description": "How each variant is started; every variant runs under each launcher. "
-                                 "local: processes on the Airflow worker; ssh: the SSH connections below.",
+                                 "local: processes on the Airflow worker; ssh: the SSH connections below; "
+                                 "kubernetes: one pod per role, on the cluster of the Kubernetes connection below.",
                   "section": "What to run"},
     "ssh_connections": {"default": list(DEFAULT_SSH_CONNECTIONS), "type": "array", "minItems": 1, "maxItems": 64,
                         "uniqueItems": True, "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,200}$"},
@@ -152,6 +187,15 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                                        "mxbench_workdir, mxbench_data_dir, mxbench_address, mxbench_env, "
                                        "host_key (no_host_key_check: true turns checking off).",
                         "section": "Machines"},
+    "kubernetes_connection": {"default": DEFAULT_KUBERNETES_CONNECTION, "type": "string",
+                              "pattern": r"^[A-Za-z0-9_.-]{1,200}$", "title": "Kubernetes cluster (connection id)",
+                              "description": "An Airflow kubernetes connection; its extra mxbench_pod holds the pod "
+                                             "settings (image, namespace, resources, data volume, ...): see the README.",
+                              "section": "Machines"},
+    "kubernetes_image": {"default": None, "type": ["null", "string"], "maxLength": 500,
+                         "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "title": "Training image",
+                         "description": "Empty: the connection's mxbench_pod image. One image per MXNet build.",
+                         "section": "Machines"},
     "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
               "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
               "section": "What to run"},
@@ -263,7 +307,8 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
         if launcher not in targets:
             problems.append(f"launcher {launcher!r} has no target configured")
             continue
-        problems += [p for p in (check_fits(v, targets[launcher]) for v in variants) if p]
+        problems += [p for p in (check_fits(v, targets[launcher]) for v in variants
+                                 if not v.launchers or launcher in v.launchers) if p]
     sets = machine_sets() if sets is None else sets
     for launcher in launchers:
         target = targets.get(launcher)
@@ -279,8 +324,9 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
         {"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher, "repeat": r,
          **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})}
         for r in range(1, repeats + 1) for v in variants for launcher in launchers
+        if not v.launchers or launcher in v.launchers
     ]
 
 
 def variant_from_dict(data: dict) -> Variant:
-    return Variant(**data)
+    return Variant(**{**data, "launchers": tuple(data.get("launchers") or ())})

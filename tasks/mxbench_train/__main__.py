@@ -1,4 +1,4 @@
-"""``python -m mxbench_train {train,serve,launch,supervise,reap,probe,prepare-cifar10,synthetic-cifar10}``.
+"""``python -m mxbench_train {train,serve,launch,supervise,pod-role,reap,probe,prepare-cifar10,synthetic-cifar10}``.
 
 Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
 """
@@ -74,6 +74,20 @@ def cmd_supervise(argv):
     if not argv[split + 1:]:
         parser.error("the role's command goes after --")
     return supervise(args.role, args.pid_file, argv[split + 1:], heartbeat_timeout=args.heartbeat_timeout)
+
+
+def cmd_pod_role(argv):
+    from .pod_outputs import run_role
+
+    parser = argparse.ArgumentParser(
+        prog="python -m mxbench_train pod-role", usage="python -m mxbench_train pod-role --outputs DIR -- ARGV...",
+        description="Run a role in a Kubernetes pod, then print DIR's files into the pod log for the launcher")
+    parser.add_argument("--outputs", required=True, help="the folder the role writes its rank logs to")
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("give the role's command after --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    return run_role(args.outputs, argv[split + 1:])
 
 
 def cmd_reap(argv):
@@ -165,7 +179,7 @@ def cmd_serve(_argv):
 
 
 COMMANDS = {"train": cmd_train, "serve": cmd_serve, "launch": cmd_launch,
-            "supervise": cmd_supervise, "reap": cmd_reap, "probe": cmd_probe,
+            "supervise": cmd_supervise, "pod-role": cmd_pod_role, "reap": cmd_reap, "probe": cmd_probe,
             "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
 
 
@@ -175,7 +189,7 @@ def main(argv=None):
         print(f"usage: {USAGE}", file=sys.stderr)
         return 2
     # OpenMP reads this once, at mxnet's import: a lone process gets every core
-    if argv[0] != "supervise":  # its role gets the environment exactly as the caller gave it
+    if argv[0] not in ("supervise", "pod-role"):  # their role gets the environment exactly as given
         os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -27,8 +27,14 @@ def test_dag_file_imports_fast_without_io(dag_file, tmp_path):
     """Parsed every few seconds by the DAG processor: no subprocess, no files, no heavy imports."""
     probe = f"""
 import subprocess, sys, time, importlib.util
+import importlib
 import airflow.sdk  # the cost of Airflow itself is not the DAG file's
 airflow.sdk.DAG("warm_up", schedule=None)  # Airflow's own lazy imports (croniter runs `file` once)
+# nor are the airflow.* modules the file names: the dag-processor imports them once, before it
+# forks a process per parse (parsing_pre_import_modules), just like this
+from airflow.utils.file import iter_airflow_imports
+for module in iter_airflow_imports({str(dag_file)!r}):
+    importlib.import_module(module)
 def refuse(*a, **k): raise AssertionError("subprocess at import")
 subprocess.Popen = refuse
 start = time.perf_counter()
@@ -65,13 +71,27 @@ def test_structure(dagbag):
     assert dag.doc_md and "mxbench_benchmark" in dag.doc_md
 
 
-def test_a_run_tasks_airflow_timeout_follows_the_run_deadline(dagbag):
-    from datetime import timedelta
-    from types import SimpleNamespace
+def test_a_run_task_is_one_kubernetes_pod_operator_per_run(dagbag):
+    """One mapped task per run, never one per role pod: the pool comes from partial() only, and a
+    run's roles must all run at once; not deferrable, so it keeps its pool slot."""
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    from mxbench.operators import RunVariantOperator
 
     run_variant = dagbag.dags["mxbench_benchmark"].get_task("local.run_variant")
-    task = SimpleNamespace(execution_timeout=None)
-    run_variant.partial_kwargs["pre_execute"]({"task": task, "params": {"run_timeout_minutes": 30}})
+    assert issubclass(run_variant.operator_class, KubernetesPodOperator)
+    assert run_variant.operator_class is RunVariantOperator
+    assert set(run_variant.expand_input.value) == {"run"}
+    assert RunVariantOperator(task_id="probe", run={}).deferrable is False
+
+
+def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():
+    from datetime import timedelta
+
+    from mxbench.operators import RunVariantOperator
+
+    task = RunVariantOperator(task_id="probe", run={})
+    task.pre_execute({"params": {"run_timeout_minutes": 30}})
     assert task.execution_timeout == timedelta(minutes=35)  # the launcher's deadline, then Airflow's
 
 

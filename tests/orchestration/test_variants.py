@@ -93,9 +93,10 @@ def test_every_launcher_belongs_to_exactly_one_machine_set():
 def test_machine_sets_from_the_environment_are_checked():
     from mxbench.variants import MACHINE_SETS_ENV, machine_sets
 
-    assert machine_sets({MACHINE_SETS_ENV: '{"local": ["local"], "gpu_hosts": ["ssh"]}'}) == {
-        "local": ("local",), "gpu_hosts": ("ssh",)}
-    for bad in ('{"local": ["local"]}', '{"a": ["local", "ssh"], "b": ["ssh"]}', "not json", "[1]",
+    assert machine_sets({MACHINE_SETS_ENV: '{"local": ["local"], "gpu_hosts": ["ssh", "kubernetes"]}'}) == {
+        "local": ("local",), "gpu_hosts": ("ssh", "kubernetes")}
+    for bad in ('{"local": ["local"]}', '{"local": ["local"], "gpu_hosts": ["ssh"]}',
+                '{"a": ["local", "ssh", "kubernetes"], "b": ["ssh"]}', "not json", "[1]",
                 '{"bad name": ["local", "ssh"]}'):
         with pytest.raises(VariantError, match="MXBENCH_MACHINE_SETS"):
             machine_sets({MACHINE_SETS_ENV: bad})

@@ -4,14 +4,16 @@ A launcher offers ``target()`` (what its machines have, for the up-front
 check), ``execute(variant, data_dir, run_dir, deadline_s)`` and
 ``reap(run_dir)`` (stop what an earlier, killed attempt left running). ``local`` is
 the embedded default; ``ssh`` takes its hosts as settings (``mxbench.connections``
-makes them from Airflow connections); the Kubernetes launcher registers here too.
+makes them from Airflow connections); ``kubernetes`` runs each role as a pod, with the pod
+building of the DAG's run operator (``mxbench.operators``).
 """
 from mxbench_train.errors import MxbenchError
 
+from .kubernetes import KubernetesLauncher
 from .local import LocalLauncher
 from .ssh import SshLauncher
 
-LAUNCHERS = {"local": LocalLauncher, "ssh": SshLauncher}
+LAUNCHERS = {"local": LocalLauncher, "ssh": SshLauncher, "kubernetes": KubernetesLauncher}
 
 
 def get(name: str, **settings):

@@ -1,0 +1,32 @@
+# The Airflow image: scheduler, API server, workers. Orchestration only: it never installs mxnet
+# (MXNet 1.9 needs numpy<1.24, Airflow 3 with pandas 3 needs numpy 2); training runs in the
+# training image (train.Dockerfile) or on SSH hosts.
+#   docker build -f docker/airflow.Dockerfile -t mxbench-airflow:3.3.2 .
+# The tag is the apache-airflow pin of requirements.txt (tests check it), Python as the repo's (3.11).
+FROM apache/airflow:3.3.2-python3.11
+
+# Optional: the constraints file of this Airflow version, e.g.
+# https://raw.githubusercontent.com/apache/airflow/constraints-3.3.2/constraints-3.11.txt
+# Off by default: requirements.txt's own pins win, and may differ from the constraints.
+ARG AIRFLOW_CONSTRAINTS=""
+# Runs' folders (data, run logs, reports): mount a volume here.
+ENV MXBENCH_HOME=/opt/airflow/mxbench
+
+# As the image's airflow user (the official image wants pip run as it), apache-airflow repeated
+# so that pip can never swap the base image's Airflow for another version.
+COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
+RUN pip install --no-cache-dir ${AIRFLOW_CONSTRAINTS:+--constraint "${AIRFLOW_CONSTRAINTS}"} \
+      "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/requirements.txt
+
+# The AIRFLOW_HOME layout: dags/ and plugins/ where Airflow looks; pyproject.toml at /opt/airflow
+# maps the mxbench package to plugins/mxbench, as in the repo.
+COPY --chown=airflow:root pyproject.toml /opt/airflow/pyproject.toml
+COPY --chown=airflow:root plugins /opt/airflow/plugins
+COPY --chown=airflow:root dags /opt/airflow/dags
+COPY --chown=airflow:root tasks /opt/airflow/tasks
+# mxbench_train (the pure role plan; no mxnet): installed, not editable.
+# mxbench: editable, i.e. the plugins/mxbench folder itself, so that `import mxbench` and the
+# `mxbench` command run exactly the code Airflow loads as plugins (one copy, not two).
+RUN pip install --no-cache-dir --no-deps /opt/airflow/tasks \
+ && pip install --no-cache-dir --no-deps --editable /opt/airflow \
+ && mkdir -p "${MXBENCH_HOME}"

@@ -1,0 +1,93 @@
+"""The DAG's run task: one mapped instance per run, a KubernetesPodOperator subclass.
+
+Why one operator for every launcher: launchers that share machines (ssh and Kubernetes on the
+same GPU boxes, as in the seed's k8s-vs-ssh study) must share one mapped task in one pool, so
+that their runs never overlap and their repeats alternate; Airflow takes a mapped task's pool
+from ``partial()`` only. A Kubernetes run's role pods are made by this operator itself: its
+connection and hook, its pod building (``build_pod_request_obj``: pod template file, labels,
+namespace, mutation hook), its ``PodManager`` for start-up, and pod deletion; a local or ssh
+run goes through its launcher. Not deferrable: a deferred task hands its pool slot back, and a
+run's roles must all run at once while nothing else runs on those machines.
+"""
+from __future__ import annotations
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+
+class RunVariantOperator(KubernetesPodOperator):
+    """Run one run of the matrix (``run``: a dict from ``expand_variants``) under its launcher."""
+
+    template_fields = ()  # ``run`` comes from XCom as data; nothing here is a template
+    ui_color = "#d6e9f8"
+
+    def __init__(self, *, run: dict, **kwargs):
+        kwargs.setdefault("deferrable", False)
+        super().__init__(**kwargs)
+        self.run = run
+        self._run_pods = None
+
+    def pre_execute(self, context):
+        from mxbench import pipeline
+
+        # the task timeout follows the DAG run's run_timeout_minutes, known only now
+        self.execution_timeout = pipeline.task_timeout(context["params"])
+        print(f"mxbench: task timeout {self.execution_timeout} (run_timeout_minutes + grace)")
+        return super().pre_execute(context)
+
+    def execute(self, context):
+        from airflow.sdk.exceptions import AirflowException
+
+        from mxbench import config, connections, pipeline
+
+        params, dag_dir = context["params"], config.dag_run_dir(context["run_id"])
+
+        def launcher_for(name):
+            if name == "kubernetes":
+                return self.kubernetes_launcher(context)
+            return connections.launcher_for(name, params)
+
+        data = pipeline.read_json(dag_dir / "data.json")
+        if data is None:
+            cause = pipeline.root_cause(dag_dir) or "no data.json: prepare_data has not run"
+            raise AirflowException(f"run {self.run['key']}: {cause}")
+        result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
+                                  launcher_for=launcher_for)
+        if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
+            raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
+        print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")
+
+    def kubernetes_launcher(self, context):
+        """The Kubernetes launcher with this operator's client, PodManager and base pod."""
+        from mxbench import connections
+        from mxbench.launchers.kubernetes import KubernetesLauncher, pod_template
+
+        params = context["params"]
+        settings = connections.kubernetes_settings(params)
+        self.kubernetes_conn_id = settings.conn_id
+        self.image, self.namespace = settings.image, settings.namespace
+        self.pod_template_file = settings.pod_template_file
+        # mxbench's pod settings over the template file; the operator adds Airflow's labels
+        self.full_pod_spec = _as_v1pod(self.client.api_client, pod_template(settings))
+        base = self.client.api_client.sanitize_for_serialization(self.build_pod_request_obj(context))
+        return KubernetesLauncher(settings, self.client, self.pod_manager, base_pod=base,
+                                  on_pods=lambda pods: setattr(self, "_run_pods", pods))
+
+    def on_kill(self) -> None:
+        """Delete every pod of the current run; ``execute`` then fails the task."""
+        self._killed = True
+        pods = self._run_pods
+        if pods is not None:
+            try:
+                pods.delete_all()
+            except Exception as exc:
+                self.log.error("could not delete the pods of run %s: %s", self.run.get("key"), exc)
+
+
+def _as_v1pod(api_client, manifest: dict):
+    """A pod manifest as the kubernetes client's V1Pod model (what the operator's fields hold)."""
+    import json
+
+    class _Response:
+        data = json.dumps(manifest)
+
+    return api_client.deserialize(_Response(), "V1Pod")

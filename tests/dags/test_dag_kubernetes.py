@@ -1,0 +1,221 @@
+"""The Kubernetes leg through the real KubernetesPodOperator subclass and the real `kubernetes`
+client, against the loopback API server stand-in (tests/support/kube_standin.py), with real
+tiny MXNet training in every pod: a single-pod run, role-pod dist_sync runs on two nodes (pod
+network and hostNetwork), side by side with ssh in one DAG run; a role pod that exits non-zero;
+a pod that never schedules; the task killed by SIGTERM; the task SIGKILLed, then retried.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import kubernetes_validate
+import pandas as pd
+import pytest
+
+from conftest import REPO, kubernetes_connection, run_dag, train_python
+
+CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2h-bs64", "cpu2h-bs64-hostnet"],
+        "launchers": ["ssh", "kubernetes"], "repeats": 2, "epochs": 2, "synthetic_images": 1000}
+CRASHING_PYTHON = REPO / "tests" / "fixtures" / "bin" / "python-crashing-bs64"
+
+
+def core_api(standin):
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+
+
+def pods_left(standin):
+    return [p.metadata.name for p in core_api(standin).list_pod_for_all_namespaces().items]
+
+
+def k8s_env(standin, **pod):
+    return {"AIRFLOW_CONN_MXBENCH_KUBERNETES": json.dumps(kubernetes_connection(standin, **pod))}
+
+
+@pytest.fixture(scope="module")
+def k8s_dag_run(airflow_db, ssh_hosts, kube_standin):
+    env = {**ssh_hosts.airflow_env(mxbench_python=train_python()), **k8s_env(kube_standin)}
+    return run_dag(CONF, env)
+
+
+def test_every_run_measures_and_the_dag_run_succeeds(k8s_dag_run, kube_standin):
+    run, dag_dir = k8s_dag_run
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert runs["status"].to_dict() == {key: "ok" for key in runs.index}, runs["cause"].dropna().to_dict()
+    assert len(runs) == 2 * (2 + 2 + 1)  # the hostNetwork twin runs under kubernetes only
+    assert (runs["samples_per_sec"] > 0).all()
+    assert run.state == "success"
+    assert pods_left(kube_standin) == []  # every pod of every run deleted
+
+
+def test_a_single_worker_variant_is_one_pod(k8s_dag_run):
+    _, dag_dir = k8s_dag_run
+    run_dir = dag_dir / "cpu1-bs64__kubernetes__r1"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [(r["name"], r["host"]) for r in plan] == [("worker-0", "standin-node-1")]
+    assert (run_dir / "rank0.log").is_file()  # came back through the pod log
+
+
+def test_dist_sync_roles_are_pods_on_two_nodes_wired_by_pod_ip(k8s_dag_run, kube_standin):
+    _, dag_dir = k8s_dag_run
+    for variant, host_network in (("cpu2h-bs64", False), ("cpu2h-bs64-hostnet", True)):
+        run_dir = dag_dir / f"{variant}__kubernetes__r1"
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert {r["name"]: r["host"] for r in plan} == {
+            "scheduler": "standin-node-1", "server-0": "standin-node-1", "server-1": "standin-node-2",
+            "worker-0": "standin-node-1", "worker-1": "standin-node-2"}
+        record = json.loads((run_dir / "kubernetes.json").read_text())
+        assert record["host_network"] is host_network and record["nodes"] == ["standin-node-1", "standin-node-2"]
+        # the scheduler's own pod IP (pod network) or its node's (hostNetwork), bound by ps-lite itself
+        assert record["scheduler_ip"].startswith("127.0.1." if host_network else "127.0.1")
+        assert record["scheduler_ip"] != "127.0.0.1"
+        assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log"]
+        worker_log = (run_dir / "roles" / "worker-0.log").read_text()
+        assert "Speed:" in worker_log and "mxbench outputs" not in worker_log
+    manifests = [json.loads(line) for line in (Path(kube_standin.root) / "manifests.jsonl").read_text().splitlines()]
+    pods = [m for m in manifests if m.get("kind") == "Pod"]
+    assert len(pods) >= 2 * (1 + 5 + 5)
+    for pod in pods:  # the stand-in refused anything invalid; check the accepted ones once more
+        kubernetes_validate.validate(pod, "1.34.0", strict=True)
+        labels = pod["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "mxbench" and labels["dag_id"] == "mxbench_benchmark"
+        assert labels["task_id"] == "local.run_variant" and "mxbench.io/run" in labels
+    assert len({p["metadata"]["name"] for p in pods}) == len(pods)
+
+
+def test_kubernetes_and_ssh_take_turns_in_one_mapped_task(k8s_dag_run):
+    run, dag_dir = k8s_dag_run
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").sort_values("started_at")
+    assert (runs["started_at"].iloc[1:].to_numpy() >= runs["ended_at"].iloc[:-1].to_numpy()).all()
+    tis = sorted((ti for ti in run.get_task_instances() if ti.task_id == "local.run_variant"),
+                 key=lambda ti: ti.map_index)
+    assert [ti.rendered_map_index for ti in tis][:5] == [
+        "cpu1-bs64__ssh__r1", "cpu1-bs64__kubernetes__r1", "cpu2h-bs64__ssh__r1", "cpu2h-bs64__kubernetes__r1",
+        "cpu2h-bs64-hostnet__kubernetes__r1"]
+
+
+def test_report_gives_the_k8s_ssh_verdict_and_splits_the_gap(k8s_dag_run):
+    _, dag_dir = k8s_dag_run
+    ratios = pd.read_csv(dag_dir / "tables" / "ratios.csv")
+    rows = ratios[(ratios["launcher"] == "kubernetes") & (ratios["reference"] == "ssh")].set_index("variant")
+    assert set(rows.index) == {"cpu1-bs64", "cpu2h-bs64"}
+    assert (rows["ratio"] > 0).all() and "too few repeats to tell" in rows.loc["cpu2h-bs64", "verdict"]
+    gap = pd.read_csv(dag_dir / "tables" / "k8s_gap.csv")
+    assert list(gap["part"]) == ["whole gap", "container", "network"] and set(gap["variant"]) == {"cpu2h-bs64"}
+    md = (dag_dir / "report" / "report.md").read_text()
+    assert "| cpu2h-bs64 | kubernetes / ssh |" in md
+    assert "Where the Kubernetes/ssh gap comes from" in md
+    assert "local Kubernetes stand-in" in md  # the report says what the cluster was
+
+
+def test_a_failing_role_pod_ends_its_run_and_deletes_its_pods_while_others_go_on(airflow_db, kube_standin):
+    env = k8s_env(kube_standin, python=str(CRASHING_PYTHON), env={"MXBENCH_REAL_TRAIN_PYTHON": train_python()})
+    conf = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32", "cpu2h-bs64"], "launchers": ["kubernetes"],
+            "repeats": 1, "epochs": 1, "synthetic_images": 1000}
+    run, dag_dir = run_dag(conf, env)
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert runs.loc["cpu1-bs32__kubernetes__r1", "status"] == "ok"
+    cause = runs.loc["cpu2h-bs64__kubernetes__r1", "cause"]
+    assert runs.loc["cpu2h-bs64__kubernetes__r1", "status"] == "failed"
+    assert "role worker-" in cause and "exited with code 139" in cause and "(pod mxb-" in cause
+    assert run.state == "failed"
+    assert pods_left(kube_standin) == []
+
+
+def test_a_pod_that_never_schedules_fails_with_a_named_timeout(airflow_db, kube_standin, tmp_path):
+    from mxbench import config, connections
+    from mxbench.variants import Variant
+    from mxbench_train.launcher import RoleFailed
+
+    os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(kube_standin,
+                                                                                      startup_timeout_s=2))
+    try:
+        launcher = connections.launcher_for("kubernetes", {"kubernetes_connection": "mxbench_kubernetes"})
+    finally:
+        del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
+    data = config.data_dir() / "rec-none"
+    data.mkdir(parents=True, exist_ok=True)
+    gpu = Variant("gpu1-bs64", "1 GPU", 64, gpus_per_worker=1, kvstore="device", num_layers=8, epochs=1)
+    run_dir = tmp_path / "dag-run" / "gpu1-bs64__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    started = time.monotonic()
+    with pytest.raises(RoleFailed, match=r"worker-0 .*was not scheduled and started within 2 s .*"
+                                         r"FailedScheduling: 0/2 nodes are available: 1 Insufficient nvidia.com/gpu"):
+        launcher.execute(gpu, data, run_dir, deadline_s=60)
+    assert time.monotonic() - started < 20
+    assert pods_left(kube_standin) == []
+
+
+def start_dag_test(conf, env):
+    """``airflow dags test`` in its own process: the task can be killed as a worker would kill it."""
+    airflow = Path(sys.executable).with_name("airflow")
+    return subprocess.Popen([str(airflow), "dags", "test", "mxbench_benchmark", "-c", json.dumps(conf)],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def wait_for_running_worker(standin, process, timeout=180):
+    api = core_api(standin)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        running = [p for p in api.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/component=worker").items
+                   if p.status.phase == "Running"]
+        if running:
+            return running
+        assert process.poll() is None, process.stdout.read()[-3000:]
+        time.sleep(0.2)
+    raise AssertionError("no worker pod ran")
+
+
+KILL_CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["kubernetes"], "repeats": 1,
+             "epochs": 30, "synthetic_images": 1000, "run_timeout_minutes": 10}
+
+
+def newest_run_dir():
+    from mxbench import config
+
+    return max((config.home() / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+def test_sigterm_to_the_task_deletes_its_pods_and_the_task_fails(airflow_db, kube_standin):
+    process = start_dag_test({**KILL_CONF, "notes": ["sigterm"]}, k8s_env(kube_standin))
+    wait_for_running_worker(kube_standin, process)
+    os.kill(process.pid, signal.SIGTERM)
+    out, _ = process.communicate(timeout=180)
+    assert pods_left(kube_standin) == [], out[-3000:]
+    meta = json.loads((newest_run_dir() / "cpu2h-bs64__kubernetes__r1" / "meta.json").read_text())
+    assert meta["status"] == "failed" and "SIGTERM" in meta["cause"]
+    assert re.findall(r"DagRun Finished: .*state=(\w+)", out) == ["failed"]
+
+
+def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standin):
+    from mxbench import connections, pipeline
+
+    env = k8s_env(kube_standin)
+    process = start_dag_test({**KILL_CONF, "notes": ["sigkill"]}, env)
+    left = {p.metadata.name for p in wait_for_running_worker(kube_standin, process)}
+    os.killpg(process.pid, signal.SIGKILL)  # the task and its runner, as an OOM kill would
+    process.wait(timeout=30)
+    assert left <= set(pods_left(kube_standin))  # nobody cleaned up: the pods run on
+    dag_dir = newest_run_dir()
+    request = json.loads((dag_dir / "request.json").read_text())
+    (run,) = request["runs"]
+    params = {**request["params"], "epochs": 1}
+    run["variant"]["epochs"] = 1
+    os.environ.update(env)
+    try:
+        result = pipeline.run_one(run, dag_dir, json.loads((dag_dir / "data.json").read_text()), deadline_s=300,
+                                  launcher_for=lambda name: connections.launcher_for(name, params))
+    finally:
+        del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
+    assert result["status"] == "ok"
+    meta = json.loads((dag_dir / run["key"] / "meta.json").read_text())
+    assert left <= {name for name, _ in meta["reaped"]}
+    assert not left & set(pods_left(kube_standin)) and pods_left(kube_standin) == []
+    assert (dag_dir / "attempts" / f"{run['key']}.1" / "meta.json").is_file()  # the killed attempt, kept
