@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _stack import REPO, TRAIN_PYTHON, airflow, load_dag, measure, real_scheduler, stack_env, step_timings
+from _stack import TRAIN_PYTHON, airflow, load_dag, measure, real_scheduler, stack_env, step_timings
 
 SSH_TARGET_S, STAGING_TARGET_S = 1.0, 0.5
 

@@ -21,7 +21,8 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 from __future__ import annotations
 
 import pendulum
-# named here so that the dag-processor imports the provider once, not in every parse
+# named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
+# airflow.* modules a DAG file names, once, before it forks a process per parse
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag, task, task_group
 

@@ -17,14 +17,13 @@ def trainer_args(variant: Variant, data_dir: str, log_dir: str) -> tuple:
             "--data-train", PurePosixPath(data_dir) / "cifar10_train.rec",
             "--data-val", PurePosixPath(data_dir) / "cifar10_val.rec",
             "--log-dir", log_dir]
-    if variant.gpus_per_worker:
-        args += ["--gpus", ",".join(str(g) for g in range(variant.gpus_per_worker))]
-    return tuple(str(a) for a in args)
+    return tuple(str(a) for a in args)  # --gpus is each worker's own: the role plan adds it
 
 
 def job_for(variant: Variant, *, data_dir, log_dir, python, hosts, port, cores_per_host, env=None,
-            pythons=None) -> Job:
+            pythons=None, split_host_gpus=True) -> Job:
     return Job(trainer_args=trainer_args(variant, data_dir, log_dir), kvstore=variant.kvstore,
                workers=variant.workers, hosts=tuple(hosts)[:variant.hosts], port=port, python=python,
                pythons=dict(pythons or {}), cores_per_host=cores_per_host,
-               env={"PYTHONUNBUFFERED": "1", **(env or {})})
+               env={"PYTHONUNBUFFERED": "1", **(env or {})}, gpus_per_worker=variant.gpus_per_worker,
+               split_host_gpus=split_host_gpus)

@@ -58,6 +58,8 @@ class RunVariantOperator(KubernetesPodOperator):
 
     def kubernetes_launcher(self, context):
         """The Kubernetes launcher with this operator's client, PodManager and base pod."""
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
         from mxbench import connections
         from mxbench.launchers.kubernetes import KubernetesLauncher, pod_template
 
@@ -67,27 +69,20 @@ class RunVariantOperator(KubernetesPodOperator):
         self.image, self.namespace = settings.image, settings.namespace
         self.pod_template_file = settings.pod_template_file
         # mxbench's pod settings over the template file; the operator adds Airflow's labels
-        self.full_pod_spec = _as_v1pod(self.client.api_client, pod_template(settings))
+        self.full_pod_spec = PodGenerator.deserialize_model_dict(pod_template(settings))
         base = self.client.api_client.sanitize_for_serialization(self.build_pod_request_obj(context))
         return KubernetesLauncher(settings, self.client, self.pod_manager, base_pod=base,
-                                  on_pods=lambda pods: setattr(self, "_run_pods", pods))
+                                  on_pods=lambda pods: setattr(self, "_run_pods", pods),
+                                  should_stop=lambda: self._killed)
 
     def on_kill(self) -> None:
-        """Delete every pod of the current run; ``execute`` then fails the task."""
+        """Delete every pod of the current run, and start no more; ``execute`` then fails the task.
+        (While the roles run, the launcher's own SIGTERM handler stops them first.)"""
         self._killed = True
         pods = self._run_pods
         if pods is not None:
             try:
-                pods.delete_all()
+                pods.delete_all(wait_s=0)  # no waiting: Airflow SIGKILLs the task 5 s after SIGTERM
             except Exception as exc:
                 self.log.error("could not delete the pods of run %s: %s", self.run.get("key"), exc)
 
-
-def _as_v1pod(api_client, manifest: dict):
-    """A pod manifest as the kubernetes client's V1Pod model (what the operator's fields hold)."""
-    import json
-
-    class _Response:
-        data = json.dumps(manifest)
-
-    return api_client.deserialize(_Response(), "V1Pod")

@@ -166,6 +166,7 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     warnings: Dict[str, str] = {}
     records = {}
     restore = _raise_on_sigterm()
+    deadline = time.monotonic() + deadline_s  # starting the roles counts too (a pod may wait for a node)
     try:
         for role in plan:  # scheduler first: the plan lists it first
             logs[role.name] = log_dir / "roles" / f"{role.name}.log"
@@ -175,7 +176,7 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
             if record:
                 records[role.name] = record
                 _write_json(log_dir / "pids.json", records)
-        _wait(plan, procs, logs, ended, warnings, time.monotonic() + deadline_s, deadline_s)
+        _wait(plan, procs, logs, ended, warnings, deadline, deadline_s)
     finally:
         _kill_all(procs.values())
         restore()

@@ -20,7 +20,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 BEGIN = "=== mxbench outputs v1 begin ==="
 END = "=== mxbench outputs v1 end sha256="
-MAX_BYTES = 32 * 1024 * 1024  # a pod log is no place for more; past this the bundle says what it left out
+# the block, compressed: base64 makes it a third bigger, and the kubelet rotates a container's log
+# at 10 MiB by default (the API serves only the current file); past this the block says what it left out
+MAX_BYTES = 4 * 1024 * 1024
 LINE = 76
 
 
@@ -58,18 +60,18 @@ def print_bundle(folder: str, out=None) -> None:
 
 
 def pack(folder: Path) -> Tuple[bytes, List[str]]:
-    """Every regular file under ``folder`` as a tar.gz, smallest first up to MAX_BYTES; (data, skipped)."""
-    buffer, total, skipped = io.BytesIO(), 0, []
+    """Every regular file under ``folder`` as a tar.gz of at most MAX_BYTES, the biggest files left
+    out first when it would be more; (data, names left out)."""
     files = sorted((p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()), key=lambda p: p.stat().st_size)
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in files:
-            size = path.stat().st_size
-            if total + size > MAX_BYTES:
-                skipped.append(str(path.relative_to(folder)))
-                continue
-            total += size
-            tar.add(path, arcname=str(path.relative_to(folder)))
-    return buffer.getvalue(), skipped
+    skipped = []
+    while True:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for path in files:
+                tar.add(path, arcname=str(path.relative_to(folder)))
+        if len(buffer.getvalue()) <= MAX_BYTES or not files:
+            return buffer.getvalue(), skipped
+        skipped.append(str(files.pop().relative_to(folder)))
 
 
 class BundleError(ValueError):
@@ -92,6 +94,8 @@ def split_log(lines: Iterable[str]) -> Tuple[List[str], Optional[bytes], List[st
             skipped = [s for s in rest.rstrip(" =").split(",") if s and s != "-"]
         elif inside:
             body.append(line)
+        elif line.startswith(END):
+            raise BundleError("the outputs block in the pod log has lost its beginning (a rotated log?)")
         else:
             kept.append(line)
     if inside:
@@ -100,14 +104,14 @@ def split_log(lines: Iterable[str]) -> Tuple[List[str], Optional[bytes], List[st
 
 
 def unpack(data: bytes, dest: Path, keep: Iterable[str] = ()) -> List[str]:
-    """Extract a bundle into ``dest``; plain files only, nothing outside ``dest``, and never over
-    a name in ``keep`` (the launcher's own records). Returns the names written."""
+    """Extract a bundle into ``dest``; plain files only, nothing outside ``dest``, and nothing
+    whose first path part is in ``keep`` (the launcher's own records). Returns the names written."""
     dest = Path(dest).resolve()
     written, keep = [], set(keep)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member in tar.getmembers():
             target = (dest / member.name).resolve()
-            if not member.isfile() or dest not in target.parents or member.name in keep:
+            if not member.isfile() or dest not in target.parents or member.name.split("/")[0] in keep:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(tar.extractfile(member).read())

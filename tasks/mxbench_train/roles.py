@@ -26,6 +26,10 @@ class Job:
     pythons: Mapping[str, str] = field(default_factory=dict)  # host -> its interpreter, where not python
     cores_per_host: int = 1
     env: Mapping[str, str] = field(default_factory=dict)  # passed to every role
+    gpus_per_worker: int = 0  # each worker trains on this many GPUs (``--gpus``); 0: on the CPU
+    # workers on one host split its GPUs (the 2nd of 4 one-GPU workers gets GPU 1); False: every
+    # worker numbers its own GPUs from 0 (a Kubernetes pod sees only the GPUs it was given)
+    split_host_gpus: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,11 @@ def plan_roles(job: Job) -> List[Role]:
     if not job.hosts:
         raise ValueError("a job needs at least one host")
 
-    def trainer(host):
-        return (job.pythons.get(host, job.python), "-m", TRAINER_MODULE, "train", *job.trainer_args)
+    def trainer(host, nth_on_host=0):
+        first = nth_on_host * job.gpus_per_worker if job.split_host_gpus else 0
+        gpus = ("--gpus", ",".join(str(g) for g in range(first, first + job.gpus_per_worker))) \
+            if job.gpus_per_worker else ()
+        return (job.pythons.get(host, job.python), "-m", TRAINER_MODULE, "train", *job.trainer_args, *gpus)
 
     if not is_distributed(job.kvstore):
         if job.workers != 1:
@@ -101,7 +108,7 @@ def plan_roles(job: Job) -> List[Role]:
     plan = [role("scheduler", "scheduler", scheduler_host, serve(scheduler_host), 1)]
     plan += [role(f"server-{i}", "server", host, serve(host), 1) for i, host in enumerate(server_hosts)]
     plan += [
-        role(f"worker-{i}", "worker", host, trainer(host),
+        role(f"worker-{i}", "worker", host, trainer(host, worker_hosts[:i].count(host)),
              threads_per_process(job.cores_per_host, worker_hosts.count(host)))
         for i, host in enumerate(worker_hosts)
     ]

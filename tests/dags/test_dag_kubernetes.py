@@ -73,8 +73,8 @@ def test_dist_sync_roles_are_pods_on_two_nodes_wired_by_pod_ip(k8s_dag_run, kube
         record = json.loads((run_dir / "kubernetes.json").read_text())
         assert record["host_network"] is host_network and record["nodes"] == ["standin-node-1", "standin-node-2"]
         # the scheduler's own pod IP (pod network) or its node's (hostNetwork), bound by ps-lite itself
-        assert record["scheduler_ip"].startswith("127.0.1." if host_network else "127.0.1")
-        assert record["scheduler_ip"] != "127.0.0.1"
+        # its node's address under hostNetwork (127.0.1.i), else a pod IP of its own (127.0.10.x)
+        assert record["scheduler_ip"] == "127.0.1.1" if host_network else record["scheduler_ip"].startswith("127.0.10.")
         assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log"]
         worker_log = (run_dir / "roles" / "worker-0.log").read_text()
         assert "Speed:" in worker_log and "mxbench outputs" not in worker_log
@@ -145,10 +145,88 @@ def test_a_pod_that_never_schedules_fails_with_a_named_timeout(airflow_db, kube_
     run_dir = tmp_path / "dag-run" / "gpu1-bs64__kubernetes__r1"
     run_dir.mkdir(parents=True)
     started = time.monotonic()
-    with pytest.raises(RoleFailed, match=r"worker-0 .*was not scheduled and started within 2 s .*"
+    with pytest.raises(RoleFailed, match=r"worker-0 .*was not scheduled within 2 s .*"
                                          r"FailedScheduling: 0/2 nodes are available: 1 Insufficient nvidia.com/gpu"):
         launcher.execute(gpu, data, run_dir, deadline_s=60)
     assert time.monotonic() - started < 20
+    assert pods_left(kube_standin) == []
+
+
+def launcher_with(standin, pod_manager=False, should_stop=None, **pod):
+    """A Kubernetes launcher on the stand-in, with the provider's PodManager (as the operator
+    gives it) when asked."""
+    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
+
+    from mxbench import connections
+    from mxbench.launchers.kubernetes import KubernetesLauncher
+
+    os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(standin, **pod))
+    try:
+        settings = connections.kubernetes_settings({"kubernetes_connection": "mxbench_kubernetes"})
+    finally:
+        del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
+    client = core_api(standin)
+    return KubernetesLauncher(settings, client, PodManager(kube_client=client) if pod_manager else None,
+                              should_stop=should_stop)
+
+
+def dist_variant(epochs=1):
+    from mxbench.variants import Variant
+
+    return Variant("dist2-bs64", "2 workers dist_sync", 64, workers=2, kvstore="dist_sync", num_layers=8,
+                   epochs=epochs, disp_batches=5)
+
+
+def test_a_scheduler_that_never_schedules_fails_through_the_operators_start_up_wait(kube_standin, cifar_rec,
+                                                                                   tmp_path):
+    from mxbench_train.errors import MxbenchError
+
+    launcher = launcher_with(kube_standin, pod_manager=True, startup_timeout_s=2, nodes=["standin-node-1"],
+                             node_selector={"mxbench.io/nowhere": "true"},
+                             data={"host_path": str(cifar_rec.parent)})
+    run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    with pytest.raises(MxbenchError, match=r"role scheduler: pod mxb-\S+-scheduler did not start: .*too long to be "
+                                           r"scheduled.*didn't match Pod's node affinity/selector"):
+        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=60)
+    assert pods_left(kube_standin) == []
+
+
+def test_no_pod_starts_once_the_task_is_being_killed(kube_standin, cifar_rec, tmp_path):
+    from mxbench_train.errors import MxbenchError
+
+    launcher = launcher_with(kube_standin, should_stop=lambda: True, data={"host_path": str(cifar_rec.parent)})
+    run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    with pytest.raises(MxbenchError, match="the task was killed"):
+        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=60)
+    assert pods_left(kube_standin) == []
+
+
+def test_a_pod_deleted_by_someone_else_fails_the_run(kube_standin, cifar_rec, tmp_path):
+    import threading
+
+    from mxbench_train.launcher import RoleFailed
+
+    launcher = launcher_with(kube_standin, data={"host_path": str(cifar_rec.parent)})
+    run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    outcome = {}
+
+    def run():
+        try:
+            launcher.execute(dist_variant(epochs=30), cifar_rec, run_dir, deadline_s=300)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    (worker, *_) = wait_for_running_worker(kube_standin)
+    core_api(kube_standin).delete_namespaced_pod(worker.metadata.name, worker.metadata.namespace)  # kubectl delete
+    thread.join(timeout=120)
+    assert isinstance(outcome.get("error"), RoleFailed), outcome
+    assert outcome["error"].role.kind == "worker"
+    assert re.search(r"killed by SIGTERM \(exit code 143\)|is gone", str(outcome["error"]))
     assert pods_left(kube_standin) == []
 
 
@@ -160,7 +238,7 @@ def start_dag_test(conf, env):
                             start_new_session=True)
 
 
-def wait_for_running_worker(standin, process, timeout=180):
+def wait_for_running_worker(standin, process=None, timeout=180):
     api = core_api(standin)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -168,7 +246,7 @@ def wait_for_running_worker(standin, process, timeout=180):
                    if p.status.phase == "Running"]
         if running:
             return running
-        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert process is None or process.poll() is None, process.stdout.read()[-3000:]
         time.sleep(0.2)
     raise AssertionError("no worker pod ran")
 

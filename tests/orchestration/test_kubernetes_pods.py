@@ -34,10 +34,10 @@ def pods_for(variant_id, preset_name="seed-k8s", host_network=False, **pod):
     variant = next(v for v in preset(preset_name) if v.id == variant_id)
     s = settings(**pod)
     job = job_for(variant, data_dir=pod_data_dir(s, "/srv/mxbench/data/rec-x"), log_dir=RUN_DIR, python=s.python,
-                  hosts=["node-a", "node-b"][:variant.hosts], port=s.port, cores_per_host=8)
+                  hosts=["node-a", "node-b"][:variant.hosts], port=s.port, cores_per_host=8, split_host_gpus=False)
     plan = plan_roles(job)
     return {role.name: role_pod(pod_template(s), role, run="0123456789abcdef", attempt="a1b2c3",
-                                run_key=f"{variant.id}__kubernetes__r1", roles=len(plan), settings=s,
+                                run_key=f"{variant.id}__kubernetes__r1", settings=s,
                                 gpus=variant.gpus_per_worker if role.kind == "worker" else 0,
                                 host_network=host_network or variant.host_network, scheduler_ip="10.1.2.3",
                                 deadline_s=3600)
@@ -51,14 +51,12 @@ def env_of(pod):
 def test_role_pods_are_strictly_valid_and_wired_as_ps_lite_needs():
     pods = pods_for("dist-2x4gpu-b128", requests={"cpu": "8", "memory": "32Gi"}, tolerations=[
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], image_pull_secrets=["regcred"],
-        service_account="mxbench", gang={"kind": "kueue", "queue": "gpus"})
+        service_account="mxbench")
     assert set(pods) == {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}
     for name, pod in pods.items():
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
         assert DNS_LABEL.match(pod["metadata"]["name"]) and len(pod["metadata"]["name"]) <= 63
         assert pod["metadata"]["labels"]["mxbench.io/run"] == "0123456789abcdef"
-        assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "mxb-0123456789abcdef-a1b2c3"
-        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "5"
         assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["activeDeadlineSeconds"] == 3660
         command = pod["spec"]["containers"][0]["command"]
         assert command[:6] == ["python", "-m", "mxbench_train", "pod-role", "--outputs", RUN_DIR]
@@ -91,6 +89,16 @@ def test_the_hostnet_twin_runs_on_the_node_network_under_kubernetes_only():
     assert len(runs) == 6 * 2 + 2
 
 
+def test_each_worker_pod_numbers_its_own_gpus_from_zero():
+    pods = pods_for("dist-1x4gpu-b128")
+    workers = [p for name, p in pods.items() if name.startswith("worker-")]
+    assert len(workers) == 4
+    for pod in workers:
+        command = pod["spec"]["containers"][0]["command"]
+        assert command[command.index("--gpus") + 1] == "0"
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
 def test_a_single_worker_pod_has_no_ps_lite_wiring():
     pods = pods_for("device-4gpu-b128")
     assert list(pods) == ["worker-0"]
@@ -105,10 +113,12 @@ def test_a_single_worker_pod_has_no_ps_lite_wiring():
     ({"data": {"pvc": "x"}}, "mxbench_pod.data"),  # a claim needs local_path: where Airflow sees the files
     ({"nodes": "node-a"}, "mxbench_pod.nodes"),
     ({"imagee": "typo"}, "imagee"),
+    ({"env": {"TOKEN": ["s3cr3t"]}}, "mxbench_pod.env.TOKEN: breaks the rule type"),
 ])
 def test_bad_pod_settings_are_refused_by_name(pod, message):
-    with pytest.raises(MxbenchError, match=re.escape(message)):
+    with pytest.raises(MxbenchError, match=re.escape(message)) as refused:
         settings(**pod)
+    assert "s3cr3t" not in str(refused.value)  # a bad value is never quoted: it may be a secret
 
 
 def test_settings_need_an_image_and_the_param_overrides_it():

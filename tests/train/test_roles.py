@@ -61,3 +61,20 @@ def test_each_host_runs_its_own_interpreter():
     assert by_host == {("scheduler", "10.0.0.1"): "python3", ("server-0", "10.0.0.1"): "python3",
                        ("server-1", "10.0.0.2"): "/opt/train/bin/python", ("worker-0", "10.0.0.1"): "python3",
                        ("worker-1", "10.0.0.2"): "/opt/train/bin/python"}
+
+
+def test_workers_on_one_host_split_its_gpus_unless_each_has_its_own():
+    """Four one-GPU workers on one machine must not all train on GPU 0; in a pod, though, the
+    GPUs it was given are 0..k-1."""
+    job = Job(trainer_args=(), kvstore="dist_sync", workers=4, hosts=("h1",), gpus_per_worker=1)
+
+    def gpus(plan):
+        return [r.argv[r.argv.index("--gpus") + 1] for r in plan if r.kind == "worker"]
+
+    assert gpus(plan_roles(job)) == ["0", "1", "2", "3"]
+    two_hosts = Job(trainer_args=(), kvstore="dist_sync", workers=4, hosts=("h1", "h2"), gpus_per_worker=2)
+    assert gpus(plan_roles(two_hosts)) == ["0,1", "0,1", "2,3", "2,3"]  # h1, h2, h1, h2
+    pods = Job(trainer_args=(), kvstore="dist_sync", workers=4, hosts=("h1",), gpus_per_worker=1,
+               split_host_gpus=False)
+    assert gpus(plan_roles(pods)) == ["0", "0", "0", "0"]
+    assert "--gpus" not in plan_roles(Job(trainer_args=(), kvstore="local"))[0].argv  # CPU

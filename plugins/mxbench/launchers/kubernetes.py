@@ -53,9 +53,12 @@ DATA_MOUNT = "/mxbench/data"
 GPU_RESOURCE = "nvidia.com/gpu"
 STATUS_POLL_S = 0.25  # one list call per run this often, whatever run_plan's own poll rate
 STANDIN_MARK = "mxbench-standin"  # in the stand-in API server's /version
-PENDING_TIMEOUT = -1000  # RolePod.returncode of a pod that was never scheduled in time
-GONE = -1001  # ... of a pod that vanished (deleted by someone else, its node lost)
+# RolePod.returncode of a pod that did not start in time, that vanished (deleted by someone else,
+# its node lost), or whose API server stopped answering: no exit code, describe() says why
+START_TIMEOUT, GONE, API_LOST = -1000, -1001, -1002
 DELETE_GRACE_S = 3
+REQUEST_TIMEOUT_S = 30  # every API call: a hung API server must not hang the run
+API_GRACE_S = 60.0
 
 
 SETTINGS_SCHEMA = {
@@ -82,8 +85,6 @@ SETTINGS_SCHEMA = {
         "host_network": {"type": "boolean"},
         "port": {"type": "integer", "minimum": 1024, "maximum": 65535},
         "startup_timeout_s": {"type": "number", "exclusiveMinimum": 0},
-        "gang": {"type": "object", "additionalProperties": False, "required": ["kind", "queue"],
-                 "properties": {"kind": {"enum": ["kueue", "volcano"]}, "queue": {"type": "string"}}},
         "pod_template_file": {"type": "string"},
         "env": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
                 "additionalProperties": {"type": "string"}},
@@ -116,7 +117,6 @@ class PodSettings:
     host_network: bool = False
     port: int = 9091
     startup_timeout_s: float = 600.0  # to be scheduled and started (image pull included)
-    gang: Optional[Dict[str, str]] = None
     pod_template_file: Optional[str] = None
     env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment (NCCL_*, ...)
     labels: Dict[str, str] = field(default_factory=dict)
@@ -145,8 +145,11 @@ def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None, ima
     try:
         jsonschema.validate(raw, SETTINGS_SCHEMA)
     except jsonschema.ValidationError as exc:
-        path = ".".join(str(p) for p in exc.absolute_path) or "mxbench_pod"
-        raise MxbenchError(f"{where}: mxbench_pod.{path}: {exc.message}".replace("mxbench_pod.mxbench_pod", "mxbench_pod")) from None
+        field_name = ".".join(["mxbench_pod", *map(str, exc.absolute_path)])
+        # the schema's rule, not jsonschema's message: that quotes the value, which may be a secret
+        rule = exc.message if exc.validator in ("additionalProperties", "required") else \
+            f"breaks the rule {exc.validator}: {json.dumps(exc.validator_value)[:200]}"
+        raise MxbenchError(f"{where}: {field_name}: {rule}") from None
     settings = {k: v for k, v in raw.items() if k != "image"}
     image = image or raw.get("image")
     if not image:
@@ -226,7 +229,7 @@ def pod_template(settings: PodSettings) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, roles: int, settings: PodSettings,
+def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, settings: PodSettings,
              gpus: int, host_network: bool, scheduler_ip: Optional[str], deadline_s: float) -> dict:
     """One role's pod: ``base`` (a pod manifest) with the role's name, labels, command, env,
     GPUs, node and deadline. Pure."""
@@ -238,15 +241,6 @@ def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, ro
                       "app.kubernetes.io/component": role.kind, "mxbench.io/run": run,
                       "mxbench.io/attempt": attempt, "mxbench.io/role": label_value(role.name)}
     meta["annotations"] = {**(meta.get("annotations") or {}), "mxbench.io/run-key": run_key}
-    if settings.gang:  # all roles of a run are scheduled together, or none (GPUs held by half a job help nobody)
-        if settings.gang["kind"] == "kueue":
-            meta["labels"].update({"kueue.x-k8s.io/queue-name": settings.gang["queue"],
-                                   "kueue.x-k8s.io/pod-group-name": f"mxb-{run}-{attempt}"})
-            meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = str(roles)
-        else:
-            spec["schedulerName"] = "volcano"
-            meta["annotations"].update({"scheduling.k8s.io/group-name": f"mxb-{run}-{attempt}",
-                                        "volcano.sh/queue-name": settings.gang["queue"]})
     container = next(c for c in spec["containers"] if c["name"] == CONTAINER)
     container["command"] = [settings.python, "-m", "mxbench_train", "pod-role", "--outputs", RUN_DIR, "--",
                             *role.argv]
@@ -283,24 +277,30 @@ def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, ro
 
 class RunPods:
     """The pods of one attempt of one run: created here, their status read in one list call per
-    STATUS_POLL_S for all of them, deleted together."""
+    STATUS_POLL_S for all of them, deleted together. A lost API server is waited for up to
+    API_GRACE_S (the pods run on meanwhile) before the run fails with it."""
 
-    def __init__(self, client, namespace: str, run: str, attempt: str, pod_manager=None):
+    def __init__(self, client, namespace: str, run: str, attempt: str, pod_manager=None, should_stop=None):
         self.client, self.namespace, self.run, self.attempt = client, namespace, run, attempt
-        self.pod_manager = pod_manager
-        self.created: List[str] = []
+        self.pod_manager, self.should_stop = pod_manager, should_stop or (lambda: False)
+        self.selector = f"mxbench.io/run={run},mxbench.io/attempt={attempt}"
         self._status: Dict[str, object] = {}
         self._read_at = 0.0
+        self._listed_ok_at = time.monotonic()
         self._lock = threading.Lock()
 
     def create(self, body: dict):
         from kubernetes.client.exceptions import ApiException
 
+        if self.should_stop():  # the task was killed before this pod existed: never start it
+            raise MxbenchError("the task was killed; no more pods are started")
         try:
-            pod = self.client.create_namespaced_pod(namespace=self.namespace, body=body)
+            pod = self.client.create_namespaced_pod(namespace=self.namespace, body=body,
+                                                    _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
             raise MxbenchError(f"creating pod {body['metadata']['name']} failed: {api_error(exc)}") from None
-        self.created.append(body["metadata"]["name"])
+        except Exception as exc:  # unreachable API server
+            raise MxbenchError(f"creating pod {body['metadata']['name']} failed: {exc}") from None
         self._read_at = 0.0  # the next status() lists again, and sees it
         return pod
 
@@ -308,53 +308,75 @@ class RunPods:
         """The pod's V1Pod as last listed (None once it is gone)."""
         with self._lock:
             if fresh or time.monotonic() - self._read_at > STATUS_POLL_S:
-                listed = self.client.list_namespaced_pod(
-                    self.namespace, label_selector=f"mxbench.io/run={self.run},mxbench.io/attempt={self.attempt}")
+                try:
+                    listed = self.client.list_namespaced_pod(self.namespace, label_selector=self.selector,
+                                                             _request_timeout=REQUEST_TIMEOUT_S)
+                except Exception as exc:  # keep the last view for a while: an API server restarts
+                    if time.monotonic() - self._listed_ok_at > API_GRACE_S:
+                        raise ApiLost(f"the Kubernetes API server has not answered for {API_GRACE_S:g} s: "
+                                      f"{exc}") from None
+                    self._read_at = time.monotonic()
+                    return self._status.get(name)
                 self._status = {p.metadata.name: p for p in listed.items}
-                self._read_at = time.monotonic()
+                self._read_at = self._listed_ok_at = time.monotonic()
             return self._status.get(name)
 
     def events(self, name: str) -> str:
         """The latest warning about a pod (FailedScheduling, ...), as one line; '' when none."""
         try:
-            events = self.client.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}")
+            events = self.client.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}",
+                                                       _request_timeout=REQUEST_TIMEOUT_S)
         except Exception:
             return ""
         warnings = [e for e in events.items if e.type == "Warning"] or events.items
-        latest = max(warnings, key=lambda e: e.metadata.resource_version or "", default=None)
+        # the last one listed when the times tie (the API lists events oldest first)
+        latest = max(reversed(warnings), key=lambda e: str(e.last_timestamp or e.event_time
+                                                           or e.metadata.creation_timestamp or ""), default=None)
         return f"{latest.reason}: {latest.message}" if latest else ""
 
-    def delete(self, name: str, grace: int):
-        from kubernetes.client.exceptions import ApiException
-
+    def delete(self, name: str, grace: int = DELETE_GRACE_S):
+        """Graceful deletion: the pod object goes only once its containers have stopped."""
         try:
-            self.client.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise MxbenchError(f"deleting pod {name} failed: {api_error(exc)}") from None
+            self.client.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace,
+                                              _request_timeout=REQUEST_TIMEOUT_S)
+        except Exception as exc:  # gone already (404), or the API server is: activeDeadlineSeconds is the backstop
+            if getattr(exc, "status", None) != 404:
+                print(f"mxbench: deleting pod {name} failed: {exc}", file=sys.stderr)
 
-    def delete_all(self):
-        delete_run_pods(self.client, self.namespace, f"mxbench.io/run={self.run},mxbench.io/attempt={self.attempt}")
+    def delete_all(self, wait_s: float = 60.0):
+        delete_run_pods(self.client, self.namespace, self.selector, wait_s)
 
 
-def delete_run_pods(client, namespace: str, selector: str, wait_s: float = 30.0) -> List[str]:
-    """Delete every pod the selector matches and wait (up to ``wait_s``) until they are gone."""
+def delete_run_pods(client, namespace: str, selector: str, wait_s: float = 60.0) -> List[str]:
+    """Delete every pod the selector matches, gracefully, and wait (up to ``wait_s``) until they are
+    gone, so that the next run never shares GPUs or ports with them; the names deleted."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        names = [p.metadata.name for p in client.list_namespaced_pod(namespace, label_selector=selector).items]
-        for name in names:
-            try:
-                client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        names = [p.metadata.name for p in client.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S).items]
+        if names:
+            client.delete_collection_namespaced_pod(namespace, label_selector=selector,
+                                                    grace_period_seconds=DELETE_GRACE_S,
+                                                    _request_timeout=REQUEST_TIMEOUT_S)
         end = time.monotonic() + wait_s
-        while names and time.monotonic() < end and client.list_namespaced_pod(namespace, label_selector=selector).items:
+        while names and wait_s and client.list_namespaced_pod(namespace, label_selector=selector,
+                                                   _request_timeout=REQUEST_TIMEOUT_S).items:
+            if time.monotonic() > end:
+                raise MxbenchError(f"pods {selector} in namespace {namespace} were still there {wait_s:g} s after "
+                                   "their deletion")
             time.sleep(0.2)
     except ApiException as exc:
         raise MxbenchError(f"deleting pods {selector} in namespace {namespace} failed: {api_error(exc)}") from None
+    except MxbenchError:
+        raise
+    except Exception as exc:  # unreachable API server
+        raise MxbenchError(f"deleting pods {selector} in namespace {namespace} failed: {exc}") from None
     return names
+
+
+class ApiLost(MxbenchError):
+    pass
 
 
 def api_error(exc) -> str:
@@ -366,7 +388,10 @@ def api_error(exc) -> str:
 
 
 class RolePod:
-    """A role running as a pod: the handle ``run_plan`` drives (see mxbench_train.launcher.LocalProcess)."""
+    """A role running as a pod: the handle ``run_plan`` drives (see mxbench_train.launcher.LocalProcess).
+
+    A pod must be scheduled within ``startup_timeout_s`` and, once scheduled, run within as much
+    again (an image pull), as the KubernetesPodOperator's schedule and startup timeouts do."""
 
     def __init__(self, pods: RunPods, role: Role, body: dict, log_path: Path, run_dir: Path,
                  startup_timeout_s: float, echo: bool = False):
@@ -377,8 +402,9 @@ class RolePod:
         self._returncode: Optional[int] = None
         self._why = ""
         self._created = time.monotonic()
+        self._scheduled_at: Optional[float] = None
         self._stop = threading.Event()
-        self._stream, self._killed = None, False
+        self._stream, self._stopped_by_us = None, False
         self.pod = pods.create(body)
         self._follower = threading.Thread(target=self._follow, args=(echo,), daemon=True,
                                           name=f"log-{role.name}")
@@ -393,55 +419,73 @@ class RolePod:
     def poll(self) -> Optional[int]:
         if self._returncode is not None:
             return self._returncode
-        pod = self.pods.status(self.name)
-        if pod is None and self.pods.status(self.name, fresh=True) is None:  # not a stale list: gone
-            self._returncode, self._why = GONE, f"its pod {self.name} is gone (deleted, or its node was lost)"
+        try:
+            pod = self.pods.status(self.name)
+            if pod is None:
+                pod = self.pods.status(self.name, fresh=True)  # not a stale list?
+        except ApiLost as exc:
+            self._returncode, self._why = API_LOST, str(exc)
             return self._returncode
-        pod = pod or self.pods.status(self.name)
-        phase = pod.status.phase
-        if phase == "Succeeded":
+        if pod is None:
+            self._returncode, self._why = GONE, f"its pod {self.name} is gone (deleted, or its node was lost)"
+        elif pod.status.phase == "Succeeded":
             self._returncode = 0
-        elif phase == "Failed":
+        elif pod.status.phase == "Failed":
             self._returncode, self._why = failure_of(pod)
-        elif phase == "Pending" and time.monotonic() - self._created > self.startup_timeout_s:
-            event = self.pods.events(self.name)
-            self._returncode = PENDING_TIMEOUT
-            self._why = (f"was not scheduled and started within {self.startup_timeout_s:g} s (pod {self.name})"
-                         + (f": {event}" if event else ""))
+        elif pod.status.phase == "Pending":
+            self._check_start_up(pod)
         return self._returncode
 
+    def _check_start_up(self, pod):
+        now = time.monotonic()
+        scheduled = any(c.type == "PodScheduled" and c.status == "True" for c in pod.status.conditions or [])
+        if scheduled and self._scheduled_at is None:
+            self._scheduled_at = now
+        since, what = (self._scheduled_at, "started after it was scheduled") if scheduled \
+            else (self._created, "scheduled")
+        if now - since > self.startup_timeout_s:
+            event = self.pods.events(self.name)
+            self._returncode = START_TIMEOUT
+            self._why = (f"was not {what} within {self.startup_timeout_s:g} s (pod {self.name})"
+                         + (f": {event}" if event else ""))
+
     def describe(self) -> str:
-        if self._returncode in (PENDING_TIMEOUT, GONE):
+        if self._returncode in (START_TIMEOUT, GONE, API_LOST):
             return self._why
-        text = describe_exit(self._returncode) if self._returncode is not None else "is still running"
+        code = self._returncode
+        if code is None:
+            text = "is still running"
+        elif 128 < code < 160:  # how a container's exit code says "killed by signal n"
+            text = f"{describe_exit(128 - code)} (exit code {code})"
+        else:
+            text = describe_exit(code)
         return f"{text} (pod {self.name}{'; ' + self._why if self._why else ''})"
 
-    def wait_running(self) -> str:
-        """Block until the pod runs; its pod IP. Raises MxbenchError, naming the pod and why, when it
-        ends or is not running within the startup timeout."""
-        started = None
-        if self.pods.pod_manager is not None:  # the operator's own start-up wait, with its event log
+    def wait_running(self, deadline: float) -> str:
+        """Block until the pod runs, with the operator's own start-up wait (its PodManager) where
+        there is one; its pod IP. Raises MxbenchError, naming the pod and why, when it ends or does
+        not run in time (the start-up timeouts, or the run's ``deadline``)."""
+        if self.pods.pod_manager is not None:
             import asyncio
 
+            budget = max(1, int(min(self.startup_timeout_s, deadline - time.monotonic())))
             try:
                 asyncio.run(self.pods.pod_manager.await_pod_start(
-                    self.pod, schedule_timeout=self.startup_timeout_s, startup_timeout=self.startup_timeout_s,
-                    check_interval=STATUS_POLL_S))
+                    self.pod, schedule_timeout=budget, startup_timeout=budget, check_interval=STATUS_POLL_S))
             except Exception as exc:  # PodLaunchTimeoutException, PodLaunchFailedException, ApiException
                 event = self.pods.events(self.name)
                 raise MxbenchError(f"role {self.role.name}: pod {self.name} did not start: {exc}"
                                    + (f"; {event}" if event else "")) from None
-        end = self._created + self.startup_timeout_s
-        while started is None:
+        while True:
             pod = self.pods.status(self.name, fresh=True)
             if pod is not None and pod.status.phase == "Running" and pod.status.pod_ip:
                 return pod.status.pod_ip
             if self.poll() is not None:
+                self.fetch_log()  # its last words, if it ran at all
                 raise MxbenchError(f"role {self.role.name} {self.describe()} before it ran")
-            if time.monotonic() > end:
-                event = self.pods.events(self.name)
-                raise MxbenchError(f"role {self.role.name}: pod {self.name} was not scheduled and started within "
-                                   f"{self.startup_timeout_s:g} s" + (f": {event}" if event else ""))
+            if time.monotonic() > deadline:
+                raise MxbenchError(f"role {self.role.name}: pod {self.name} was not running when the run's deadline "
+                                   "passed")
             time.sleep(STATUS_POLL_S)
 
     # logs
@@ -451,10 +495,8 @@ class RolePod:
         try:
             while not self._stop.is_set():
                 pod = self.pods.status(self.name)
-                if pod is not None and pod.status.phase != "Pending":
+                if pod is None or pod.status.phase != "Pending":
                     break
-                if self.poll() is not None:
-                    return
                 time.sleep(STATUS_POLL_S)
             if self._stop.is_set():
                 return
@@ -467,48 +509,54 @@ class RolePod:
                     for raw in lines:
                         line = raw.decode(errors="replace")
                         inside, outside = _in_bundle(line, inside)
-                        if not outside:
+                        if not outside or self._stop.is_set():
                             continue
                         out.write(line + "\n")
                         if echo:
                             print(f"[{self.role.name}] {line}", flush=True)
                     out.flush()
-                if pending and not inside:
+                if pending and not inside and not self._stop.is_set():
                     out.write(pending.decode(errors="replace") + "\n")
         except Exception as exc:  # a broken stream: the full log is fetched again at the end
             if not self._stop.is_set():
                 print(f"mxbench: following the log of pod {self.name} stopped: {exc}", file=sys.stderr)
 
-    def _end_stream(self, wait_s: float):
-        """Let the follower finish (its stream ends with the container), then cut it off."""
+    def _end_stream(self, wait_s: float) -> bool:
+        """Let the follower finish (its stream ends with the container), then cut it off; whether it
+        has stopped writing."""
         self._follower.join(timeout=wait_s)
-        self._stop.set()
+        self._stop.set()  # from here on it writes nothing more
         if self._stream is not None and self._follower.is_alive():
             try:
                 self._stream.close()
             except Exception:
                 pass
-            self._follower.join(timeout=2)
+        return not self._follower.is_alive()
 
     def fetch_log(self) -> None:
-        """The ended pod's whole log, read again (streams have gaps): ``roles/<role>.log`` without the
-        outputs block, whose files (rank logs, telemetry) go into the run folder."""
+        """The ended pod's whole log, read again (streams have gaps): the rank logs and telemetry of
+        its outputs block go into the run folder, and the rest replaces ``roles/<role>.log`` where it
+        holds at least what was streamed (a rotated log may not)."""
         try:  # the raw response: the client's own decoding turns the body into "b'...'"
             text = self.pods.client.read_namespaced_pod_log(
-                self.name, self.pods.namespace, container=CONTAINER, _preload_content=False).data.decode(
-                errors="replace")
+                self.name, self.pods.namespace, container=CONTAINER, _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S).data.decode(errors="replace")
         except Exception:
             return  # never started, or gone: what the follower streamed stays
-        self._end_stream(wait_s=5)
-        lines = text.splitlines()
+        follower_done = self._end_stream(wait_s=5)
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
         try:
             kept, data, skipped = split_log(lines)
         except BundleError as exc:
             kept, data, skipped = without_bundle(lines), None, []
             print(f"mxbench: pod {self.name}: {exc}", file=sys.stderr)
-        self.log_path.write_text("".join(f"{line}\n" for line in kept))
+        streamed = _line_count(self.log_path)
+        if follower_done and len(kept) >= streamed:
+            self.log_path.write_text("".join(f"{line}\n" for line in kept))
         if data:
-            unpack(data, self.run_dir, keep=LOCAL_ONLY | {"roles"})
+            unpack(data, self.run_dir, keep=LOCAL_ONLY | {"roles", "kubernetes.json"})
         if skipped:
             print(f"mxbench: pod {self.name} left out of its outputs (too big for the log): {', '.join(skipped)}",
                   file=sys.stderr)
@@ -516,13 +564,13 @@ class RolePod:
     # stopping
 
     def terminate(self):
-        self._killed = True
+        self._stopped_by_us = True
+        self.pods.delete(self.name)
         self._end_stream(wait_s=0)
-        self.pods.delete(self.name, DELETE_GRACE_S)
 
     def kill(self):
-        self._killed = True
-        self.pods.delete(self.name, 0)
+        self._stopped_by_us = True
+        self.pods.delete(self.name, grace=1)  # the least grace that is not a force deletion
 
     def wait(self, timeout: float):
         end = time.monotonic() + timeout
@@ -530,13 +578,21 @@ class RolePod:
             time.sleep(STATUS_POLL_S)
 
     def close(self):
-        if not self._killed and self._returncode not in (None, PENDING_TIMEOUT, GONE):
+        if not self._stopped_by_us and self._returncode is not None and self._returncode >= 0:
             self.fetch_log()  # it ended by itself: its log and outputs are complete
         self._end_stream(wait_s=0)
-        self.pods.delete(self.name, 0)
+        self.pods.delete(self.name)
 
     def record(self) -> Optional[dict]:
         return {"pod": self.name, "namespace": self.pods.namespace}
+
+
+def _line_count(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
 
 
 def _in_bundle(line: str, inside: bool):
@@ -574,6 +630,7 @@ def failure_of(pod):
 @dataclass(frozen=True)
 class Node:
     name: str
+    hostname: str  # its kubernetes.io/hostname label, which pods are pinned by
     cores: int
     gpus: int
     machine: str
@@ -583,26 +640,31 @@ class KubernetesLauncher:
     name = "kubernetes"
 
     def __init__(self, settings: PodSettings, client, pod_manager=None, base_pod: Optional[dict] = None,
-                 on_pods: Optional[Callable] = None):
+                 on_pods: Optional[Callable] = None, should_stop: Optional[Callable[[], bool]] = None):
         """``client``: a kubernetes CoreV1Api; ``pod_manager`` and ``base_pod``: the operator's PodManager
         and its built pod (as a manifest), when run by it; ``on_pods(run_pods)`` learns of each run's
-        pods as they are made (the operator's on_kill deletes them)."""
+        pods before any is made (the operator's on_kill deletes them); once ``should_stop()`` is true
+        no pod is created any more."""
         self.settings, self.client, self.pod_manager = settings, client, pod_manager
         self.base_pod = base_pod or pod_template(settings)
-        self.on_pods = on_pods
+        self.on_pods, self.should_stop = on_pods, should_stop
 
     # the cluster
 
     def nodes(self) -> List[Node]:
+        """The nodes runs use, in order: ``nodes`` as given, else every ready, schedulable node that
+        the node selector matches and whose taints the pods tolerate, by name."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             if self.settings.nodes:
-                found = [self.client.read_node(name) for name in self.settings.nodes]
+                found = [self.client.read_node(name, _request_timeout=REQUEST_TIMEOUT_S) for name in self.settings.nodes]
             else:
                 selector = ",".join(f"{k}={v}" for k, v in sorted(self.settings.node_selector.items())) or None
-                found = sorted(self.client.list_node(label_selector=selector).items, key=lambda n: n.metadata.name)
-                found = [n for n in found if not n.spec.unschedulable and _ready(n)]
+                found = sorted(self.client.list_node(label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S).items,
+                               key=lambda n: n.metadata.name)
+                found = [n for n in found if not n.spec.unschedulable and _ready(n)
+                         and all(_tolerated(t, self.settings.tolerations) for t in n.spec.taints or [])]
         except ApiException as exc:
             raise MxbenchError(f"kubernetes connection {self.settings.conn_id!r}: reading the nodes failed: "
                                f"{api_error(exc)} (mxbench needs get/list on nodes)") from None
@@ -611,11 +673,21 @@ class KubernetesLauncher:
                                f"reached: {exc}") from None
         if not found:
             raise MxbenchError(f"kubernetes connection {self.settings.conn_id!r}: no ready node matches "
-                               f"{self.settings.node_selector or 'any selector'}")
-        return [Node(n.metadata.name, _quantity_int((n.status.allocatable or {}).get("cpu", "1")),
+                               f"{self.settings.node_selector or 'any selector'} with taints its pods tolerate")
+        return [Node(n.metadata.name, (n.metadata.labels or {}).get("kubernetes.io/hostname", n.metadata.name),
+                     _quantity_int((n.status.allocatable or {}).get("cpu", "1")),
                      _quantity_int((n.status.allocatable or {}).get(self.settings.gpu_resource, "0")),
                      (n.status.node_info.machine_id if n.status.node_info else "") or n.metadata.name)
                 for n in found]
+
+    def cores_per_node(self, variant: Variant, nodes: Sequence[Node]) -> int:
+        """Cores each node gives this job, for its thread counts: nodes that are one machine share
+        it, and pods with a CPU limit get no more than that (more threads would be throttled)."""
+        cores = cores_per_host({n.name: {"cores": n.cores, "machine": n.machine} for n in nodes})
+        limit = self.settings.limits.get("cpu") or self.settings.requests.get("cpu")
+        if limit:
+            cores = min(cores, max(1, _quantity_int(limit)) * -(-variant.workers // variant.hosts))
+        return cores
 
     def version(self) -> str:
         from kubernetes.client import VersionApi
@@ -646,50 +718,69 @@ class KubernetesLauncher:
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
         """Run the variant's plan as pods on the first ``variant.hosts`` nodes. ``kubernetes.json``
         in the run folder names the pods and nodes and times each step."""
+        deadline = time.monotonic() + deadline_s  # pod start-up counts: the deadline is the run's
         run_dir = Path(run_dir)
         run, attempt = run_id(run_dir), uuid.uuid4().hex[:6]
         steps = Steps(run_dir / "kubernetes.json")
+        host_network = variant.host_network or self.settings.host_network
         with steps("setup_s"):
             nodes = self.nodes()[:variant.hosts]
             if len(nodes) < variant.hosts:
                 raise MxbenchError(f"variant {variant.id} needs {variant.hosts} nodes; the cluster has {len(nodes)}")
             job = job_for(variant, data_dir=pod_data_dir(self.settings, data_dir), log_dir=RUN_DIR,
-                          python=self.settings.python, hosts=[n.name for n in nodes], port=self.settings.port,
-                          cores_per_host=cores_per_host({n.name: {"cores": n.cores, "machine": n.machine}
-                                                         for n in nodes}))
+                          python=self.settings.python, hosts=[n.hostname for n in nodes], port=self.settings.port,
+                          cores_per_host=self.cores_per_node(variant, nodes),
+                          split_host_gpus=False)  # a pod sees only its own GPUs, as 0..k-1
             plan = plan_roles(job)
         (run_dir / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
         steps.record.update(namespace=self.settings.namespace, run_label=run, attempt=attempt,
-                            nodes=[n.name for n in nodes], host_network=variant.host_network or self.settings.host_network)
-        pods = RunPods(self.client, self.settings.namespace, run, attempt, self.pod_manager)
+                            nodes=[n.name for n in nodes], host_network=host_network)
+        pods = RunPods(self.client, self.settings.namespace, run, attempt, self.pod_manager, self.should_stop)
         if self.on_pods:
             self.on_pods(pods)
         scheduler_ip = {}
 
         def start(role: Role, log_path):
-            body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_dir.name, roles=len(plan),
+            body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_dir.name,
                             settings=self.settings, gpus=variant.gpus_per_worker if role.kind == "worker" else 0,
-                            host_network=variant.host_network or self.settings.host_network,
-                            scheduler_ip=scheduler_ip.get("ip"), deadline_s=deadline_s)
+                            host_network=host_network, scheduler_ip=scheduler_ip.get("ip"), deadline_s=deadline_s)
             handle = RolePod(pods, role, body, log_path, run_dir, self.settings.startup_timeout_s,
                              echo=role.kind == "worker")
             if role.kind == "scheduler":  # the others need its address
-                scheduler_ip["ip"] = handle.wait_running()
+                scheduler_ip["ip"] = handle.wait_running(deadline)
                 steps.record["scheduler_ip"] = scheduler_ip["ip"]
             return handle
 
         try:
             with steps("roles_s"):
-                results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
-        finally:
-            with steps("cleanup_s"):
-                pods.delete_all()  # whatever run_plan could not: a pod that failed to start, say
+                results = run_plan(plan, run_dir, deadline_s=deadline - time.monotonic(), start=start)
+        except BaseException:
+            with steps("cleanup_s"):  # whatever run_plan could not stop: a pod that failed to start, say
+                try:
+                    pods.delete_all()
+                except MxbenchError as exc:  # the run's own error matters more; the pods' deadline stops them
+                    print(f"mxbench: {exc}; activeDeadlineSeconds stops them", file=sys.stderr)
+            raise
+        with steps("cleanup_s"):
+            pods.delete_all()
         return plan, results
 
     def reap(self, run_dir) -> List:
         """Delete every pod an earlier attempt of this run left; [(pod, 0)] deleted."""
         names = delete_run_pods(self.client, self.settings.namespace, f"mxbench.io/run={run_id(run_dir)}")
         return [(name, 0) for name in names]
+
+
+def _tolerated(taint, tolerations) -> bool:
+    """Whether pods with ``tolerations`` (dicts, as in a pod spec) may be scheduled despite ``taint``."""
+    if taint.effect not in ("NoSchedule", "NoExecute"):
+        return True
+    for tol in tolerations:
+        exists = tol.get("operator") == "Exists"
+        if (tol.get("key") in (None, taint.key) if exists else tol.get("key") == taint.key) \
+                and tol.get("effect") in (None, taint.effect) and (exists or tol.get("value") == taint.value):
+            return True
+    return False
 
 
 def _ready(node) -> bool:
