@@ -83,6 +83,7 @@ def test_a_run_task_is_one_kubernetes_pod_operator_per_run(dagbag):
     assert run_variant.operator_class is RunVariantOperator
     assert set(run_variant.expand_input.value) == {"run"}
     assert RunVariantOperator(task_id="probe", run={}).deferrable is False
+    assert run_variant.partial_kwargs.get("deferrable", False) is False  # nor made so in the DAG
 
 
 def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():

@@ -123,7 +123,7 @@ def test_a_failing_role_pod_ends_its_run_and_deletes_its_pods_while_others_go_on
     assert runs.loc["cpu1-bs32__kubernetes__r1", "status"] == "ok"
     cause = runs.loc["cpu2h-bs64__kubernetes__r1", "cause"]
     assert runs.loc["cpu2h-bs64__kubernetes__r1", "status"] == "failed"
-    assert "role worker-" in cause and "exited with code 139" in cause and "(pod mxb-" in cause
+    assert "role worker-" in cause and "(exit code 139)" in cause and "(pod mxb-" in cause
     assert run.state == "failed"
     assert pods_left(kube_standin) == []
 
