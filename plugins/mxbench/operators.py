@@ -63,14 +63,19 @@ class RunVariantOperator(KubernetesPodOperator):
         from mxbench import connections
         from mxbench.launchers.kubernetes import KubernetesLauncher, pod_template
 
-        params = context["params"]
-        settings = connections.kubernetes_settings(params)
+        from mxbench_train.errors import MxbenchError
+
+        settings = connections.kubernetes_settings(context["params"])
         self.kubernetes_conn_id = settings.conn_id
         self.image, self.namespace = settings.image, settings.namespace
         self.pod_template_file = settings.pod_template_file
         # mxbench's pod settings over the template file; the operator adds Airflow's labels
         self.full_pod_spec = PodGenerator.deserialize_model_dict(pod_template(settings))
-        base = self.client.api_client.sanitize_for_serialization(self.build_pod_request_obj(context))
+        try:
+            base = self.client.api_client.sanitize_for_serialization(self.build_pod_request_obj(context))
+        except Exception as exc:  # a kubeconfig that does not load, a pod template file that does not parse
+            raise MxbenchError(f"kubernetes connection {settings.conn_id!r}: building the pods failed: "
+                               f"{type(exc).__name__}: {exc}") from None
         return KubernetesLauncher(settings, self.client, self.pod_manager, base_pod=base,
                                   on_pods=lambda pods: setattr(self, "_run_pods", pods),
                                   should_stop=lambda: self._killed)

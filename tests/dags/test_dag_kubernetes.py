@@ -297,3 +297,19 @@ def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standi
     assert left <= {name for name, _ in meta["reaped"]}
     assert not left & set(pods_left(kube_standin)) and pods_left(kube_standin) == []
     assert (dag_dir / "attempts" / f"{run['key']}.1" / "meta.json").is_file()  # the killed attempt, kept
+
+
+def test_a_missing_or_broken_cluster_connection_is_named(airflow_db, kube_standin):
+    from mxbench import connections
+    from mxbench_train.errors import MxbenchError
+
+    with pytest.raises(MxbenchError, match="kubernetes connection 'no_such_cluster'"):
+        connections.launcher_for("kubernetes", {"kubernetes_connection": "no_such_cluster"})
+    broken = kubernetes_connection(kube_standin)
+    broken["extra"]["kube_config_path"] = "/nonexistent/kubeconfig"
+    os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(broken)
+    try:
+        with pytest.raises(MxbenchError, match="kubernetes connection 'mxbench_kubernetes'"):
+            connections.launcher_for("kubernetes", {"kubernetes_connection": "mxbench_kubernetes"}).target()
+    finally:
+        del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]

@@ -12,18 +12,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from conftest import alive
 from support.kube_standin import PID_ANNOTATION, start
 
 PY = sys.executable
-
-
-def alive(pid) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _running_standin(root, **options):
