@@ -127,6 +127,19 @@ def kube_standin(tmp_path_factory):
 
     with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True) as standin:
         yield standin
+    # every pod's processes, the roles' own children included, ended with the stand-in (their
+    # command lines hold the pods' folders under its root)
+    left = [pid for pid in processes_mentioning(str(standin.root)) if alive(pid)]
+    assert not left, f"pod processes outlived the stand-in: {left}"
+
+
+def processes_mentioning(text: str):
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                yield int(cmdline.parent.name)
+        except OSError:
+            continue
 
 
 def kubernetes_connection(standin, python=None, **pod) -> dict:

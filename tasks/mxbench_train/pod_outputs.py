@@ -27,17 +27,20 @@ LINE = 76
 
 
 def run_role(outputs: str, argv: Sequence[str]) -> int:
-    """Run ``argv`` in its own process group, forward SIGTERM/SIGINT to it, then print ``outputs``."""
+    """Run ``argv``, forward SIGTERM/SIGINT to it, then print ``outputs``.
+
+    The role stays in this process group: whatever stops the container's processes (the
+    kubelet, or the stand-in, which signals the container's group) stops the role too."""
     Path(outputs).mkdir(parents=True, exist_ok=True)
     try:
-        child = subprocess.Popen(list(argv), start_new_session=True)
+        child = subprocess.Popen(list(argv))
     except OSError as exc:
         print(f"error: cannot start {argv[0]!r}: {exc.strerror}", file=sys.stderr, flush=True)
         return 127
 
-    def forward(signum, _frame):  # the kubelet's SIGTERM on pod deletion reaches the role's group
+    def forward(signum, _frame):  # a SIGTERM to this process alone (PID 1 of a container) reaches the role
         try:
-            os.killpg(child.pid, signum)
+            os.kill(child.pid, signum)
         except ProcessLookupError:
             pass
 

@@ -73,8 +73,10 @@ def test_dist_sync_roles_are_pods_on_two_nodes_wired_by_pod_ip(k8s_dag_run, kube
         record = json.loads((run_dir / "kubernetes.json").read_text())
         assert record["host_network"] is host_network and record["nodes"] == ["standin-node-1", "standin-node-2"]
         # the scheduler's own pod IP (pod network) or its node's (hostNetwork), bound by ps-lite itself
-        # its node's address under hostNetwork (127.0.1.i), else a pod IP of its own (127.0.10.x)
-        assert record["scheduler_ip"] == "127.0.1.1" if host_network else record["scheduler_ip"].startswith("127.0.10.")
+        # its node's address under hostNetwork, else a pod IP of its own
+        node_1 = core_api(kube_standin).read_node("standin-node-1").status.addresses[0].address
+        assert (record["scheduler_ip"] == node_1) is host_network
+        assert record["scheduler_ip"].startswith("127.") and record["scheduler_ip"] != "127.0.0.1"
         assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log"]
         worker_log = (run_dir / "roles" / "worker-0.log").read_text()
         assert "Speed:" in worker_log and "mxbench outputs" not in worker_log

@@ -26,10 +26,11 @@ What is real
   * Scheduling honours ``spec.nodeSelector``, ``spec.nodeName`` and ``nvidia.com/gpu`` (any
     extended resource asked for as a limit is counted against the node's allocatable, which has
     only ``nvidia.com/gpu``). Among the nodes that fit, the one with fewest pods wins (spreading).
-  * Each pod gets its own loopback address, 127.0.<10 + n // 250>.<n % 250 + 1>, which it can
-    bind (Linux routes all of 127/8 to lo); ``hostNetwork: true`` pods get their node's InternalIP
-    127.0.1.<i>. ``$(VAR)`` expansion and ``valueFrom.fieldRef`` / ``resourceFieldRef`` follow
-    Kubernetes.
+  * Each stand-in picks its own network 127.<k>.0.0/16 at random (so that two on one machine do
+    not collide): node i is 127.<k>.0.<i>, and each pod gets its own loopback address
+    127.<k>.<1 + n // 250>.<n % 250 + 1>, which it can bind (Linux routes all of 127/8 to lo);
+    ``hostNetwork: true`` pods get their node's address. ``$(VAR)`` expansion and
+    ``valueFrom.fieldRef`` / ``resourceFieldRef`` follow Kubernetes.
 
 What is simplified (and how it shows)
   * Every node is this whole machine: capacity cpu = os.cpu_count(), memory = MemTotal, and
@@ -71,6 +72,7 @@ import copy
 import json
 import math
 import os
+import random
 import re
 import secrets
 import shutil
@@ -338,7 +340,7 @@ def memory_kib():
     return 8 * 1024 * 1024
 
 
-def make_nodes(count, gpus_per_node, root):
+def make_nodes(count, gpus_per_node, root, network):
     cpus, mem = str(os.cpu_count() or 1), f"{memory_kib()}Ki"
     disk = f"{shutil.disk_usage(root).total // 1024}Ki"
     mid = machine_id()
@@ -348,7 +350,7 @@ def make_nodes(count, gpus_per_node, root):
         os_image = "Linux"
     nodes = []
     for i in range(1, count + 1):
-        name, ip = f"standin-node-{i}", f"127.0.1.{i}"
+        name, ip = f"standin-node-{i}", f"127.{network}.0.{i}"
         resources = {"cpu": cpus, "memory": mem, "pods": "110", "ephemeral-storage": disk, GPU: str(gpus_per_node)}
         nodes.append({
             "apiVersion": "v1", "kind": "Node",
@@ -357,7 +359,7 @@ def make_nodes(count, gpus_per_node, root):
                          "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                     "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                                     "beta.kubernetes.io/arch": "amd64"}},
-            "spec": {"podCIDR": f"127.0.{10 + i}.0/24"},
+            "spec": {"podCIDR": f"127.{network}.0.0/16"},
             "status": {
                 "capacity": dict(resources), "allocatable": dict(resources),
                 "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
@@ -453,7 +455,11 @@ class Cluster:
         self.resource_version = 1
         self.pods = {}             # (namespace, name) -> Pod, in creation order
         self.events = []
-        self.nodes = make_nodes(nodes, gpus_per_node, self.root)
+        # this stand-in's own 127.<network>.0.0/16, picked at random: two stand-ins on one machine (a
+        # demo beside the tests) would otherwise hand out the same pod IPs, and their schedulers
+        # bind the same address and port
+        self.network = random.SystemRandom().randint(16, 254)
+        self.nodes = make_nodes(nodes, gpus_per_node, self.root, self.network)
         self.pod_counter = 0
         self.stopping = False
         self.runners = []
@@ -764,7 +770,7 @@ class Cluster:
             if pod.obj["spec"].get("hostNetwork"):
                 pod.ip = node_ip(node)
             else:
-                pod.ip = f"127.0.{10 + self.pod_counter // 250}.{self.pod_counter % 250 + 1}"
+                pod.ip = f"127.{self.network}.{1 + self.pod_counter // 250}.{self.pod_counter % 250 + 1}"
                 self.pod_counter += 1
             pod.obj["spec"]["nodeName"] = node["metadata"]["name"]
             self._event(pod, "Scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to "
