@@ -14,9 +14,10 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
    The task is a KubernetesPodOperator subclass: a `kubernetes` run's role pods (scheduler,
    servers, workers) are all made by that one task; `local` and `ssh` runs go through their
    launchers. The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.
-4. **parse_logs -> join_results -> report**: tidy tables, the seed-style table, launcher ratios,
-   Markdown/HTML/CSV/PNG under `$MXBENCH_HOME/runs/<run id>/report/`. They run even when some runs
-   failed; **check_runs** then fails the DAG run so that alerting sees it.
+4. **parse_logs -> join_results -> report, store_results**: tidy tables, the seed-style table,
+   launcher ratios, Markdown/HTML/CSV/PNG under `$MXBENCH_HOME/runs/<run id>/report/`, and every
+   run in the results database (`mxbench history VARIANT`). They run even when some runs failed;
+   **check_runs** then fails the DAG run so that alerting sees it.
 """
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ import pendulum
 # named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
 # airflow.* modules a DAG file names, once, before it forks a process per parse
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
-from airflow.sdk import Param, dag, task, task_group
+from airflow.sdk import Param, dag
 
-from mxbench.operators import RunVariantOperator
-from mxbench.variants import PARAMS_SCHEMA, machine_sets
+from mxbench import stages
+from mxbench.variants import PARAMS_SCHEMA
 
 
 @dag(
@@ -41,82 +42,12 @@ from mxbench.variants import PARAMS_SCHEMA, machine_sets
     default_args={"retries": 0},
 )
 def mxbench_benchmark():
-    @task
-    def expand_variants(params=None, run_id=None) -> list[dict]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from mxbench import config, connections, pipeline
-        from mxbench.variants import VariantError
-
-        targets, unavailable = pipeline.targets_for(
-            params["launchers"], lambda name: connections.launcher_for(name, params))
-        for reason in unavailable.values():
-            print(f"mxbench: {reason}")
-        try:
-            return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets, unavailable)
-        except VariantError as exc:
-            raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
-
-    @task
-    def prepare_data(params=None, run_id=None) -> dict:
-        from mxbench import config, pipeline
-
-        return pipeline.prepare_data(dict(params), config.dag_run_dir(run_id), config.data_dir())
-
-    @task
-    def pick(runs: list[dict], launchers: list[str]) -> list[dict]:
-        return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
-
-    @task(trigger_rule="all_done")
-    def parse_logs(params=None, run_id=None) -> dict:
-        from mxbench import config, connections, pipeline
-
-        # a run whose task died mid-run is reaped here, on its hosts too
-        return pipeline.parse_all(config.dag_run_dir(run_id), lambda name: connections.launcher_for(name, params))
-
-    @task
-    def join_results(tables: dict, run_id=None) -> dict:
-        from mxbench import config, pipeline
-
-        return pipeline.join(config.dag_run_dir(run_id))
-
-    @task
-    def report(tables: dict, run_id=None) -> dict:
-        from mxbench import config
-        from mxbench.report import build_report
-
-        built = build_report(config.dag_run_dir(run_id))
-        print(built.pop("text"))
-        print(f"report: {built['html']}")
-        return built
-
-    @task(trigger_rule="all_done")
-    def check_runs(run_id=None) -> None:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from mxbench import config, pipeline
-
-        problem = pipeline.verdict_of(config.dag_run_dir(run_id))
-        if problem:
-            raise AirflowFailException(problem)
-
-    runs = expand_variants()
-    data = prepare_data()
+    runs = stages.expand_variants()
+    data = stages.prepare_data()
     runs >> data
-    launched = []
-    for machines, launchers in machine_sets().items():
-        @task_group(group_id=machines)
-        def launch(machines=machines, launchers=launchers):
-            return RunVariantOperator.partial(
-                task_id="run_variant", pool=f"mxbench_{machines}", pool_slots=1,
-                map_index_template="{{ task.run['key'] }}").expand(run=pick(runs, list(launchers)))
-
-        launched.append(launch())
-    data >> launched
-    parsed = parse_logs()
-    launched >> parsed
-    reported = report(join_results(parsed))
-    reported >> check_runs()
-
+    parsed = stages.parse_logs()
+    stages.launch_runs(runs, data) >> parsed
+    tables = stages.join_results(parsed)
+    [stages.report(tables), stages.store_results(tables)] >> stages.check_runs()
 
 mxbench_benchmark()

@@ -16,26 +16,41 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
   fi
 fi
 
+# apt-get install as root, quietly, starting no service the packages bring (policy-rc.d says no)
+install_debs() {
+  [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || return 1
+  (
+    made_policy=
+    trap '[[ -z $made_policy ]] || rm -f /usr/sbin/policy-rc.d' EXIT
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      made_policy=1
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # no Recommends: they pull in systemd on a bare machine
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold "$@" >/dev/null
+  )
+}
+
 # The SSH launcher's tests and demo run real sshd on loopback addresses (mxbench.loopback_sshd).
-# Install OpenSSH only as root; else the tests report why they cannot run. Never let the package
-# start (or later boot) a system sshd on port 22: policy-rc.d forbids starting services during the
-# install, and Debian's ssh.service/ssh.socket/init script all honour /etc/ssh/sshd_not_to_be_run.
+# Never let the package start (or later boot) a system sshd on port 22: besides policy-rc.d,
+# Debian's ssh.service/ssh.socket/init script all honour /etc/ssh/sshd_not_to_be_run.
 if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null; then
-  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    (
-      made_policy=
-      trap '[[ -z $made_policy ]] || rm -f /usr/sbin/policy-rc.d' EXIT
-      if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        made_policy=1
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
-      fi
-      if [[ ! -x /usr/sbin/sshd ]]; then mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run; fi
-      export DEBIAN_FRONTEND=noninteractive
-      echo "mxbench: installing openssh-server for the loopback ssh hosts (no system sshd is started)" >&2
-      # no Recommends: they pull in systemd on a bare machine
-      apt-get update -qq && apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null
-    ) || echo "mxbench: could not install openssh-server: the ssh tests fail and the demo skips its ssh leg, saying why" >&2
+  if [[ ! -x /usr/sbin/sshd ]] && [[ $(id -u) == 0 ]]; then mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run; fi
+  echo "mxbench: installing openssh-server for the loopback ssh hosts (no system sshd is started)" >&2
+  install_debs openssh-server openssh-client \
+    || echo "mxbench: could not install openssh-server: the ssh tests fail and the demo skips its ssh leg, saying why" >&2
+fi
+
+# The results store's tests run a real PostgreSQL server of their own (initdb/pg_ctl in a temp
+# folder): the server binaries only, with no "main" cluster created and none started.
+if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  if [[ $(id -u) == 0 ]]; then
+    mkdir -p /etc/postgresql-common
+    [[ -e /etc/postgresql-common/createcluster.conf ]] || echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf
   fi
+  echo "mxbench: installing postgresql for the results store's tests (no cluster is created or started)" >&2
+  install_debs postgresql || echo "mxbench: could not install postgresql: the store's PostgreSQL tests fail, saying why" >&2
 fi
 
 make_venv() {  # name requirements-file extra-pip-args...

@@ -152,3 +152,96 @@ def kubernetes_connection(standin, python=None, **pod) -> dict:
                 "data": {"host_path": str(config.data_dir())}, **pod}
     return {"conn_type": "kubernetes",
             "extra": {"kube_config_path": str(standin.kubeconfig), "namespace": "mxbench", "mxbench_pod": settings}}
+
+
+# --- a throwaway PostgreSQL server (the results store's tests) -------------------------------
+
+def postgres_bin_dir():
+    """The folder holding initdb and pg_ctl: PATH, else the newest /usr/lib/postgresql/*/bin;
+    None when PostgreSQL is not installed."""
+    import shutil
+
+    on_path = shutil.which("initdb")
+    if on_path and shutil.which("pg_ctl"):
+        return Path(on_path).parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                      key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
+    return versions[-1].parent if versions else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_postgres(data_root: Path):
+    """initdb + pg_ctl start in ``data_root/pg`` on a free loopback port; (pg_ctl argv prefix,
+    data dir, port). As root the server runs as the ``postgres`` user (initdb and postgres refuse
+    root). Raises RuntimeError saying why it could not."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL is not installed (no initdb on PATH or under /usr/lib/postgresql/*/bin): "
+                           "scripts/setup.sh installs it when run as root")
+    data = data_root / "pg"
+    data.mkdir()
+    as_user = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            raise RuntimeError("running as root, but there is no postgres user to run the server as") from None
+        for folder in (data_root, data):
+            os.chown(folder, owner.pw_uid, owner.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    run = lambda *argv: subprocess.run([*as_user, *map(str, argv)], capture_output=True, text=True, timeout=120)
+    done = run(bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync")
+    if done.returncode != 0:
+        raise RuntimeError(f"initdb failed: {done.stderr.strip()[-1000:]}")
+    port = free_port()
+    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
+    done = subprocess.run([*pg_ctl, "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data}",
+                           "-l", str(data / "log"), "-w", "start"], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        log = (data / "log").read_text()[-1000:] if (data / "log").exists() else ""
+        raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()[-500:]} {log}")
+    return pg_ctl, data, port
+
+
+def stop_postgres(pg_ctl, data: Path) -> None:
+    subprocess.run([*pg_ctl, "stop", "-m", "fast", "-w"], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL server of its own (loopback, trust auth) with an empty database; its
+    SQLAlchemy URL. Fails (never skips) where PostgreSQL cannot run."""
+    import sqlalchemy as sa
+
+    import shutil
+
+    # not under pytest's own temp root: that is private to root, and the server runs as postgres
+    data_root = Path(tempfile.mkdtemp(prefix="mxbench-postgres-"))
+    try:
+        pg_ctl, data, port = start_postgres(data_root)
+    except RuntimeError as exc:
+        shutil.rmtree(data_root, ignore_errors=True)
+        pytest.fail(f"PostgreSQL unavailable: {exc}", pytrace=False)
+    try:
+        admin = sa.create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres",
+                                 isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.execute(sa.text("CREATE DATABASE mxbench_test"))
+        admin.dispose()
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mxbench_test"
+    finally:
+        # "-m fast" ends client connections too, so engines still pooled there cannot hold it up
+        stop_postgres(pg_ctl, data)
+    left = [pid for pid in processes_mentioning(str(data)) if alive(pid)]
+    assert not left and not (data / "postmaster.pid").exists(), \
+        f"the postgres server of {data} outlived the fixture: {left}"
+    shutil.rmtree(data_root, ignore_errors=True)

@@ -3,6 +3,8 @@
     mxbench parse LOG [LOG ...] [--json]
     mxbench report RUN_DIR
     mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B]
+    mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
+    mxbench import [RUN_DIR ...] [--url URL]
 """
 import argparse
 import json
@@ -106,6 +108,36 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_history(args) -> int:
+    from . import store
+
+    found = store.history(args.url or store.default_url(), args.variant, args.launcher, args.fingerprint)
+    if found.empty:
+        print(f"error: no results for variant {args.variant}", file=sys.stderr)
+        return 1
+    shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")))
+    columns = ["measured_at", "run_id", "trigger", "mxnet_version", "mxnet_package", "launcher", "repeat",
+               "environment", "status", "samples_per_sec"]
+    print(shown[columns].astype(object).where(shown[columns].notna(), "-").to_string(index=False))
+    return 0
+
+
+def cmd_import(args) -> int:
+    from . import config, store
+
+    folders = [Path(d) for d in args.run_dirs] or sorted(p for p in (config.home() / "runs").glob("*") if p.is_dir())
+    missing = [str(d) for d in folders if not d.is_dir()]
+    if missing:
+        print(f"error: {', '.join(missing)} is not a folder", file=sys.stderr)
+        return 1
+    for result in store.import_runs(args.url or store.default_url(), folders):
+        if "skipped" in result:
+            print(result["skipped"], file=sys.stderr)
+        else:
+            print(f"{result['run_id']}: {result['repeats']} repeats recorded (machine {result['fingerprint'] or 'unknown'})")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="mxbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,12 +153,30 @@ def build_parser():
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
     p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store)")
+    p.add_argument("variant")
+    p.add_argument("--launcher")
+    p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
+    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
+    p.set_defaults(func=cmd_history)
+    p = sub.add_parser("import", help="record DAG run folders in the results store (default: all of $MXBENCH_HOME/runs)")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
+    p.set_defaults(func=cmd_import)
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.command not in ("history", "import"):
+        return args.func(args)
+    from .store import StoreError
+
+    try:
+        return args.func(args)
+    except StoreError as exc:  # one line, no traceback: a wrong URL or an unreachable server
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -61,6 +61,23 @@ def kubernetes_settings(params: dict) -> PodSettings:
     return pod_settings(conn_id, extra, namespace=hook.get_namespace(), image=params.get("kubernetes_image"))
 
 
+def results_url(params: dict) -> str:
+    """The results database: the ``results_connection`` param's Airflow connection (its URI), else
+    MXBENCH_RESULTS_URL, else the SQLite file under MXBENCH_HOME."""
+    from . import store
+
+    conn_id = (params or {}).get("results_connection")
+    if not conn_id:
+        return store.default_url()
+    from airflow.sdk import BaseHook
+
+    try:
+        uri = BaseHook.get_connection(conn_id).get_uri()
+    except Exception as exc:  # AirflowNotFoundException
+        raise MxbenchError(f"results connection {conn_id!r}: {exc}") from None
+    return store.url_of_connection(uri)
+
+
 def launcher_for(name: str, params: dict):
     """The launcher ``name`` with its machines as this DAG run's params and connections say (the
     run task makes its Kubernetes launcher itself, with the operator's pod building)."""

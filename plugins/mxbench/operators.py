@@ -50,8 +50,9 @@ class RunVariantOperator(KubernetesPodOperator):
         if data is None:
             cause = pipeline.root_cause(dag_dir) or "no data.json: prepare_data has not run"
             raise AirflowException(f"run {self.run['key']}: {cause}")
-        result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                  launcher_for=launcher_for)
+        with config.training_python(self.run.get("train_python")):  # a regression run's MXNet build
+            result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
+                                      launcher_for=launcher_for)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")

@@ -95,7 +95,9 @@ def targets_for(names, launcher_for=None):
     return targets, unavailable
 
 
-def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None) -> List[dict]:
+def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None) -> List[dict]:
+    """The runs, written to ``request.json``. ``build``: the MXNet build a regression run measures
+    ({"package", "python", ...}); its runs train with its interpreter (``train_python``)."""
     unavailable = unavailable or {}
     try:
         runs = expand_runs(params, targets, unavailable)
@@ -103,11 +105,13 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
         stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
+    if build and build.get("python"):
+        runs = [{**run, "train_python": build["python"]} for run in runs]
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
     sets = {name: [l for l in members if l in chosen] for name, members in machine_sets().items()}
-    write_json(dag_dir / "request.json", {"params": recorded, "runs": runs,
+    write_json(dag_dir / "request.json", {"params": recorded, "runs": runs, "build": build,
                                           "targets": {k: asdict(v) for k, v in targets.items()},
                                           "unavailable": unavailable,
                                           "machine_sets": {k: v for k, v in sets.items() if v}})
@@ -396,10 +400,19 @@ def verdict_of(dag_dir: Path) -> Optional[str]:
         return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
     if not (dag_dir / "report" / "report.md").is_file():
         return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
+    problems = []
     if failed:
         lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
-        return f"{len(failed)} run(s) without a result:\n{lines}"
-    return None
+        problems.append(f"{len(failed)} run(s) without a result:\n{lines}")
+    findings = load_table(dag_dir / "tables" / "regression.csv")
+    if not findings.empty:
+        from .regression import alert
+
+        build = (read_json(dag_dir / "request.json", {}).get("build") or {}).get("package")
+        regressed = alert(findings.to_dict("records"), build)
+        if regressed:
+            problems.append(regressed)
+    return "\n".join(problems) or None
 
 
 TASK_TIMEOUT_GRACE_MIN = 5  # past the launcher's own deadline: teardown, then Airflow's backstop
@@ -410,3 +423,36 @@ def task_timeout(params: dict):
     from datetime import timedelta
 
     return timedelta(minutes=int(params["run_timeout_minutes"]) + TASK_TIMEOUT_GRACE_MIN)
+
+
+# --- regression ------------------------------------------------------------------------------
+
+def check_regressions(dag_dir: Path, url: str, run_id: str, fingerprints: Dict[str, str], baseline_runs: int,
+                      min_drop: float) -> List[dict]:
+    """Each variant and launcher of this DAG run against its baseline in the results database (on
+    the same hardware: ``fingerprints``, launcher -> the machine its runs measured on):
+    ``tables/regression.csv``, and ``tables/history.csv`` (every stored repeat of these variants
+    on this hardware, with each DAG run judged against the ones before it) for the report."""
+    from . import regression, store
+
+    runs = load_table(dag_dir / "tables" / "runs.csv")
+    pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
+    pairs = [(v, l) for v, l in pairs if fingerprints.get(l)]  # a launcher that measured nothing has no hardware
+    baselines = {(v, l): store.baseline(url, v, l, fingerprints[l], before=run_id, runs=baseline_runs)
+                 for v, l in pairs}
+    findings = regression.dag_run_findings(runs, baselines, min_drop) if pairs else []
+    tables = dag_dir / "tables"
+    pd.DataFrame([f.to_dict() for f in findings]).to_csv(tables / "regression.csv", index=False)
+    histories = []
+    for variant, launcher in pairs:
+        history = store.history(url, variant, launcher=launcher, fingerprint=fingerprints[launcher])
+        if history.empty:
+            continue
+        history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True), variant=variant,
+                                 launcher=launcher)
+        judged = regression.mark_regressions(history, baseline_runs, min_drop)
+        histories.append(history.merge(judged[["run_id", "status"]].rename(columns={"status": "verdict"}),
+                                       on="run_id", how="left"))
+    if histories:
+        pd.concat(histories, ignore_index=True).to_csv(tables / "history.csv", index=False)
+    return [f.to_dict() for f in findings]

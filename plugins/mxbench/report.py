@@ -227,6 +227,60 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
     _save(plt, fig, path)
 
 
+def plot_history(history: pd.DataFrame, path: Path):
+    """Throughput per variant over the DAG runs' dates, one colour per MXNet build; DAG runs the
+    regression rule flagged are ringed red."""
+    plt, fig, ax = _figure()
+    history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
+    builds = list(dict.fromkeys(history.sort_values("when")["build"]))
+    colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
+    for (variant, launcher), group in history.groupby(["variant", "launcher"]):
+        per_run = group.groupby(["run_id", "build"], as_index=False).agg(
+            when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
+        per_run = per_run.sort_values("when")
+        ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
+        ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18,
+                   zorder=3)
+        flagged = per_run[per_run["verdict"] == "regression"]
+        ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
+                   linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
+        if not per_run.empty:
+            ax.annotate(f"{variant} ({launcher})", (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),
+                        fontsize=7, xytext=(4, 0), textcoords="offset points")
+    for build, colour in colours.items():
+        ax.scatter([], [], color=colour, label=build)
+    ax.set(xlabel="data interval (DAG run)", ylabel="samples/s (median over repeats)",
+           title="Throughput history by MXNet build")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.autofmt_xdate()
+    _save(plt, fig, path)
+
+
+def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
+    """The regression check and the history, where the regression DAG left them."""
+    from .regression import find_step
+
+    sections = []
+    findings = load_table(dag_dir / "tables" / "regression.csv")
+    if not findings.empty:
+        sections.append(("Regression check (against the last DAG runs on this hardware)",
+                         findings[["variant", "launcher", "status", "message"]]))
+    history = load_table(dag_dir / "tables" / "history.csv")
+    if not history.empty:
+        history = history.assign(build=history["mxnet_package"].fillna(history["mxnet_version"]).fillna("unknown"))
+        plot_history(history, out / "history.png")
+        plots["history.png"] = "Throughput history by MXNet build"
+        steps = []
+        for (variant, launcher), group in history[history["status"] == "ok"].groupby(["variant", "launcher"]):
+            step = find_step(group)
+            steps.append({"variant": variant, "launcher": launcher, "first slower build": step["build"] if step else "none",
+                          "vs": step["previous"] if step else "",
+                          "change": f"{step['change']:+.1%} [{step['ci_low']:+.1%}, {step['ci_high']:+.1%}]" if step else ""})
+        sections.append(("Step finder: which build first got slower", pd.DataFrame(steps)))
+    return sections
+
+
 def plot_ratios(ratios: pd.DataFrame, path: Path):
     """Launcher ratios with their confidence intervals; only called when two launchers ran."""
     plt, fig, ax = _figure()
@@ -299,6 +353,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
+    sections += history_sections(dag_dir, out, plots)
     notices = mxnet_notices(dag_dir, runs)
     if not notices.empty:
         sections.append(("MXNet notices (C++ warnings from the role logs)", notices))

@@ -196,6 +196,11 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                          "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "title": "Training image",
                          "description": "Empty: the connection's mxbench_pod image. One image per MXNet build.",
                          "section": "Machines"},
+    "results_connection": {"default": None, "type": ["null", "string"], "pattern": r"^[A-Za-z0-9_.-]{1,200}$",
+                           "title": "Results database (connection id)",
+                           "description": "An Airflow connection to the results database (e.g. PostgreSQL). Empty: "
+                                          "MXBENCH_RESULTS_URL, else results.db under MXBENCH_HOME.",
+                           "section": "Machines"},
     "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
               "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
               "section": "What to run"},
@@ -330,3 +335,21 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
 
 def variant_from_dict(data: dict) -> Variant:
     return Variant(**{**data, "launchers": tuple(data.get("launchers") or ())})
+
+
+# The regression DAG's form: the same params, a smaller default matrix, and the rule's knobs.
+REGRESSION_PARAMS_SCHEMA: Dict[str, dict] = {
+    **PARAMS_SCHEMA,
+    "only_variants": {**PARAMS_SCHEMA["only_variants"], "default": ["cpu1-bs64", "cpu2w-bs64"]},
+    "repeats": {**PARAMS_SCHEMA["repeats"], "default": 4},
+    "epochs": {**PARAMS_SCHEMA["epochs"], "default": 2},
+    "synthetic_images": {**PARAMS_SCHEMA["synthetic_images"], "default": 1000},
+    "baseline_runs": {"default": 5, "type": "integer", "minimum": 1, "maximum": 50, "title": "Baseline DAG runs",
+                      "description": "A variant is compared with its last this many successful DAG runs on the "
+                                     "same hardware; with fewer than 2 it has no baseline yet.",
+                      "section": "Regression"},
+    "min_drop": {"default": 0.05, "type": "number", "minimum": 0, "maximum": 0.9, "title": "Smallest drop to alert on",
+                 "description": "A slowdown is a regression only when the test and the interval agree and it is "
+                                "at least this much (0.05: 5%).",
+                 "section": "Regression"},
+}

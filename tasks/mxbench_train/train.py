@@ -110,6 +110,23 @@ class Progress:
                 f"(loss is not finite; lower --lr, now {self.lr})")
 
 
+def mxnet_version(mx) -> str:
+    """The installed distribution's version (``2.0.0b1``), else ``mx.__version__``."""
+    try:
+        from importlib.metadata import version
+
+        return version("mxnet")
+    except Exception:  # another distribution name (mxnet-cu112) or a source build on PYTHONPATH
+        return getattr(mx, "__version__", "unknown")
+
+
+def require_module_api(mx):
+    """This trainer drives MXNet 1.x's Module API, which MXNet 2 removed: name that, never crash."""
+    if not hasattr(getattr(mx, "mod", None), "Module"):
+        raise MxbenchError(f"MXNet {mxnet_version(mx)} is not supported by this trainer: it has no Module API "
+                           "(MXNet 2 removed it)")
+
+
 def main(argv):
     args = build_parser().parse_args(argv)
     gpus = validate(args)
@@ -123,6 +140,8 @@ def main(argv):
         num_examples = args.num_examples or train_records
 
     import mxnet as mx  # after validation: a bad flag fails in milliseconds
+
+    require_module_api(mx)
 
     from .resnet import cifar_resnet
 

@@ -61,6 +61,7 @@ def test_structure(dagbag):
         ("local.pick", "local.run_variant"), ("prepare_data", "local.run_variant"),
         ("local.run_variant", "parse_logs"), ("parse_logs", "join_results"),
         ("join_results", "report"), ("report", "check_runs"),
+        ("join_results", "store_results"), ("store_results", "check_runs"),
     }
     tasks = {t.task_id: t for t in dag.tasks}
     assert tasks["parse_logs"].trigger_rule == "all_done" and tasks["check_runs"].trigger_rule == "all_done"
@@ -69,6 +70,18 @@ def test_structure(dagbag):
     assert dag.tags and {"mxbench", "benchmark"} <= set(dag.tags)
     assert all(t.retries == 0 for t in dag.tasks)  # a benchmark rerun is a decision, not a reflex
     assert dag.doc_md and "mxbench_benchmark" in dag.doc_md
+
+
+def test_regression_dag_structure(dagbag):
+    dag = dagbag.dags["mxbench_regression"]
+    edges = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+    assert {("resolve_build", "expand_variants"), ("resolve_build", "store_results"),
+            ("join_results", "store_results"), ("store_results", "check_regression"),
+            ("check_regression", "report"), ("report", "check_runs")} <= edges
+    assert dag.schedule == "@daily" and dag.catchup is False and dag.max_active_runs == 1
+    assert dag.params["baseline_runs"] == 5 and dag.params["min_drop"] == 0.05
+    tasks = {t.task_id: t for t in dag.tasks}
+    assert tasks["local.run_variant"].pool == "mxbench_local" and tasks["check_runs"].trigger_rule == "all_done"
 
 
 def test_a_run_task_is_one_kubernetes_pod_operator_per_run(dagbag):

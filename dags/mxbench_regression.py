@@ -1,0 +1,58 @@
+"""
+### mxbench_regression: a nightly throughput check, and backfills over MXNet builds
+
+Runs a small matrix every day (`@daily`) and compares each variant with its **baseline**: the
+last `baseline_runs` successful DAG runs of the same variant and launcher on the same hardware
+fingerprint, in the results database. A drop is called a regression only when the permutation
+test over the repeats and the bootstrap interval agree and it is at least `min_drop`; noise alone
+does not alert, and too little history is "no baseline yet". On a regression the DAG run fails
+(Airflow's callbacks and alerting fire) and the report names the variant, the baseline, the
+current value, the change with its interval, both MXNet builds and the runs.
+
+Each data interval measures the MXNet build that `config/mxnet-builds.json` gives its start date
+(the same interval always measures the same build), in a training environment made for that build
+on first use. So a backfill measures a range of builds:
+
+    airflow backfill create --dag-id mxbench_regression --from-date 2026-11-01 --to-date 2026-11-10
+
+1. **resolve_build** -> **expand_variants** -> **prepare_data** -> **<machines>.run_variant** ->
+   **parse_logs** -> **join_results**, as in mxbench_benchmark;
+2. **store_results** -> **check_regression** (`tables/regression.csv`, and the history of these
+   variants with each DAG run judged) -> **report** (with the history plot and the step finder:
+   which build first got slower) -> **check_runs** (fails on a failed run or a regression).
+"""
+from __future__ import annotations
+
+import pendulum
+# named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
+# airflow.* modules a DAG file names, once, before it forks a process per parse
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
+from airflow.sdk import Param, dag
+
+from mxbench import stages
+from mxbench.variants import REGRESSION_PARAMS_SCHEMA
+
+
+@dag(
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    catchup=False,  # the past is measured on purpose, with airflow backfill create
+    max_active_runs=1,  # two DAG runs measuring at once would spoil each other's numbers
+    doc_md=__doc__,
+    params={name: Param(**spec) for name, spec in REGRESSION_PARAMS_SCHEMA.items()},
+    tags=["mxbench", "regression"],
+    default_args={"retries": 0},
+)
+def mxbench_regression():
+    build = stages.resolve_build()
+    runs = stages.expand_variants(build)
+    data = stages.prepare_data()
+    runs >> data
+    parsed = stages.parse_logs()
+    stages.launch_runs(runs, data) >> parsed
+    tables = stages.join_results(parsed)
+    findings = stages.check_regression(stages.store_results(tables, build))
+    stages.report(findings) >> stages.check_runs()
+
+
+mxbench_regression()

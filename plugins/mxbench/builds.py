@@ -1,0 +1,389 @@
+"""MXNet builds: which MXNet a DAG run measures, and one cached training environment per build.
+
+``config/mxnet-builds.json`` lists the builds in date order; a date (a DAG run's data interval
+start) measures the last build whose ``since`` is on or before it, so a backfill over dates
+measures the MXNet versions that were current then, and the same interval always measures the
+same build. Each build gets its own venv under ``$MXBENCH_HOME/envs``, made on first use from
+the same Python as the training env and cached; the pinned build (``requirements-train.txt``)
+is the training env itself. No Airflow import: the DAG's tasks, the CLI and tests use this.
+"""
+import bisect
+import dataclasses
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+from mxbench import config
+from mxbench_train.errors import MxbenchError
+
+MANIFEST = config.REPO / "config" / "mxnet-builds.json"
+REQUIREMENTS = config.REPO / "requirements-train.txt"
+TRAINER = config.REPO / "tasks"  # the trainer's source: build venvs import it from the checkout
+STAMP = ".mxbench-build.json"
+ENV_FORMAT = 1  # bump when the way a venv is made changes: every cached venv is then remade
+
+# mxnet==1.9.0, mxnet-cu112==1.9.1, or a wheel: mxnet @ file:///wheels/mxnet-1.9.1-py3-none-any.whl
+_PINNED = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
+_WHEEL = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?) @ (?P<url>\S+/(?P<file>[^/\s]+\.whl))")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_FIELDS = {"since", "package", "image", "commit", "note", "pins"}
+_REQUIRED = ("since", "package", "image")
+
+
+class ManifestError(MxbenchError):
+    """The versions manifest is missing, malformed, or has no build for a date."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One MXNet build of the manifest. ``pins`` override lines of ``requirements-train.txt``
+    (by project name) for this build only, e.g. ``("numpy==1.23.5",)``."""
+
+    since: dt.date
+    package: str
+    image: str
+    commit: Optional[str] = None
+    note: str = ""
+    pins: Tuple[str, ...] = ()
+
+    @property
+    def distribution(self) -> str:
+        """``mxnet``, ``mxnet-cu112``, ...: the pip project the build installs."""
+        return _parse_package(self.package)[0]
+
+    @property
+    def version(self) -> str:
+        """``1.9.0`` for ``mxnet==1.9.0``; a wheel's version from its file name."""
+        return _parse_package(self.package)[1]
+
+    def __str__(self) -> str:
+        return f"{self.package} (since {self.since})"
+
+
+def _parse_package(package: str) -> Tuple[str, str]:
+    pinned = _PINNED.fullmatch(package)
+    if pinned:
+        return pinned["name"], pinned["version"]
+    wheel = _WHEEL.fullmatch(package)
+    if wheel:
+        parts = wheel["file"].split("-")
+        if len(parts) >= 5 and parts[0].replace("_", "-") == wheel["name"]:
+            return wheel["name"], parts[1]
+    raise ValueError(f"package {package!r} is neither mxnet[-VARIANT]==VERSION nor "
+                     "mxnet[-VARIANT] @ URL-of-a-wheel (name-version-python-abi-platform.whl)")
+
+
+def _requirement_name(requirement: str) -> str:
+    match = _REQUIREMENT_NAME.match(requirement.strip())
+    if not match:
+        raise ValueError(f"{requirement!r} is not a requirement")
+    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+
+
+def _entry(raw, index: int, where: str) -> Build:
+    label = f"{where}: entry {index}"
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{label}: expected an object with since, package, image, not {type(raw).__name__}")
+    if isinstance(raw.get("package"), str):
+        label += f" ({raw['package']})"
+    unknown = sorted(set(raw) - _FIELDS)
+    if unknown:
+        raise ManifestError(f"{label}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    missing = [key for key in _REQUIRED if not raw.get(key)]
+    if missing:
+        raise ManifestError(f"{label}: missing {', '.join(missing)}")
+    for key in ("since", "package", "image"):
+        if not isinstance(raw[key], str):
+            raise ManifestError(f"{label}: {key} must be a string, not {raw[key]!r}")
+    try:
+        since = dt.date.fromisoformat(raw["since"])
+    except ValueError:
+        raise ManifestError(f"{label}: since {raw['since']!r} is not a date (YYYY-MM-DD)") from None
+    try:
+        _parse_package(raw["package"])
+    except ValueError as exc:
+        raise ManifestError(f"{label}: {exc}") from None
+    commit = raw.get("commit")
+    if commit is not None and not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
+        raise ManifestError(f"{label}: commit must be null or a git sha (7 to 40 lowercase hex digits), "
+                            f"not {commit!r}")
+    note = raw.get("note", "")
+    if not isinstance(note, str):
+        raise ManifestError(f"{label}: note must be a string, not {note!r}")
+    pins = raw.get("pins", [])
+    if not isinstance(pins, list) or not all(isinstance(p, str) and p.strip() for p in pins):
+        raise ManifestError(f"{label}: pins must be a list of requirement strings, not {pins!r}")
+    for pin in pins:
+        try:
+            name = _requirement_name(pin)
+        except ValueError as exc:
+            raise ManifestError(f"{label}: pins: {exc}") from None
+        if name.startswith("mxnet"):
+            raise ManifestError(f"{label}: pins: {pin!r} names MXNet itself; that is the package field")
+    return Build(since=since, package=raw["package"], image=raw["image"], commit=commit, note=note,
+                 pins=tuple(p.strip() for p in pins))
+
+
+def load_manifest(path: Union[str, Path, None] = None) -> List[Build]:
+    """The manifest's builds, validated: a non-empty JSON list, ``since`` strictly increasing.
+    Raises ManifestError naming the file and the entry."""
+    path = Path(path) if path is not None else MANIFEST
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ManifestError(f"MXNet versions manifest {path} does not exist") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read MXNet versions manifest {path}: {exc}") from None
+    except ValueError as exc:
+        raise ManifestError(f"MXNet versions manifest {path} is not JSON: {exc}") from None
+    if not isinstance(raw, list) or not raw:
+        raise ManifestError(f"MXNet versions manifest {path}: expected a non-empty JSON list of builds")
+    builds = [_entry(item, i, str(path)) for i, item in enumerate(raw)]
+    for i in range(1, len(builds)):
+        if builds[i].since <= builds[i - 1].since:
+            raise ManifestError(f"{path}: entry {i} ({builds[i].package}): since {builds[i].since} is not after "
+                                f"entry {i - 1}'s ({builds[i - 1].package}, since {builds[i - 1].since}); "
+                                "the list is ordered by date, one build per date")
+    return builds
+
+
+def _as_date(when: Union[dt.date, dt.datetime, str]) -> dt.date:
+    if isinstance(when, str):
+        text = when.strip()
+        try:
+            when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        except ValueError:
+            raise ManifestError(f"{when!r} is not a date or an ISO datetime") from None
+    if isinstance(when, dt.datetime):  # an aware one (a data interval start) counts in UTC
+        return (when.astimezone(dt.timezone.utc) if when.tzinfo else when).date()
+    if isinstance(when, dt.date):
+        return when
+    raise ManifestError(f"expected a date, a datetime or an ISO string, not {type(when).__name__} {when!r}")
+
+
+def build_for(when: Union[dt.date, dt.datetime, str], builds: Optional[Sequence[Build]] = None) -> Build:
+    """The build a date measures: the last one whose ``since`` is on or before it (UTC date of an
+    aware datetime). A date before the first build raises ManifestError naming the date."""
+    builds = list(builds) if builds is not None else load_manifest()
+    if not builds:
+        raise ManifestError("no MXNet builds to choose from")
+    day = _as_date(when)
+    at = bisect.bisect_right([b.since for b in builds], day)
+    if at == 0:
+        raise ManifestError(f"no MXNet build for {day}: the versions manifest starts at {builds[0].since} "
+                            f"({builds[0].package}); add an earlier entry to measure that date")
+    return builds[at - 1]
+
+
+# --- training environments -------------------------------------------------------------------
+
+def requirement_lines(path: Union[str, Path, None] = None) -> List[str]:
+    """``requirements-train.txt`` without comments and blank lines."""
+    lines = []
+    for line in Path(path or REQUIREMENTS).read_text().splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def install_spec(build: Build, requirements: Union[str, Path, None] = None) -> List[str]:
+    """What pip installs for ``build``: its package, then every other line of
+    ``requirements-train.txt`` (never its ``mxnet`` line), a pin of the build replacing the line
+    of the same project."""
+    pins = {_requirement_name(p): p for p in build.pins}
+    spec = [build.package]
+    for line in requirement_lines(requirements):
+        name = _requirement_name(line)
+        if name.startswith("mxnet"):
+            continue
+        spec.append(pins.pop(name, line))
+    return spec + list(pins.values())
+
+
+def is_pinned(build: Build, requirements: Union[str, Path, None] = None) -> bool:
+    """The build ``requirements-train.txt`` pins, with no pins of its own: the training env is it."""
+    mxnet_lines = [line for line in requirement_lines(requirements) if _requirement_name(line) == "mxnet"]
+    return not build.pins and [build.package.replace(" ", "")] == [line.replace(" ", "") for line in mxnet_lines]
+
+
+def base_python(train: Optional[str] = None) -> str:
+    """The interpreter the training env was made from (its ``pyvenv.cfg``), which makes every
+    build's venv; the training python itself when it is no venv (an image's interpreter)."""
+    train = Path(train or config.train_python())
+    cfg = train.parent.parent / "pyvenv.cfg"
+    if cfg.is_file():
+        values = {}
+        for line in cfg.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key.strip().lower()] = value.strip()
+        candidates = [values.get("executable"), values.get("base-executable")]
+        home, version = values.get("home"), values.get("version") or values.get("version_info") or ""
+        if home:
+            short = ".".join(version.split(".")[:2])
+            candidates += [str(Path(home) / f"python{short}") if short else None,
+                           str(Path(home) / "python3"), str(Path(home) / "python")]
+        for candidate in candidates:
+            if candidate and os.access(candidate, os.X_OK):
+                return candidate
+        raise MxbenchError(f"cannot find the Python the training env was made from: {cfg} names "
+                           f"{[c for c in candidates if c]}, none of which exists")
+    if train.exists():
+        return str(train)
+    raise MxbenchError(f"the training env's python {train} does not exist: run scripts/setup.sh "
+                       "(or set MXBENCH_TRAIN_PYTHON)")
+
+
+def env_dir(build: Build, root: Union[str, Path, None] = None, base: Optional[str] = None) -> Path:
+    """``<root>/<distribution>-<version>-<hash>``, root defaulting to ``$MXBENCH_HOME/envs``; the
+    hash covers the install spec and the base Python, so a changed pin makes a new venv."""
+    root = Path(root) if root is not None else config.home() / "envs"
+    key = json.dumps({"format": ENV_FORMAT, "spec": install_spec(build), "base": base or base_python(),
+                      "trainer": str(TRAINER)}, sort_keys=True)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{build.distribution}-{build.version}")
+    return root / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def _stamp_ok(venv: Path, spec: List[str]) -> bool:
+    try:
+        stamp = json.loads((venv / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp.get("spec") == spec and (venv / "bin" / "python").exists()
+
+
+def _clean_env() -> dict:
+    """The environment for venv/pip: no PYTHONPATH/PYTHONHOME (the orchestration side's) and no
+    DMLC_ROLE (importing mxnet with it set would start a kvstore role)."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("DMLC_")}
+
+
+def _last_error_lines(output: str, count: int = 3) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return " | ".join((errors or lines)[-count:]) or "(no output)"
+
+
+def _run(argv, what: str, build: Build, timeout: float) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_clean_env(),
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} took over "
+                           f"{timeout:.0f} s") from None
+    except OSError as exc:
+        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what}: {exc}") from None
+    if done.returncode:
+        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} failed "
+                           f"(exit {done.returncode}): {_last_error_lines(done.stdout + done.stderr)}")
+    return done.stdout
+
+
+def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: float) -> None:
+    """Make the venv from scratch; the stamp, written last, is what marks it done."""
+    shutil.rmtree(venv, ignore_errors=True)  # a half venv from a killed build
+    started = time.time()
+    _run([base, "-m", "venv", str(venv)], f"{base} -m venv", build, 600)
+    python = str(venv / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+          *spec], "pip install " + " ".join(spec), build, pip_timeout)
+    # the trainer from the checkout, as `pip install -e tasks/` would, without writing into tasks/
+    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                "finding site-packages", build, 60).strip()
+    (Path(site) / "mxbench-train-checkout.pth").write_text(f"{TRAINER}\n")
+    version = _run([python, "-c", "import mxnet, mxbench_train; print(mxnet.__version__)"],
+                   "import mxnet", build, 300).strip().splitlines()[-1:]
+    stamp = {"build": dataclasses.asdict(build) | {"since": str(build.since), "pins": list(build.pins)},
+             "spec": spec, "base_python": base, "mxnet_version": version[0] if version else None,
+             "seconds": round(time.time() - started, 1), "made": dt.datetime.now(dt.timezone.utc).isoformat()}
+    tmp = venv / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
+    os.replace(tmp, venv / STAMP)
+
+
+def training_python(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
+    """The interpreter of ``build``'s training env, made on first use and cached.
+
+    The pinned build (``requirements-train.txt``'s ``mxnet==`` line, no pins) is the training env
+    itself: ``config.train_python()``. Any other gets ``<root>/<name>/bin/python`` (root:
+    ``$MXBENCH_HOME/envs``): a venv from the training env's base Python with ``install_spec(build)``
+    and the checkout's trainer (``tasks/``, by a ``.pth`` file). A stamp file written last makes
+    it idempotent; a file lock makes concurrent callers (two tasks, two threads) wait for one
+    build. A failed build raises MxbenchError naming the build and pip's last error lines and
+    leaves no venv behind."""
+    if is_pinned(build):
+        return config.train_python()
+    base = base_python()
+    venv = env_dir(build, root, base)
+    spec = install_spec(build)
+    python = str(venv / "bin" / "python")
+    if _stamp_ok(venv, spec):
+        return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not _stamp_ok(venv, spec):  # another caller may have made it while this one waited
+                try:
+                    _create(build, venv, spec, base, pip_timeout)
+                except BaseException:
+                    shutil.rmtree(venv, ignore_errors=True)
+                    raise
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return python
+
+
+_CHECK = r"""
+import json
+try:
+    import mxnet as mx
+except BaseException as exc:
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}".strip().splitlines()[0]}))
+    raise SystemExit(0)
+try:
+    from importlib.metadata import version
+    v = version("mxnet")
+except Exception:
+    v = getattr(mx, "__version__", "unknown")
+print(json.dumps({"version": v, "module_api": hasattr(getattr(mx, "mod", None), "Module")}))
+"""
+
+
+def unsupported_message(version: str) -> str:
+    """The trainer's own words (``mxbench_train.train.require_module_api``)."""
+    return f"MXNet {version} is not supported by this trainer: it has no Module API (MXNet 2 removed it)"
+
+
+def check_trainer(python: str, timeout: float = 300) -> Optional[str]:
+    """None when ``python``'s MXNet can run this trainer (it has the Module API); else why not:
+    an MXNet without the Module API (MXNet 2), or an mxnet that does not import."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLC_")}
+    try:
+        done = subprocess.run([python, "-c", _CHECK], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"importing mxnet with {python} took over {timeout:.0f} s"
+    except OSError as exc:
+        return f"cannot run the training python {python}: {exc}"
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return (f"cannot check MXNet with {python} (exit {done.returncode}): "
+                f"{_last_error_lines(done.stderr + done.stdout, 1)}")
+    if "error" in result:
+        return f"cannot import mxnet with {python}: {result['error']}"
+    if not result.get("module_api"):
+        return unsupported_message(result.get("version", "unknown"))
+    return None

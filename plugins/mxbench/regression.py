@@ -1,0 +1,147 @@
+"""Did a variant get slower than its baseline? The regression DAG's rule, and the step finder.
+
+The baseline is the last ``BASELINE_RUNS`` successful DAG runs of the same variant and launcher
+on the same hardware fingerprint (the results store picks them). The rule reuses the launcher
+verdict's statistics: a regression is called only when the permutation test over the repeats
+says the two differ (p < α), the bootstrap interval of the speed ratio lies wholly below 100%,
+and the drop is at least ``MIN_DROP``: noise alone must not alert (the test and the interval
+keep false alarms under α, and the minimum drop keeps a real but negligible shift quiet), while
+a real step of 10% must. Pure: no Airflow, no database.
+"""
+import math
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional, Sequence
+
+import pandas as pd
+
+from . import verdict
+
+MIN_DROP = 0.05  # a drop smaller than this is not worth an alert, however certain
+BASELINE_RUNS = 5  # DAG runs in a baseline
+MIN_BASELINE_RUNS = 2  # fewer earlier DAG runs than this: "no baseline yet"
+
+
+@dataclass
+class Finding:
+    variant: str
+    launcher: str
+    status: str  # regression | improved | ok | no baseline yet | no result
+    current: Optional[float] = None  # median samples/s of this DAG run's repeats
+    baseline: Optional[float] = None  # median over the baseline's repeats
+    change: Optional[float] = None  # current / baseline - 1
+    ci_low: Optional[float] = None  # of current / baseline - 1
+    ci_high: Optional[float] = None
+    p_value: Optional[float] = None
+    n: int = 0
+    n_baseline: int = 0
+    baseline_runs: List[str] = field(default_factory=list)
+    baseline_builds: List[str] = field(default_factory=list)  # the MXNet builds the baseline measured
+    message: str = ""
+
+    def to_dict(self):
+        return {**asdict(self), "baseline_runs": " ".join(self.baseline_runs),
+                "baseline_builds": " ".join(self.baseline_builds)}
+
+
+def _clean(values) -> List[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+
+
+def check(variant: str, launcher: str, current: Sequence[float], baseline: Sequence[float],
+          baseline_runs: Sequence[str] = (), min_drop: float = MIN_DROP, alpha: float = verdict.ALPHA,
+          min_baseline_runs: int = MIN_BASELINE_RUNS) -> Finding:
+    """``current``: this DAG run's per-repeat samples/s; ``baseline``: the baseline's, pooled over
+    its DAG runs (``baseline_runs``, their ids)."""
+    current, baseline = _clean(current), _clean(baseline)
+    finding = Finding(variant, launcher, "no result", n=len(current), n_baseline=len(baseline),
+                      baseline_runs=list(baseline_runs))
+    if not current:
+        finding.message = f"{variant} ({launcher}): no measured repeat in this run"
+        return finding
+    finding.current = float(pd.Series(current).median())
+    if len(set(baseline_runs)) < min_baseline_runs or len(baseline) < verdict.MIN_REPEATS \
+            or len(current) < verdict.MIN_REPEATS:
+        finding.status = "no baseline yet"
+        finding.message = (f"{variant} ({launcher}): no baseline yet ({len(set(baseline_runs))} earlier DAG run(s) "
+                           f"on this hardware, {min_baseline_runs} needed, and {verdict.MIN_REPEATS} repeats a side)")
+        return finding
+    finding.baseline = float(pd.Series(baseline).median())
+    ratio = finding.current / finding.baseline
+    low, high = verdict.bootstrap_ratio_ci(current, baseline)
+    p = verdict.permutation_p(current, baseline)
+    finding.change, finding.ci_low, finding.ci_high, finding.p_value = ratio - 1, low - 1, high - 1, p
+    if p < alpha and high < 1 and ratio <= 1 - min_drop:
+        finding.status = "regression"
+    elif p < alpha and low > 1 and ratio >= 1 + min_drop:
+        finding.status = "improved"
+    else:
+        finding.status = "ok"
+    finding.message = (f"{variant} ({launcher}): {finding.status}: {finding.current:.1f} samples/s against a baseline "
+                       f"of {finding.baseline:.1f} ({ratio - 1:+.1%}, 95% CI [{low - 1:+.1%}, {high - 1:+.1%}], "
+                       f"p = {p:.3g}; {len(current)} vs {len(baseline)} repeats from {len(set(baseline_runs))} "
+                       f"DAG runs)")
+    return finding
+
+
+def find_step(history: pd.DataFrame, min_drop: float = MIN_DROP, alpha: float = verdict.ALPHA) -> Optional[dict]:
+    """Which build first got slower: over ``history`` (one row per measured repeat, with
+    ``build`` and ``when``, and ``samples_per_sec``; one variant and launcher), each build's
+    repeats are compared with the build before it, in the order the builds were first measured.
+    The first boundary the rule calls a regression: {"build", "previous", "change", "ci_low",
+    "ci_high", "p_value"}; None when no build is slower than the one before."""
+    ok = history.dropna(subset=["samples_per_sec"])
+    order = ok.groupby("build")["when"].min().sort_values().index.tolist()
+    for previous, build in zip(order, order[1:]):
+        finding = check("", "", ok.loc[ok["build"] == build, "samples_per_sec"],
+                        ok.loc[ok["build"] == previous, "samples_per_sec"], min_drop=min_drop, alpha=alpha,
+                        min_baseline_runs=0)
+        if finding.status == "regression":
+            return {"build": build, "previous": previous, "change": finding.change, "ci_low": finding.ci_low,
+                    "ci_high": finding.ci_high, "p_value": finding.p_value}
+    return None
+
+
+def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_DROP) -> List[Finding]:
+    """A finding per variant and launcher of this DAG run (``runs``: its runs table). ``baselines``:
+    (variant, launcher) -> the baseline's repeats (``run_id``, ``samples_per_sec``, ``mxnet_package``)."""
+    findings = []
+    for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
+        base = baselines.get((variant, launcher))
+        base = base if base is not None else pd.DataFrame(columns=["run_id", "samples_per_sec", "mxnet_package"])
+        ok = group[group["status"] == "ok"]
+        finding = check(variant, launcher, ok["samples_per_sec"], base["samples_per_sec"],
+                        list(dict.fromkeys(base["run_id"])), min_drop=min_drop)
+        finding.baseline_builds = sorted({str(b) for b in base.get("mxnet_package", pd.Series(dtype=str)).dropna()})
+        findings.append(finding)
+    return findings
+
+
+def alert(findings: Sequence[dict], build: Optional[str]) -> Optional[str]:
+    """Why the DAG run fails, one line per regression (``findings``: ``Finding.to_dict()`` rows):
+    variant, baseline, current, change with its interval, both MXNet builds and the baseline's
+    runs; None when nothing regressed."""
+    lines = [f"REGRESSION {f['message']}; this build: {build or 'unknown'}; baseline builds: "
+             f"{_text(f['baseline_builds']) or 'unknown'}; baseline runs: {_text(f['baseline_runs'])}"
+             for f in findings if f["status"] == "regression"]
+    return "\n".join(lines) or None
+
+
+def _text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else ", ".join(str(value).split())
+
+
+def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
+    """Each DAG run of one variant's history (``run_id``, ``when``, ``samples_per_sec``, ``status``),
+    judged against the ``runs`` before it as the regression DAG judges it: one row per DAG run with
+    ``status`` (regression, improved, ok, no baseline yet) and its median samples/s."""
+    ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
+    order = ok.groupby("run_id")["when"].min().sort_values().index.tolist()
+    rows = []
+    for i, run_id in enumerate(order):
+        earlier = order[max(0, i - runs):i]
+        base = ok[ok["run_id"].isin(earlier)]
+        finding = check("", "", ok.loc[ok["run_id"] == run_id, "samples_per_sec"], base["samples_per_sec"],
+                        list(base["run_id"]), min_drop=min_drop)
+        rows.append({"run_id": run_id, "when": ok.loc[ok["run_id"] == run_id, "when"].min(),
+                     "samples_per_sec": finding.current, "status": finding.status})
+    return pd.DataFrame(rows, columns=["run_id", "when", "samples_per_sec", "status"])

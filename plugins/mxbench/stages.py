@@ -1,0 +1,160 @@
+"""The pipeline's stages as Airflow tasks, shared by the DAGs (mxbench_benchmark, mxbench_regression).
+
+Each task wraps a function of ``mxbench.pipeline`` or ``mxbench.store``, which need no Airflow;
+their imports sit inside the tasks, so that parsing a DAG file stays fast. A DAG run's folder is
+``config.dag_run_dir(run_id)``: every stage reads what the earlier ones wrote there.
+"""
+from __future__ import annotations
+
+from airflow.sdk import task, task_group
+
+from .operators import RunVariantOperator
+from .variants import machine_sets
+
+
+@task
+def expand_variants(build: dict | None = None, params=None, run_id=None) -> list[dict]:
+    """Params -> one run per (variant, launcher, repeat); a misfit fails the DAG run here. With a
+    ``build`` (the regression DAG's), every run trains with that build's interpreter, or fails
+    naming why the build cannot train."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench import config, connections, pipeline
+    from mxbench.variants import VariantError
+
+    targets, unavailable = pipeline.targets_for(
+        params["launchers"], lambda name: connections.launcher_for(name, params))
+    if build and build.get("unsupported"):
+        unavailable = {name: f"MXNet build {build['package']}: {build['unsupported']}" for name in params["launchers"]}
+    for reason in unavailable.values():
+        print(f"mxbench: {reason}")
+    try:
+        return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets, unavailable, build=build)
+    except VariantError as exc:
+        raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
+
+
+@task
+def prepare_data(params=None, run_id=None) -> dict:
+    from mxbench import config, pipeline
+
+    return pipeline.prepare_data(dict(params), config.dag_run_dir(run_id), config.data_dir())
+
+
+@task
+def pick(runs: list[dict], launchers: list[str]) -> list[dict]:
+    return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
+
+
+def launch_runs(runs, data) -> list:
+    """One mapped run task per machine set, in that set's pool (one slot): runs that share
+    machines never overlap, and their launchers' repeats alternate."""
+    launched = []
+    for machines, launchers in machine_sets().items():
+        @task_group(group_id=machines)
+        def launch(machines=machines, launchers=launchers):
+            return RunVariantOperator.partial(
+                task_id="run_variant", pool=f"mxbench_{machines}", pool_slots=1,
+                map_index_template="{{ task.run['key'] }}").expand(run=pick(runs, list(launchers)))
+
+        launched.append(launch())
+    data >> launched
+    return launched
+
+
+@task(trigger_rule="all_done")
+def parse_logs(params=None, run_id=None) -> dict:
+    from mxbench import config, connections, pipeline
+
+    # a run whose task died mid-run is reaped here, on its hosts too
+    return pipeline.parse_all(config.dag_run_dir(run_id), lambda name: connections.launcher_for(name, params))
+
+
+@task
+def join_results(tables: dict, run_id=None) -> dict:
+    from mxbench import config, pipeline
+
+    return pipeline.join(config.dag_run_dir(run_id))
+
+
+@task
+def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
+    """This DAG run's runs into the results database, replacing what an earlier try wrote."""
+    from mxbench import config, connections, store
+
+    url = connections.results_url(params)
+    store.migrate(url)
+    stored = store.record_dag_run(
+        url, config.dag_run_dir(run_id), dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run),
+        build=build, logical_date=dag_run.logical_date,
+        data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
+    print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
+          f"(hardware {stored['fingerprint']})")
+    return stored
+
+
+def trigger_of(dag_run) -> str:
+    """manual | scheduled | backfill, as the results database records it."""
+    kind = str(getattr(dag_run.run_type, "value", dag_run.run_type))
+    return {"scheduled": "scheduled", "backfill": "backfill"}.get(kind, "manual")
+
+
+@task
+def report(tables: dict, run_id=None) -> dict:
+    from mxbench import config
+    from mxbench.report import build_report
+
+    built = build_report(config.dag_run_dir(run_id))
+    print(built.pop("text"))
+    print(f"report: {built['html']}")
+    return built
+
+
+@task(trigger_rule="all_done")
+def check_runs(run_id=None) -> None:
+    """Fail the DAG run when a run measured nothing (or a regression was found), so that
+    Airflow's callbacks and alerting see it; after the report, which is built either way."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench import config, pipeline
+
+    problem = pipeline.verdict_of(config.dag_run_dir(run_id))
+    if problem:
+        raise AirflowFailException(problem)
+
+
+# --- the regression DAG's own stages ---------------------------------------------------------
+
+@task
+def resolve_build(dag_run=None) -> dict:
+    """The MXNet build this DAG run measures: the versions manifest's entry for its data interval
+    (the same interval always measures the same build), and its training interpreter, made on
+    first use. A build that cannot be installed or trained is named here; its runs then fail with
+    that cause, never as a crash."""
+    from mxbench import builds
+    from mxbench_train.errors import MxbenchError
+
+    when = dag_run.data_interval_start or dag_run.logical_date or dag_run.run_after
+    build = builds.build_for(when)
+    record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
+              "since": str(build.since), "unsupported": None}
+    try:
+        record["python"] = builds.training_python(build)
+    except MxbenchError as exc:
+        return {**record, "unsupported": str(exc)}
+    record["unsupported"] = builds.check_trainer(record["python"])
+    print(f"mxbench: interval from {when} measures {build.package}: {record['unsupported'] or record['python']}")
+    return record
+
+
+@task
+def check_regression(stored: dict, params=None, run_id=None) -> list:
+    """Each variant against its baseline (the last DAG runs on the same hardware): findings for the
+    report; ``check_runs`` fails the DAG run on a regression."""
+    from mxbench import config, connections, pipeline
+
+    findings = pipeline.check_regressions(config.dag_run_dir(run_id), connections.results_url(params), run_id,
+                                          stored["fingerprints"], params["baseline_runs"], params["min_drop"])
+    for finding in findings:
+        print(f"mxbench: {finding['message']}")
+    return findings

@@ -1,0 +1,116 @@
+"""The results store's tables at the newest revision (SQLAlchemy Core).
+
+The migrations in ``migrations/versions`` create these; they do not import this module, so that an
+old migration keeps meaning what it meant when it was written. ``tests/orchestration/test_store.py``
+checks that a migrated database matches these definitions.
+
+Times are stored as naive UTC (``UTCDateTime``): SQLite has no time zones, and one convention on
+every backend keeps comparisons right.
+"""
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+
+class UTCDateTime(sa.types.TypeDecorator):
+    """Aware datetimes in, aware UTC datetimes out; naive UTC in the database."""
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        return value.replace(tzinfo=timezone.utc) if value is not None else None
+
+
+# One row per kind of machine: the hardware facts a number depends on, hashed.
+environments = sa.Table(
+    "environments", metadata,
+    sa.Column("fingerprint", sa.String(16), primary_key=True),  # sha256(facts)[:16]
+    sa.Column("gpu_model", sa.String(200)),  # None: no GPU; mixed models joined with " + "
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("driver", sa.String(50)),
+    sa.Column("cuda", sa.String(50)),
+    sa.Column("cpu_model", sa.String(200)),
+    sa.Column("cpu_count", sa.Integer),
+    sa.Column("host_class", sa.String(250), nullable=False),  # "gpu: 8x Tesla V100", "cpu: AMD EPYC x2"
+    sa.Column("first_seen", UTCDateTime, nullable=False),
+)
+
+dag_runs = sa.Table(
+    "dag_runs", metadata,
+    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("dag_id", sa.String(250), nullable=False),
+    sa.Column("trigger", sa.String(20), nullable=False),  # manual | scheduled | backfill
+    sa.Column("logical_date", UTCDateTime),
+    sa.Column("data_interval_start", UTCDateTime),
+    sa.Column("data_interval_end", UTCDateTime),
+    # logical_date, else the first run's start, else when recorded: what history and baselines order by
+    sa.Column("measured_at", UTCDateTime, nullable=False, index=True),
+    sa.Column("mxnet_version", sa.String(50)),
+    sa.Column("mxnet_package", sa.String(200)),  # "mxnet==1.9.0"
+    sa.Column("mxnet_commit", sa.String(64)),
+    sa.Column("image", sa.String(500)),  # revision 0002
+    sa.Column("preset", sa.String(50)),
+    sa.Column("params", sa.JSON),
+    sa.Column("folder", sa.String(1000)),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Column("state", sa.String(10), nullable=False),  # ok: every run measured; else failed
+    sa.Column("runs_ok", sa.Integer, nullable=False),
+    sa.Column("runs_failed", sa.Integer, nullable=False),
+    sa.Column("environment", sa.String(16), sa.ForeignKey("environments.fingerprint")),
+    sa.Column("recorded_at", UTCDateTime, nullable=False),
+)
+
+variants = sa.Table(
+    "variants", metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("setup", sa.String(200)),
+    sa.Column("devices", sa.Integer),
+    sa.Column("workers", sa.Integer),
+    sa.Column("hosts", sa.Integer),
+    sa.Column("gpus_per_worker", sa.Integer),
+    sa.Column("batch_size", sa.Integer),
+    sa.Column("batch_per_device", sa.Integer),
+    sa.Column("kvstore", sa.String(50)),
+    sa.Column("num_layers", sa.Integer),
+    sa.Column("epochs", sa.Integer),
+)
+
+# One row per run of a DAG run (variant x launcher x repeat), measured or not.
+repeats = sa.Table(
+    "repeats", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("dag_run", sa.String(250), sa.ForeignKey("dag_runs.run_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("run_key", sa.String(300), nullable=False),
+    sa.Column("variant", sa.String(200), sa.ForeignKey("variants.id"), nullable=False),
+    sa.Column("launcher", sa.String(50), nullable=False),
+    sa.Column("machine_set", sa.String(100)),  # revision 0002
+    sa.Column("repeat", sa.Integer, nullable=False),
+    # the machine this run measured on (its own metrics.json): launchers of one DAG run may differ
+    sa.Column("environment", sa.String(16), sa.ForeignKey("environments.fingerprint")),
+    sa.Column("status", sa.String(20), nullable=False),  # ok | failed | not run
+    sa.Column("cause", sa.Text),
+    sa.Column("samples_per_sec", sa.Float),
+    sa.Column("epoch_samples_per_sec", sa.Float),
+    sa.Column("sec_per_epoch", sa.Float),
+    sa.Column("validation_accuracy", sa.Float),
+    sa.Column("gpu_util_pct", sa.Float),
+    sa.Column("gpu_mem_mib", sa.Float),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Column("duration_s", sa.Float),
+    sa.UniqueConstraint("dag_run", "run_key", name="uq_repeats_dag_run_run_key"),
+    # revision 0002: baseline() finds a variant's runs on one launcher and machine without a scan
+    sa.Index("ix_repeats_baseline", "variant", "launcher", "environment", "dag_run"),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)

@@ -1,0 +1,94 @@
+"""The regression DAG through dag.test(), with real tiny training and the results store (SQLite):
+no baseline yet at first; a baseline of the same build's earlier runs stays quiet; a planted
+faster history makes the same measurement a regression, and the DAG run fails naming it."""
+import json
+import os
+import shutil
+
+import pandas as pd
+import pendulum
+import pytest
+
+from conftest import REPO
+
+CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_images": 1000, "baseline_runs": 3}
+DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
+
+
+def run_regression(conf, logical_date, url):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from mxbench import config
+
+    os.environ["MXBENCH_RESULTS_URL"] = url
+    try:
+        dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_regression"]
+        run = dag.test(run_conf=conf, logical_date=logical_date)
+    finally:
+        del os.environ["MXBENCH_RESULTS_URL"]
+    return run, config.dag_run_dir(run.run_id)
+
+
+def plant(url, dag_dir, run_id, when, scale):
+    """A copy of a real DAG run's folder, its speeds scaled, recorded in the store as an earlier run."""
+    from mxbench import store
+
+    copy = dag_dir.parent / f"planted-{run_id}"
+    shutil.copytree(dag_dir, copy, dirs_exist_ok=True)
+    runs = pd.read_csv(copy / "tables" / "runs.csv")
+    for column in ("samples_per_sec", "epoch_samples_per_sec"):
+        runs[column] = runs[column] * scale
+    runs.to_csv(copy / "tables" / "runs.csv", index=False)
+    store.record_dag_run(url, copy, dag_id="mxbench_regression", run_id=run_id, trigger="backfill",
+                         build={"package": "mxnet==1.9.1"}, logical_date=when, data_interval=(when, when))
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('results') / 'results.db'}"
+
+
+@pytest.fixture(scope="module")
+def first_run(airflow_db, url):
+    return run_regression(CONF, DAY, url)
+
+
+def test_first_run_has_no_baseline_yet_and_lands_in_the_store(first_run, url):
+    from mxbench import store
+
+    run, dag_dir = first_run
+    assert run.state == "success"
+    findings = pd.read_csv(dag_dir / "tables" / "regression.csv")
+    assert list(findings["status"]) == ["no baseline yet"]
+    history = store.history(url, "cpu1-bs64", launcher="local")
+    assert len(history) == 4 and set(history["run_id"]) == {run.run_id}
+    assert set(history["mxnet_package"]) == {"mxnet==1.9.1"}
+    request = json.loads((dag_dir / "request.json").read_text())
+    assert request["build"]["package"] == "mxnet==1.9.1"
+    assert "Regression check" in (dag_dir / "report" / "report.md").read_text()
+
+
+def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
+    run, dag_dir = first_run
+    for i, scale in enumerate((1.0, 1.0)):
+        plant(url, dag_dir, f"quiet-{i}", DAY.subtract(days=10 - i), scale)
+    again, again_dir = run_regression(CONF, DAY.add(days=1), url)
+    findings = pd.read_csv(again_dir / "tables" / "regression.csv")
+    assert list(findings["status"]) in (["ok"], ["improved"]), findings["message"].tolist()
+    assert again.state == "success"
+    assert (again_dir / "report" / "history.png").stat().st_size > 10_000
+
+
+def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, url):
+    run, dag_dir = first_run
+    for i in range(3):  # newer than the quiet ones: the baseline is the last 3 DAG runs
+        plant(url, dag_dir, f"fast-{i}", DAY.add(days=1, hours=i + 1), 2.0)  # far beyond run-to-run noise
+    flagged, flagged_dir = run_regression(CONF, DAY.add(days=2), url)
+    findings = pd.read_csv(flagged_dir / "tables" / "regression.csv")
+    assert list(findings["status"]) == ["regression"], findings["message"].tolist()
+    assert flagged.state == "failed"  # so that Airflow's failure callbacks and alerting fire
+    check_runs = next(ti for ti in flagged.get_task_instances() if ti.task_id == "check_runs")
+    assert check_runs.state == "failed"
+    md = (flagged_dir / "report" / "report.md").read_text()
+    assert "cpu1-bs64 (local): regression:" in md and "against a baseline" in md
+    assert {"fast-0", "fast-1", "fast-2"} <= set(findings["baseline_runs"].iloc[0].split())

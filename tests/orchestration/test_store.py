@@ -1,0 +1,327 @@
+"""The results store (mxbench.store) on SQLite and on a real PostgreSQL server: recording DAG run
+folders idempotently, migrations, history, baselines, and the ``history`` / ``import`` commands."""
+import itertools
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+from mxbench import cli, store
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+CPU_BOX = {"python": "3.11.9", "host": "box-1", "cpu_model": "AMD EPYC 7B13", "cpu_count": 2,
+           "gpu": {"available": False, "reason": "nvidia-smi not found"}, "mxnet_version": "1.9.1"}
+OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "cpu_count": 8}
+GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
+                              "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
+CPU_FP = store.fingerprint(CPU_BOX)[0]
+OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
+_databases = itertools.count()
+
+
+def variant(id="cpu2-bs32", workers=2, batch_size=32):
+    return {"id": id, "setup": f"1 host x {workers} workers dist_sync (CPU)", "batch_size": batch_size,
+            "workers": workers, "hosts": 1, "gpus_per_worker": 0, "kvstore": "dist_sync", "num_layers": 8,
+            "epochs": 3, "disp_batches": 5, "host_network": False, "launchers": []}
+
+
+def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None):
+    """A DAG run folder as join_results leaves it. ``runs``: (variant dict, launcher, repeat,
+    status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv."""
+    dag_dir = root / name
+    dag_dir.mkdir(parents=True)
+    request_runs, rows = [], []
+    for i, (v, launcher, repeat, status, speed, cause) in enumerate(runs):
+        key = f"{v['id']}__{launcher}__r{repeat}"
+        request_runs.append({"key": key, "variant": v, "launcher": launcher, "repeat": repeat})
+        if key in unparsed:
+            continue
+        start = started.timestamp() + 60 * i
+        rows.append({"key": key, "variant": v["id"], "setup": v["setup"], "launcher": launcher, "repeat": repeat,
+                     "num_layers": v["num_layers"], "devices": v["workers"], "workers": v["workers"],
+                     "batch_size": v["batch_size"], "batch_per_device": v["batch_size"], "status": status,
+                     "cause": cause, "samples_per_sec": speed, "epoch_samples_per_sec": speed and speed * 0.98,
+                     "sec_per_epoch": speed and 3000 / speed, "first_epoch_s": None, "warmup_excluded": True,
+                     "validation_accuracy": 0.1 if speed else None, "gpu_util_pct": None, "gpu_mem_mib": None,
+                     "p2p_pairs": None, "started_at": start, "ended_at": start + 50, "duration_s": 50.0,
+                     "trainer_wall_s": 45.0, "reused": False, "warnings": None})
+        (dag_dir / key).mkdir()
+        if status == "ok":
+            (dag_dir / key / "metrics.json").write_text(json.dumps(
+                {"samples_per_sec": speed, "environment": environment}))
+    request = {"params": {"preset": "cpu-demo", "repeats": 2}, "runs": request_runs,
+               "machine_sets": {"local": ["local", "ssh"]}}
+    if run_id:
+        request["run_id"] = run_id
+    (dag_dir / "request.json").write_text(json.dumps(request))
+    (dag_dir / "tables").mkdir()
+    pd.DataFrame(rows).to_csv(dag_dir / "tables" / "runs.csv", index=False)
+    return dag_dir
+
+
+def ok_runs(v=None, launchers=("local",), speeds=(100.0, 102.0)):
+    return [(v or variant(), launcher, r, "ok", speed, None)
+            for launcher in launchers for r, speed in enumerate(speeds, 1)]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    """An empty database of its own, on SQLite or on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    server = request.getfixturevalue("postgres_url")
+    name = f"store_test_{next(_databases)}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return server.rsplit("/", 1)[0] + f"/{name}"
+
+
+def count(url, table):
+    with store.engine(url).connect() as connection:
+        return connection.execute(sa.select(sa.func.count()).select_from(sa.table(table))).scalar()
+
+
+def rows(url, table, **where):
+    with store.engine(url).connect() as connection:
+        query = sa.select(sa.text("*")).select_from(sa.table(table))
+        for column, value in where.items():
+            query = query.where(sa.column(column) == value)
+        return [dict(r._mapping) for r in connection.execute(query)]
+
+
+# --- recording ---------------------------------------------------------------------------------
+
+def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
+    dag_dir = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local", "ssh")))
+    first = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
+                                 build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
+    assert first == {"run_id": "manual__1", "repeats": 4, "fingerprint": CPU_FP,
+                     "fingerprints": {"local": CPU_FP, "ssh": CPU_FP}}
+    counts = {t: count(url, t) for t in ("dag_runs", "repeats", "variants", "environments")}
+    assert counts == {"dag_runs": 1, "repeats": 4, "variants": 1, "environments": 1}
+
+    # the run is parsed again with a different figure (a rerun task), and recorded again
+    runs_csv = dag_dir / "tables" / "runs.csv"
+    table = pd.read_csv(runs_csv)
+    table.loc[0, "samples_per_sec"] = 150.0
+    table.to_csv(runs_csv, index=False)
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
+                         build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
+    assert {t: count(url, t) for t in counts} == counts
+    (dag_run,) = rows(url, "dag_runs")
+    assert (dag_run["state"], dag_run["runs_ok"], dag_run["runs_failed"]) == ("ok", 4, 0)
+    assert (dag_run["mxnet_version"], dag_run["mxnet_package"], dag_run["image"]) == ("1.9.1", "mxnet==1.9.1",
+                                                                                       "mxbench:1.9.1")
+    assert dag_run["preset"] == "cpu-demo" and dag_run["environment"] == CPU_FP
+    speeds = {r["run_key"]: r["samples_per_sec"] for r in rows(url, "repeats")}
+    assert speeds["cpu2-bs32__local__r1"] == 150.0
+    assert {r["machine_set"] for r in rows(url, "repeats")} == {"local"}
+    (environment,) = rows(url, "environments")
+    assert environment["host_class"] == "cpu: AMD EPYC 7B13 x2" and environment["gpu_count"] == 0
+
+
+def test_failed_and_unstarted_runs_are_kept_and_siblings_lose_nothing(url, tmp_path):
+    runs = ok_runs(speeds=(100.0,)) + [
+        (variant(), "local", 2, "failed", None, "worker-1 exited with status 137 (killed)"),
+        (variant(), "local", 3, "ok", 99.0, None)]
+    dag_dir = make_dag_dir(tmp_path, "run1", runs, unparsed={"cpu2-bs32__local__r3"})
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="scheduled__1", trigger="scheduled",
+                         logical_date=T0, data_interval=(T0 - timedelta(days=1), T0))
+    by_key = {r["run_key"]: r for r in rows(url, "repeats")}
+    assert by_key["cpu2-bs32__local__r1"]["status"] == "ok"
+    assert by_key["cpu2-bs32__local__r1"]["samples_per_sec"] == 100.0
+    failed = by_key["cpu2-bs32__local__r2"]
+    assert (failed["status"], failed["cause"]) == ("failed", "worker-1 exited with status 137 (killed)")
+    assert failed["samples_per_sec"] is None and failed["environment"] is None
+    assert by_key["cpu2-bs32__local__r3"]["status"] == "not run"
+    assert "never started" in by_key["cpu2-bs32__local__r3"]["cause"]
+    (dag_run,) = rows(url, "dag_runs")
+    assert (dag_run["state"], dag_run["runs_ok"], dag_run["runs_failed"]) == ("failed", 1, 2)
+    assert dag_run["trigger"] == "scheduled"
+
+
+def test_a_trigger_outside_the_three_is_refused(url, tmp_path):
+    dag_dir = make_dag_dir(tmp_path, "run1", ok_runs())
+    with pytest.raises(store.StoreError, match="trigger must be one of"):
+        store.record_dag_run(url, dag_dir, dag_id="d", run_id="r", trigger="sometimes")
+
+
+def test_fingerprint_is_the_hardware_not_the_host():
+    fp, facts = store.fingerprint(GPU_BOX)
+    assert facts["host_class"] == "gpu: 8x Tesla V100-SXM2-16GB" and facts["gpu_count"] == 8
+    assert store.fingerprint({**GPU_BOX, "host": "another", "mxnet_version": "2.0"})[0] == fp
+    assert len(fp) == 16 and fp != CPU_FP != OTHER_FP
+
+
+# --- migrations --------------------------------------------------------------------------------
+
+def test_migrate_an_empty_database_twice(url):
+    assert store.migrate(url) == "0002"
+    assert store.migrate(url) == "0002"
+    with store.engine(url).connect() as connection:
+        inspector = sa.inspect(connection)
+        assert {"dag_runs", "repeats", "variants", "environments", "alembic_version"} <= set(inspector.get_table_names())
+        assert "ix_repeats_baseline" in {i["name"] for i in inspector.get_indexes("repeats")}
+
+
+def test_the_migrated_schema_is_schema_py(url):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    store.migrate(url)
+    with store.engine(url).connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), store.metadata)
+    assert differences == []
+
+
+def test_upgrade_a_0001_database_keeps_its_data(url, tmp_path):
+    with store.engine(url).begin() as connection:
+        cfg = store._alembic_config(connection)
+        command.upgrade(cfg, "0001")
+        columns = {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
+        assert "machine_set" not in columns
+        now = datetime(2025, 6, 1)
+        connection.execute(sa.text(
+            "INSERT INTO environments (fingerprint, gpu_count, cpu_model, cpu_count, host_class, first_seen) "
+            "VALUES ('abc', 0, 'old cpu', 4, 'cpu: old cpu x4', :now)"), {"now": now})
+        connection.execute(sa.text("INSERT INTO variants (id, workers, batch_size) VALUES ('cpu1-bs32', 1, 32)"))
+        connection.execute(sa.text(
+            "INSERT INTO dag_runs (run_id, dag_id, trigger, measured_at, state, runs_ok, runs_failed, environment, "
+            "recorded_at) VALUES ('old', 'mxbench_benchmark', 'manual', :now, 'ok', 1, 0, 'abc', :now)"), {"now": now})
+        connection.execute(sa.text(
+            "INSERT INTO repeats (dag_run, run_key, variant, launcher, repeat, environment, status, samples_per_sec) "
+            "VALUES ('old', 'cpu1-bs32__local__r1', 'cpu1-bs32', 'local', 1, 'abc', 'ok', 123.5)"))
+    assert store.migrate(url) == "0002"
+    (repeat,) = rows(url, "repeats")
+    assert repeat["samples_per_sec"] == 123.5 and repeat["machine_set"] is None
+    assert rows(url, "dag_runs")[0]["image"] is None
+    found = store.baseline(url, "cpu1-bs32", "local", "abc", before=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert found["samples_per_sec"].tolist() == [123.5]
+
+
+def test_an_unreachable_database_is_one_clear_error():
+    with pytest.raises(store.StoreError, match=r"cannot reach the results store at postgresql\+psycopg2://u:\*\*\*@"):
+        store.migrate("postgresql+psycopg2://u:secret@127.0.0.1:1/nothing")
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def record_series(url, tmp_path):
+    """Eight DAG runs a day apart on CPU_BOX, one on other hardware, one with a failed repeat."""
+    other = variant("cpu4-bs32", workers=4)
+    for day in range(8):
+        runs = ok_runs(speeds=(100.0 + day, 200.0 + day)) + ok_runs(other, speeds=(50.0,))
+        if day == 6:  # this day's second repeat failed: its first still counts
+            runs = [r if r[2] == 1 else (*r[:3], "failed", None, "timeout") for r in runs]
+        if day == 7:  # this day measured only the other variant
+            runs = ok_runs(other, speeds=(51.0,))
+        dag_dir = make_dag_dir(tmp_path, f"day{day}", runs, started=T0 + timedelta(days=day))
+        store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id=f"scheduled__day{day}",
+                             trigger="scheduled", logical_date=T0 + timedelta(days=day))
+    elsewhere = make_dag_dir(tmp_path, "elsewhere", ok_runs(speeds=(999.0,)), environment=OTHER_CPU_BOX,
+                             started=T0 + timedelta(days=5, hours=1))
+    store.record_dag_run(url, elsewhere, dag_id="mxbench_benchmark", run_id="manual__elsewhere", trigger="manual")
+
+
+def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path):
+    record_series(url, tmp_path)
+    found = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=7, hours=1), runs=3)
+    # day 7 did not measure the variant, so the last three that did are days 4, 5, 6; day 6's
+    # failed repeat is left out; the other machine's 999 is never there
+    assert found["run_id"].tolist() == ["scheduled__day4"] * 2 + ["scheduled__day5"] * 2 + ["scheduled__day6"]
+    assert found["samples_per_sec"].tolist() == [104.0, 204.0, 105.0, 205.0, 106.0]
+    assert set(found["variant"]) == {"cpu2-bs32"} and set(found["status"]) == {"ok"}
+
+    # strictly before: a run id excludes itself and anything later
+    by_id = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before="scheduled__day5", runs=2)
+    assert by_id["run_id"].unique().tolist() == ["scheduled__day3", "scheduled__day4"]
+    assert store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0).empty
+    assert store.baseline(url, "cpu2-bs32", "ssh", CPU_FP, before=T0 + timedelta(days=30)).empty
+    assert store.baseline(url, "cpu2-bs32", "local", OTHER_FP,
+                          before=T0 + timedelta(days=30))["samples_per_sec"].tolist() == [999.0]
+
+
+def test_history_is_in_time_order(url, tmp_path):
+    record_series(url, tmp_path)
+    found = store.history(url, "cpu2-bs32")
+    assert len(found) == 2 * 7 + 1
+    assert found["measured_at"].is_monotonic_increasing
+    assert found["run_id"].iloc[-1] == "scheduled__day6" and "manual__elsewhere" in found["run_id"].tolist()
+    assert found.loc[found["status"] == "failed", "cause"].tolist() == ["timeout"]
+    assert len(store.history(url, "cpu2-bs32", fingerprint=OTHER_FP)) == 1
+    assert store.history(url, "no-such-variant").empty
+
+
+# --- the command line --------------------------------------------------------------------------
+
+def test_cli_import_then_history(url, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    old = make_dag_dir(tmp_path / "runs", "manual__2025-old-1a2b3c4d", ok_runs(), run_id="manual__2025-old")
+    unparsed = tmp_path / "runs" / "half"
+    unparsed.mkdir()
+    assert cli.main(["import", str(old), str(unparsed)]) == 0
+    out = capsys.readouterr()
+    assert "manual__2025-old: 2 repeats" in out.out
+    assert f"{unparsed} has no tables/runs.csv" in out.err
+    assert cli.main(["import", str(old)]) == 0  # again: nothing doubles
+    assert count(url, "repeats") == 2
+
+    assert cli.main(["history", "cpu2-bs32", "--launcher", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "manual__2025-old" in out and "100.0" in out and "102.0" in out
+
+    assert cli.main(["history", "nothing-like-it"]) == 1
+    assert capsys.readouterr().err.strip() == "error: no results for variant nothing-like-it"
+
+
+def test_cli_errors_are_one_line(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    env = {"MXBENCH_RESULTS_URL": "postgresql+psycopg2://u:secret@127.0.0.1:1/nothing", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "mxbench.cli", "history", "cpu2-bs32"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: cannot reach the results store at postgresql+psycopg2://u:***@")
+    assert "secret" not in done.stderr
+
+    done = subprocess.run([sys.executable, "-m", "mxbench.cli", "import", str(tmp_path / "missing")],
+                          env={**env, "MXBENCH_RESULTS_URL": f"sqlite:///{tmp_path / 'r.db'}"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'missing'} is not a folder"]
+
+
+def test_url_of_connection():
+    assert store.url_of_connection("postgres://u:p@db:5432/results") == "postgresql+psycopg2://u:p@db:5432/results"
+    assert store.url_of_connection("postgresql://u@db/results?__extra__=%7B%7D&sslmode=require") == \
+        "postgresql+psycopg2://u@db/results?sslmode=require"
+    assert store.url_of_connection("sqlite:////tmp/r.db") == "sqlite:////tmp/r.db"
+
+
+def test_default_url_is_under_mxbench_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("MXBENCH_RESULTS_URL", raising=False)
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    assert store.default_url() == f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", "postgresql+psycopg2://x@h/db")
+    assert store.default_url() == "postgresql+psycopg2://x@h/db"
+
+
+def test_a_folder_imported_and_then_recorded_by_the_dag_is_one_dag_run(url, tmp_path):
+    dag_dir = make_dag_dir(tmp_path / "runs", "scheduled__2026-01-01-1a2b3c4d", ok_runs())
+    (imported,) = store.import_runs(url, [dag_dir])
+    assert imported["run_id"] == "scheduled__2026-01-01-1a2b3c4d"
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="scheduled__2026-01-01",
+                         trigger="scheduled", logical_date=T0)
+    assert [r["run_id"] for r in rows(url, "dag_runs")] == ["scheduled__2026-01-01"]
+    assert count(url, "repeats") == 2
+    (again,) = store.import_runs(url, [dag_dir])  # the DAG's own record wins
+    assert again["skipped"].endswith("is already recorded as scheduled__2026-01-01")
+    assert rows(url, "dag_runs")[0]["trigger"] == "scheduled"
