@@ -7,7 +7,8 @@ fingerprint, in the results database. A drop is called a regression only when th
 test over the repeats and the bootstrap interval agree and it is at least `min_drop`; noise alone
 does not alert, and too little history is "no baseline yet". On a regression the DAG run fails
 (Airflow's callbacks and alerting fire) and the report names the variant, the baseline, the
-current value, the change with its interval, both MXNet builds and the runs.
+current value, the change with its interval, both MXNet builds and the runs; the notifiers that
+`MXBENCH_NOTIFIERS` names (e-mail, Slack: Airflow notifiers) hear of it.
 
 Each data interval measures the MXNet build that `config/mxnet-builds.json` gives its start date
 (the same interval always measures the same build), in a training environment made for that build
@@ -30,6 +31,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk import Param, dag
 
 from mxbench import stages
+from mxbench.notify import failure_notifiers
 from mxbench.variants import REGRESSION_PARAMS_SCHEMA
 
 
@@ -42,6 +44,7 @@ from mxbench.variants import REGRESSION_PARAMS_SCHEMA
     params={name: Param(**spec) for name, spec in REGRESSION_PARAMS_SCHEMA.items()},
     tags=["mxbench", "regression"],
     default_args={"retries": 0},
+    on_failure_callback=failure_notifiers(),  # configuration: MXBENCH_NOTIFIERS (mxbench.notify)
 )
 def mxbench_regression():
     build = stages.resolve_build()

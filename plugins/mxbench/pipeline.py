@@ -404,6 +404,9 @@ def verdict_of(dag_dir: Path) -> Optional[str]:
     if failed:
         lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
         problems.append(f"{len(failed)} run(s) without a result:\n{lines}")
+    stored = read_json(dag_dir / "stored.json", {})
+    if stored.get("error"):
+        problems.append(f"storing the results in the results database failed: {stored['error']}")
     findings = load_table(dag_dir / "tables" / "regression.csv")
     if not findings.empty:
         from .regression import alert

@@ -80,14 +80,19 @@ def join_results(tables: dict, run_id=None) -> dict:
 @task
 def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
     """This DAG run's runs into the results database, replacing what an earlier try wrote."""
-    from mxbench import config, connections, store
+    from mxbench import config, connections, pipeline, store
 
-    url = connections.results_url(params)
-    store.migrate(url)
-    stored = store.record_dag_run(
-        url, config.dag_run_dir(run_id), dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run),
-        build=build, logical_date=dag_run.logical_date,
-        data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
+    dag_dir = config.dag_run_dir(run_id)
+    try:
+        url = connections.results_url(params)
+        store.migrate(url)
+        stored = store.record_dag_run(
+            url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
+            logical_date=dag_run.logical_date, data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
+    except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
+        pipeline.write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    pipeline.write_json(dag_dir / "stored.json", stored)
     print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
           f"(hardware {stored['fingerprint']})")
     return stored
@@ -99,7 +104,7 @@ def trigger_of(dag_run) -> str:
     return {"scheduled": "scheduled", "backfill": "backfill"}.get(kind, "manual")
 
 
-@task
+@task(trigger_rule="all_done")  # a report of what there is, whatever failed before it
 def report(tables: dict, run_id=None) -> dict:
     from mxbench import config
     from mxbench.report import build_report

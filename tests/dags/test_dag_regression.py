@@ -15,17 +15,23 @@ CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_im
 DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
 
 
-def run_regression(conf, logical_date, url):
+def run_regression(conf, logical_date, url, notified=None):
+    """dag.test() of the regression DAG, its results in ``url``, its failure notifier (configured,
+    as in production, by MXBENCH_NOTIFIERS where the DAG is parsed) appending to ``notified``."""
     from airflow.dag_processing.dagbag import DagBag
 
     from mxbench import config
 
     os.environ["MXBENCH_RESULTS_URL"] = url
+    if notified:
+        os.environ["MXBENCH_NOTIFIERS"] = json.dumps([{"notifier": "support.notifier.RecordingNotifier",
+                                                       "kwargs": {"path": str(notified)}}])
     try:
         dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_regression"]
         run = dag.test(run_conf=conf, logical_date=logical_date)
     finally:
         del os.environ["MXBENCH_RESULTS_URL"]
+        os.environ.pop("MXBENCH_NOTIFIERS", None)
     return run, config.dag_run_dir(run.run_id)
 
 
@@ -79,11 +85,12 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
     assert (again_dir / "report" / "history.png").stat().st_size > 10_000
 
 
-def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, url):
+def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, url, tmp_path):
     run, dag_dir = first_run
     for i in range(3):  # newer than the quiet ones: the baseline is the last 3 DAG runs
         plant(url, dag_dir, f"fast-{i}", DAY.add(days=1, hours=i + 1), 2.0)  # far beyond run-to-run noise
-    flagged, flagged_dir = run_regression(CONF, DAY.add(days=2), url)
+    notified = tmp_path / "notified.txt"
+    flagged, flagged_dir = run_regression(CONF, DAY.add(days=2), url, notified=notified)
     findings = pd.read_csv(flagged_dir / "tables" / "regression.csv")
     assert list(findings["status"]) == ["regression"], findings["message"].tolist()
     assert flagged.state == "failed"  # so that Airflow's failure callbacks and alerting fire
@@ -92,3 +99,18 @@ def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, u
     md = (flagged_dir / "report" / "report.md").read_text()
     assert "cpu1-bs64 (local): regression:" in md and "against a baseline" in md
     assert {"fast-0", "fast-1", "fast-2"} <= set(findings["baseline_runs"].iloc[0].split())
+    assert notified.read_text().split() == ["mxbench_regression", flagged.run_id, "failed"]  # the notifier fired
+
+
+def test_notifiers_come_from_configuration_and_bad_ones_are_named():
+    from mxbench.notify import failure_notifiers
+    from support.notifier import RecordingNotifier
+
+    (notifier,) = failure_notifiers({"MXBENCH_NOTIFIERS": json.dumps(
+        [{"notifier": "support.notifier.RecordingNotifier", "kwargs": {"path": "/tmp/x"}}])})
+    assert isinstance(notifier, RecordingNotifier) and notifier.path == "/tmp/x"
+    assert failure_notifiers({}) == []
+    for bad, message in (("[1]", "must be a JSON list"), ('[{"notifier": "json.loads"}]', "not an Airflow BaseNotifier"),
+                         ('[{"notifier": "no.such.Module"}]', "cannot import")):
+        with pytest.raises(ValueError, match=message):
+            failure_notifiers({"MXBENCH_NOTIFIERS": bad})

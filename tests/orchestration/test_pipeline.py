@@ -225,3 +225,12 @@ def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
     with pytest.raises(pipeline.RunFailed, match="isn't defined"):
         pipeline.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text())["status"] == "failed"
+
+
+def test_a_store_failure_fails_the_dag_run_though_every_run_measured(tmp_path):
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.md").write_text("# report")
+    assert pipeline.verdict_of(tmp_path) is None
+    pipeline.write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
+    assert pipeline.verdict_of(tmp_path) == ("storing the results in the results database failed: "
+                                             "OperationalError: could not connect to server")
