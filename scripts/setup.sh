@@ -53,6 +53,12 @@ if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/ini
   install_debs postgresql || echo "mxbench: could not install postgresql: the store's PostgreSQL tests fail, saying why" >&2
 fi
 
+# The UI tests drive Debian's headless Chromium through its matching chromedriver (Selenium).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "mxbench: installing chromium and chromium-driver for the browser tests" >&2
+  install_debs chromium chromium-driver || echo "mxbench: could not install chromium: the browser tests fail, saying why" >&2
+fi
+
 make_venv() {  # name requirements-file extra-pip-args...
   local venv=".venv/$1" reqs=$2; shift 2
   local stamp="$venv/.mxbench-stamp" want

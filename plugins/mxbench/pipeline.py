@@ -451,11 +451,8 @@ def check_regressions(dag_dir: Path, url: str, run_id: str, fingerprints: Dict[s
         history = store.history(url, variant, launcher=launcher, fingerprint=fingerprints[launcher])
         if history.empty:
             continue
-        history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True), variant=variant,
-                                 launcher=launcher)
-        judged = regression.mark_regressions(history, baseline_runs, min_drop)
-        histories.append(history.merge(judged[["run_id", "status"]].rename(columns={"status": "verdict"}),
-                                       on="run_id", how="left"))
+        history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True))
+        histories.append(regression.judge_history(history, baseline_runs, min_drop))
     if histories:
         pd.concat(histories, ignore_index=True).to_csv(tables / "history.csv", index=False)
     return [f.to_dict() for f in findings]

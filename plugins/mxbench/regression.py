@@ -145,3 +145,13 @@ def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop:
         rows.append({"run_id": run_id, "when": ok.loc[ok["run_id"] == run_id, "when"].min(),
                      "samples_per_sec": finding.current, "status": finding.status})
     return pd.DataFrame(rows, columns=["run_id", "when", "samples_per_sec", "status"])
+
+
+def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
+    """``history`` (store rows with ``when``) with each DAG run's ``verdict`` from ``mark_regressions``,
+    every variant, launcher and kind of machine judged against its own earlier DAG runs."""
+    parts = []
+    for _, group in history.groupby(["variant", "launcher", "environment"], dropna=False):
+        verdicts = mark_regressions(group, runs, min_drop)[["run_id", "status"]].rename(columns={"status": "verdict"})
+        parts.append(group.merge(verdicts, on="run_id", how="left"))
+    return pd.concat(parts, ignore_index=True) if parts else history.assign(verdict=pd.Series(dtype=object))

@@ -5,9 +5,10 @@ Reads only ``tables/*.csv``, ``request.json``, ``data.json`` and the runs'
 """
 import base64
 import html
+import io
 import math
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pandas as pd
 
@@ -234,7 +235,8 @@ def plot_history(history: pd.DataFrame, path: Path):
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     builds = list(dict.fromkeys(history.sort_values("when")["build"]))
     colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
-    for (variant, launcher), group in history.groupby(["variant", "launcher"]):
+    machines = history["environment"].nunique() if "environment" in history else 1
+    for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
         per_run = group.groupby(["run_id", "build"], as_index=False).agg(
             when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
         per_run = per_run.sort_values("when")
@@ -245,7 +247,8 @@ def plot_history(history: pd.DataFrame, path: Path):
         ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
                    linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
         if not per_run.empty:
-            ax.annotate(f"{variant} ({launcher})", (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),
+            label = f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")")
+            ax.annotate(label, (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),
                         fontsize=7, xytext=(4, 0), textcoords="offset points")
     for build, colour in colours.items():
         ax.scatter([], [], color=colour, label=build)
@@ -257,10 +260,28 @@ def plot_history(history: pd.DataFrame, path: Path):
     _save(plt, fig, path)
 
 
-def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
-    """The regression check and the history, where the regression DAG left them."""
+def with_build(history: pd.DataFrame) -> pd.DataFrame:
+    """History rows named by their MXNet build: the package pin, else the version the trainer saw."""
+    return history.assign(build=history["mxnet_package"].fillna(history["mxnet_version"]).fillna("unknown"))
+
+
+def step_table(history: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, launcher and kind of machine (the store's environment fingerprint), the first
+    build that got slower than the one before it."""
     from .regression import find_step
 
+    steps = []
+    ok = history[history["status"] == "ok"]
+    for (variant, launcher, machine), group in ok.groupby(["variant", "launcher", "environment"], dropna=False):
+        step = find_step(group)
+        steps.append({"variant": variant, "launcher": launcher, "machine": machine,
+                      "first slower build": step["build"] if step else "none", "vs": step["previous"] if step else "",
+                      "change": f"{step['change']:+.1%} [{step['ci_low']:+.1%}, {step['ci_high']:+.1%}]" if step else ""})
+    return pd.DataFrame(steps, columns=["variant", "launcher", "machine", "first slower build", "vs", "change"])
+
+
+def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
+    """The regression check and the history, where the regression DAG left them."""
     sections = []
     findings = load_table(dag_dir / "tables" / "regression.csv")
     if not findings.empty:
@@ -268,16 +289,10 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
                          findings[["variant", "launcher", "status", "message"]]))
     history = load_table(dag_dir / "tables" / "history.csv")
     if not history.empty:
-        history = history.assign(build=history["mxnet_package"].fillna(history["mxnet_version"]).fillna("unknown"))
+        history = with_build(history)
         plot_history(history, out / "history.png")
         plots["history.png"] = "Throughput history by MXNet build"
-        steps = []
-        for (variant, launcher), group in history[history["status"] == "ok"].groupby(["variant", "launcher"]):
-            step = find_step(group)
-            steps.append({"variant": variant, "launcher": launcher, "first slower build": step["build"] if step else "none",
-                          "vs": step["previous"] if step else "",
-                          "change": f"{step['change']:+.1%} [{step['ci_low']:+.1%}, {step['ci_high']:+.1%}]" if step else ""})
-        sections.append(("Step finder: which build first got slower", pd.DataFrame(steps)))
+        sections.append(("Step finder: which build first got slower", step_table(history)))
     return sections
 
 
@@ -357,6 +372,8 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     notices = mxnet_notices(dag_dir, runs)
     if not notices.empty:
         sections.append(("MXNet notices (C++ warnings from the role logs)", notices))
+    if env:
+        sections.append(("Environment", pd.DataFrame([env])))
     notes = provenance(dag_dir)
     title = f"mxbench report: {dag_dir.name}"
     md = [f"# {title}\n"]
@@ -365,12 +382,13 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     for name, frame in sections:
         body = frame + "\n" if isinstance(frame, str) else markdown_table(frame)
         md.append(f"## {name}\n\n{body}")
-    md.append("## Environment\n\n" + markdown_table(pd.DataFrame([env])) if env else "")
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
     (out / "report.md").write_text("\n".join(md))
-    (out / "report.html").write_text(render_html(title, notes, data, sections, env, out, plots))
+    images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
+    (out / "report.html").write_text(render_page(title, notes, sections, images, intro=[data_line(data)],
+                                                 footer=[METHOD, REFERENCE]))
     table.to_csv(out / "summary.csv", index=False)
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
 
@@ -396,25 +414,71 @@ def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant", "run", "notice"])
 
 
-def render_html(title, notes, data, sections, env, out: Path, plots: Dict[str, str]) -> str:
+def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
+                footer=()) -> str:
+    """A self-contained HTML page (plots inline as PNG data): the report of a DAG run (written to
+    report.html, served by the Airflow UI's "Benchmark report" view) and the "Benchmark history"
+    page. ``sections``: (heading, DataFrame or a sentence); ``notes`` are shown as warnings first."""
     style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
              "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"]
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
-    parts.append(f"<p>{html.escape(data_line(data))}</p>")
+    parts += [f"<p>{html.escape(line)}</p>" for line in intro]
     for name, frame in sections:
         if isinstance(frame, str):
             body = f"<p>{html.escape(frame)}</p>"
         else:
             body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
         parts.append(f"<h2>{html.escape(name)}</h2>{body}")
-    if env:
-        parts.append("<h2>Environment</h2>" + pd.DataFrame([env]).to_html(index=False))
-    parts.append("<h2>Plots</h2>")
-    for file, caption in plots.items():
-        encoded = base64.b64encode((out / file).read_bytes()).decode()
+    if images:
+        parts.append("<h2>Plots</h2>")
+    for caption, png in images:
+        encoded = base64.b64encode(png).decode()
         parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
-    parts.append(f"<p>{html.escape(METHOD)}</p><p>{html.escape(REFERENCE)}</p></body></html>")
+    parts += [f"<p>{html.escape(line)}</p>" for line in footer]
+    parts.append("</body></html>")
     return "".join(parts)
+
+
+# --- the history page -----------------------------------------------------------------------
+
+def history_page(history: pd.DataFrame, source: str) -> str:
+    """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
+    the results store's rows (``regression.judge_history``'s, with ``verdict``); regressions ringed
+    in the plot and listed."""
+    title = "mxbench: benchmark history"
+    intro = [f"From the results store {source}: every stored DAG run of the DAGs you may read, each judged "
+             "against the DAG runs before it on the same variant, launcher and kind of machine (machine: the "
+             "store's fingerprint of the hardware, GPU model and count, driver, CUDA, CPU)."]
+    if history.empty:
+        return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
+                           intro=intro)
+    history = with_build(history).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
+    ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
+    per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False).agg(
+        when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
+    by_build = per_run.groupby(["variant", "launcher", "environment", "build"], as_index=False).agg(
+        dag_runs=("run_id", "nunique"), median=("samples_per_sec", "median"), low=("samples_per_sec", "min"),
+        high=("samples_per_sec", "max"), last=("when", "max"),
+        regressions=("verdict", lambda v: int((v == "regression").sum())))
+    by_build = pd.DataFrame({
+        "variant": by_build["variant"], "launcher": by_build["launcher"], "machine": by_build["environment"],
+        "MXNet build": by_build["build"],
+        "DAG runs": by_build["dag_runs"],
+        "samples/s (median of runs) [min–max]": [f"{_fmt(m)} [{_fmt(lo)}–{_fmt(hi)}]" for m, lo, hi in
+                                                 zip(by_build["median"], by_build["low"], by_build["high"])],
+        "last run": by_build["last"].dt.strftime("%Y-%m-%d %H:%M"), "regressions": by_build["regressions"]})
+    flagged = per_run[per_run["verdict"] == "regression"].sort_values("when")
+    flagged = pd.DataFrame({"when": flagged["when"].dt.strftime("%Y-%m-%d %H:%M"), "DAG": flagged["dag_id"],
+                            "DAG run": flagged["run_id"], "variant": flagged["variant"],
+                            "launcher": flagged["launcher"], "machine": flagged["environment"],
+                            "MXNet build": flagged["build"],
+                            "samples/s (median)": flagged["samples_per_sec"].map(_fmt)})
+    png = io.BytesIO()
+    plot_history(history, png)
+    sections = [("Throughput by variant and MXNet build", by_build),
+                ("Regressions flagged (red rings in the plot)", flagged),
+                ("Step finder: which build first got slower", step_table(history))]
+    return render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)

@@ -53,6 +53,28 @@ print(elapsed, ",".join(heavy) or "-")
     assert not (tmp_path / "home").exists()
 
 
+def test_the_ui_plugin_costs_little_where_it_is_not_served(tmp_path):
+    """Every Airflow process that loads plugins imports it, each task's too: no api-server modules,
+    no pandas, no I/O there."""
+    probe = f"""
+import sys, time
+sys.path.insert(0, {str(REPO / "plugins")!r})
+import airflow.plugins_manager  # Airflow's own cost
+start = time.perf_counter()
+import mxbench_ui
+elapsed = time.perf_counter() - start
+heavy = [m for m in ("pandas", "matplotlib", "numpy", "airflow.api_fastapi.core_api.security", "airflow.models.dagrun")
+         if m in sys.modules]
+print(elapsed, ",".join(heavy) or "-")
+"""
+    env = {**os.environ, "MXBENCH_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    elapsed, heavy = done.stdout.split()[-2:]
+    assert float(elapsed) < 0.5 and heavy == "-"
+    assert not (tmp_path / "home").exists()
+
+
 def test_structure(dagbag):
     dag = dagbag.dags["mxbench_benchmark"]
     edges = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}

@@ -334,7 +334,7 @@ def _recorded_run_of(url: str, dag_dir: Path) -> Optional[dict]:
 # --- reading ------------------------------------------------------------------------------------
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
-                   dag_runs.c.run_id, dag_runs.c.trigger, dag_runs.c.mxnet_version, dag_runs.c.mxnet_package,
+                   dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version, dag_runs.c.mxnet_package,
                    dag_runs.c.mxnet_commit, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
                    repeats.c.sec_per_epoch]
@@ -345,12 +345,17 @@ def _frame(connection, query) -> pd.DataFrame:
     return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
 
 
-def history(url: str, variant: str, launcher: Optional[str] = None, fingerprint: Optional[str] = None) -> pd.DataFrame:
-    """Every repeat of ``variant`` (optionally one launcher, one kind of machine), oldest first,
-    with its DAG run's time, trigger and MXNet build."""
+def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
+            fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """Every repeat of ``variant`` (or of every variant; optionally one launcher, one kind of
+    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet build."""
     query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, repeats.c.dag_run == dag_runs.c.run_id)
-             .where(repeats.c.variant == variant)
-             .order_by(dag_runs.c.measured_at, dag_runs.c.run_id, repeats.c.launcher, repeats.c.repeat))
+             .order_by(dag_runs.c.measured_at, dag_runs.c.run_id, repeats.c.variant, repeats.c.launcher,
+                       repeats.c.repeat))
+    if variant:
+        query = query.where(repeats.c.variant == variant)
+    if dag_ids is not None:
+        query = query.where(dag_runs.c.dag_id.in_(list(dag_ids)))
     if launcher:
         query = query.where(repeats.c.launcher == launcher)
     if fingerprint:

@@ -1,0 +1,116 @@
+"""The mxbench pages of the Airflow UI: a FastAPI app that the api-server mounts at ``/mxbench``
+(registered by ``plugins/mxbench_ui.py``).
+
+    GET /mxbench/report/<dag id>/<run id>   that DAG run's report (the report task's report.html)
+    GET /mxbench/history                    throughput per variant over DAG runs and MXNet builds
+
+Each answers only users whom Airflow's auth manager lets read the DAG's runs: no valid token ->
+401, no access -> 403. A run id reaches the file system only after Airflow's database has that
+DAG run, and only through ``config.dag_run_dir`` (the pipeline's own mapping); the file must
+resolve inside ``$MXBENCH_HOME/runs``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from . import config
+
+# Airflow's api-server modules are imported inside the functions: every Airflow process that
+# loads plugins (each task's, too) imports this module, and only the api-server needs them.
+
+DAG_IDS = ("mxbench_benchmark", "mxbench_regression")
+
+app = FastAPI(title="mxbench", description="Benchmark reports and history for the mxbench DAGs")
+
+
+def page(title: str, text: str, status: int = 200) -> HTMLResponse:
+    from .report import render_page
+
+    return HTMLResponse(render_page(title, [], [(title, text)], []), status_code=status)
+
+
+@app.exception_handler(HTTPException)
+async def error_page(request: Request, exc: HTTPException) -> HTMLResponse:
+    """Errors as a page: they are read in the UI's frame, by people."""
+    response = page(f"mxbench: {exc.status_code}", str(exc.detail), exc.status_code)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+async def current_user(request: Request,
+                       credentials: Optional[HTTPAuthorizationCredentials] = Depends(HTTPBearer(auto_error=False))):
+    """The request's Airflow user, found as the api-server's own routes find it: a bearer token,
+    else the UI's login cookie. None valid: 401."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return await get_user(request, None, credentials)
+
+
+def may_read(user, dag_id: str) -> bool:
+    """Whether Airflow's auth manager lets ``user`` read the DAG runs of ``dag_id``."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.models.dag import DagModel
+
+    return get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.RUN, user=user,
+        details=DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id)))
+
+
+def dag_run_state(dag_id: str, run_id: str) -> Optional[str]:
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+
+
+def report_file(run_id: str) -> Optional[Path]:
+    """The report of DAG run ``run_id`` where the pipeline writes it; None where that is not a
+    file inside ``$MXBENCH_HOME/runs`` (a folder swapped for a link elsewhere, say)."""
+    runs = (config.home() / "runs").resolve()
+    path = (config.dag_run_dir(run_id) / "report" / "report.html").resolve()
+    return path if runs in path.parents and path.is_file() else None
+
+
+@app.get("/report/{dag_id}/{run_id:path}", response_class=HTMLResponse)
+def report(dag_id: str, run_id: str, user=Depends(current_user)) -> HTMLResponse:
+    if not may_read(user, dag_id):
+        raise HTTPException(403, f"You may not read the runs of {dag_id}")
+    if dag_id not in DAG_IDS:
+        raise HTTPException(404, f"{dag_id} is not an mxbench DAG: it has no benchmark report")
+    state = dag_run_state(dag_id, run_id)
+    if state is None:
+        raise HTTPException(404, f"{dag_id} has no DAG run {run_id!r}")
+    path = report_file(run_id)
+    if path is None:
+        raise HTTPException(404, f"DAG run {run_id} of {dag_id} ({state}) has no report yet: its report task "
+                                 "writes one when the runs are done")
+    return HTMLResponse(path.read_text())
+
+
+@app.get("/history", response_class=HTMLResponse)
+def history(user=Depends(current_user)) -> HTMLResponse:
+    import pandas as pd
+
+    from . import store
+    from .regression import judge_history
+    from .report import history_page
+
+    dag_ids = [dag_id for dag_id in DAG_IDS if may_read(user, dag_id)]
+    if not dag_ids:
+        raise HTTPException(403, f"You may not read the runs of {' or '.join(DAG_IDS)}")
+    url = store.default_url()
+    try:
+        rows = store.history(url, dag_ids=dag_ids)
+    except store.StoreError as exc:
+        raise HTTPException(503, f"The results store {store.shown(url)} cannot be read: {exc}") from None
+    rows = judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
+    return HTMLResponse(history_page(rows, store.shown(url)))

@@ -1,0 +1,21 @@
+"""Airflow plugin: the mxbench pages in the Airflow UI (their app is mxbench.web).
+
+"Benchmark report" is a tab on every DAG run (it answers for mxbench_benchmark and
+mxbench_regression runs); "Benchmark history" is in the navigation bar. Both show inside the UI,
+in a frame of the api-server's own /mxbench pages, so the UI's login cookie goes with them.
+"""
+from airflow.plugins_manager import AirflowPlugin
+
+from mxbench.web import app
+
+
+class MxbenchUIPlugin(AirflowPlugin):
+    name = "mxbench"
+    fastapi_apps = [{"app": app, "url_prefix": "/mxbench", "name": "mxbench reports"}]
+    # hrefs without a leading slash: relative to the UI's base URL, which may have a path
+    external_views = [
+        {"name": "Benchmark report", "href": "mxbench/report/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
+         "url_route": "benchmark-report"},
+        {"name": "Benchmark history", "href": "mxbench/history", "destination": "nav",
+         "url_route": "benchmark-history"},
+    ]

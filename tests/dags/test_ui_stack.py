@@ -1,0 +1,216 @@
+"""The path a UI trigger takes, end to end: a real Airflow stack (api-server, dag-processor,
+scheduler with the LocalExecutor, SQLite) that this module starts and stops. The benchmark DAG
+is triggered through the REST API, the scheduler runs it in task processes, and the mxbench
+plugin serves its report and the history page to allowed users only; headless Chromium logs in
+and looks at both in the Airflow UI."""
+import os
+import shutil
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from support.airflow_stack import AirflowStack
+
+DAG = "mxbench_benchmark"
+CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"], "repeats": 2, "epochs": 1,
+        "synthetic_images": 500, "notes": ["UI test run"]}
+RUN_DEADLINE_S = 10 * 60
+# screenshots land here for CI to keep; MXBENCH_TEST_ARTIFACTS moves them
+ARTIFACTS = Path(os.environ.get("MXBENCH_TEST_ARTIFACTS", REPO / "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    stack = AirflowStack(tmp_path_factory.mktemp("ui-stack"))
+    stack.prepare()
+    try:
+        stack.start()
+        yield stack
+    finally:
+        left = stack.stop()
+        assert not left, f"Airflow processes outlived the stack: {left}"
+
+
+@pytest.fixture(scope="module")
+def admin(stack):
+    return stack.token("admin")
+
+
+@pytest.fixture(scope="module")
+def finished_run(stack, admin):
+    """One DAG run triggered through the REST API, as the UI's trigger form does, run to its end."""
+    assert stack.call("PATCH", f"/api/v2/dags/{DAG}", admin, {"is_paused": False}).status == 200
+    answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin, {"logical_date": None, "conf": CONF})
+    assert answer.status == 200, answer.text
+    run_id = answer.json()["dag_run_id"]
+
+    def state():
+        found = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}", admin).json()
+        return found["state"] if found["state"] in ("success", "failed") else None
+
+    return run_id, stack.wait_for(state, RUN_DEADLINE_S, f"DAG run {run_id}", every=3)
+
+
+def report_path(run_id: str) -> str:
+    return f"/mxbench/report/{DAG}/{urllib.parse.quote(run_id, safe='')}"
+
+
+def test_a_malformed_conf_is_refused_naming_the_param_and_no_run_is_made(stack, admin):
+    before = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns", admin).json()["total_entries"]
+    answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin,
+                        {"logical_date": None, "conf": {**CONF, "repeats": 0}})
+    assert answer.status == 400, answer.text
+    assert "repeats" in answer.json()["detail"]
+    assert stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns", admin).json()["total_entries"] == before
+
+
+def test_the_triggered_run_succeeds_under_the_scheduler(stack, finished_run, admin):
+    run_id, state = finished_run
+    tis = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances",
+                     admin).json()["task_instances"]
+    runs = [ti for ti in tis if ti["task_id"] == "local.run_variant"]
+    assert state == "success", [(ti["task_id"], ti["map_index"], ti["state"]) for ti in tis]
+    assert len(runs) == CONF["repeats"] and {ti["state"] for ti in runs} == {"success"}
+    assert len({ti["pid"] for ti in runs}) == len(runs)  # each in a task process of its own, not dag.test()'s one
+
+
+def test_the_plugin_serves_the_report_to_readers_only(stack, finished_run):
+    run_id, _ = finished_run
+    assert stack.call("GET", report_path(run_id)).status == 401
+    assert stack.call("GET", report_path(run_id), token="not-a-token").status in (401, 403)
+    assert stack.call("GET", report_path(run_id), stack.token("outsider")).status == 403
+    page = stack.call("GET", report_path(run_id), stack.token("viewer"))
+    assert page.status == 200, page.text
+    assert "cpu1-bs64" in page.text and "UI test run" in page.text and "data:image/png;base64," in page.text
+    # the same page as the report task wrote: one renderer
+    from mxbench import config
+
+    written = (stack.home / "runs" / config.dag_run_dir(run_id).name / "report" / "report.html").read_text()
+    assert page.text == written
+    # the UI's login cookie is as good as a bearer token
+    assert stack.call("GET", report_path(run_id), cookie=stack.token("viewer")).status == 200
+
+
+def test_the_plugin_answers_404_for_what_is_not_a_report(stack, finished_run):
+    viewer = stack.token("viewer")
+    run_id, _ = finished_run
+    missing = stack.call("GET", report_path("manual__no-such-run"), viewer)
+    assert missing.status == 404 and "no DAG run" in missing.text
+    for sneaky in ("..%2F..%2F..%2Fetc%2Fpasswd", "..%2F" * 8 + "etc%2Fpasswd"):
+        answer = stack.call("GET", f"/mxbench/report/{DAG}/{sneaky}", viewer)
+        assert answer.status == 404 and "root:" not in answer.text
+    other = stack.call("GET", f"/mxbench/report/some_other_dag/{urllib.parse.quote(run_id, safe='')}", viewer)
+    assert other.status == 404 and "not an mxbench DAG" in other.text
+
+
+def test_the_history_page_is_for_readers_only_and_shows_the_stored_runs(stack, finished_run):
+    assert stack.call("GET", "/mxbench/history").status == 401
+    assert stack.call("GET", "/mxbench/history", stack.token("outsider")).status == 403
+    page = stack.call("GET", "/mxbench/history", stack.token("viewer"))
+    assert page.status == 200, page.text
+    assert "cpu1-bs64" in page.text and "data:image/png;base64," in page.text
+    assert "<td>1.9.1</td>" in page.text  # the MXNet build: the version the trainer reported
+
+
+def test_the_ui_lists_the_views(stack, admin):
+    plugins = stack.call("GET", "/api/v2/plugins", admin).json()["plugins"]
+    views = {v["name"]: v for p in plugins for v in p["external_views"]}
+    assert views["Benchmark report"]["destination"] == "dag_run"
+    assert views["Benchmark history"]["destination"] == "nav"
+
+
+# --- what a person sees, in headless Chromium -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver_path, "chromium and chromium-driver are missing: run scripts/setup.sh as root"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--disable-dev-shm-usage", "--window-size=1400,1100", "--disable-gpu"):
+        options.add_argument(arg)
+    if os.geteuid() == 0:
+        options.add_argument("--no-sandbox")  # Chromium refuses to run as root inside its sandbox
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def log_in(browser, stack, user):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(stack.url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(seen.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    browser.find_element(By.NAME, "password").send_keys(stack.passwords[user])
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda b: "/auth/login" not in b.current_url and b.get_cookie("_token"))
+
+
+def framed_page(browser, stack, path: str, title: str):
+    """Open ``path`` of the UI, wait for its plugin frame named ``title`` to load its tables and
+    plots; switched into that frame."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(stack.url + path)
+    wait = WebDriverWait(browser, 60)
+    wait.until(seen.frame_to_be_available_and_switch_to_it((By.CSS_SELECTOR, f"iframe[title='{title}']")))
+    wait.until(lambda b: b.find_elements(By.TAG_NAME, "table") and b.execute_script(
+        "const imgs = [...document.images]; return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0)"))
+
+
+def screenshot(browser, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.switch_to.default_content()
+    path = ARTIFACTS / name
+    assert browser.save_screenshot(str(path)) and path.stat().st_size > 10_000
+    return path
+
+
+def test_a_person_sees_the_report_and_the_history_in_the_airflow_ui(stack, finished_run, browser):
+    from selenium.webdriver.common.by import By
+
+    run_id, _ = finished_run
+    log_in(browser, stack, "viewer")
+
+    framed_page(browser, stack, f"/dags/{DAG}/runs/{urllib.parse.quote(run_id, safe='')}/plugin/benchmark-report",
+                "Benchmark report")
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("mxbench report")
+    results = browser.find_element(By.XPATH, "//h2[text()='Results']/following-sibling::table[1]")
+    headers = [th.text for th in results.find_elements(By.TAG_NAME, "th")]
+    cells = [td.text for td in results.find_elements(By.TAG_NAME, "td")]
+    assert "cpu1-bs64" in " ".join(cells), cells
+    samples = cells[next(i for i, h in enumerate(headers) if "samples/s" in h)]
+    assert float(samples.split()[0].replace(",", "")) > 0, (headers, cells)  # a measured number, not n/a
+    plots = browser.find_elements(By.TAG_NAME, "img")
+    assert len(plots) >= 3 and all(p.get_property("naturalWidth") > 300 for p in plots)
+    screenshot(browser, "benchmark-report.png")
+
+    framed_page(browser, stack, "/plugin/benchmark-history", "Benchmark history")
+    table = browser.find_element(By.XPATH, "//h2[starts-with(text(), 'Throughput by variant')]/following-sibling::table[1]")
+    assert "cpu1-bs64" in table.text and "1.9.1" in table.text
+    assert browser.find_element(By.TAG_NAME, "img").get_property("naturalWidth") > 300
+    screenshot(browser, "benchmark-history.png")
+
+
+def test_a_person_without_access_sees_no_report(stack, finished_run, browser):
+    from selenium.webdriver.common.by import By
+
+    run_id, _ = finished_run
+    browser.delete_all_cookies()
+    log_in(browser, stack, "outsider")
+    browser.get(stack.url + report_path(run_id))
+    assert "403" in browser.find_element(By.TAG_NAME, "h1").text
+    assert not browser.find_elements(By.TAG_NAME, "img")

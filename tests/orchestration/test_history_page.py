@@ -1,0 +1,112 @@
+"""The "Benchmark history" page and its pieces, on seeded store rows: each variant, launcher and
+kind of machine judged on its own; a planted step is flagged, listed and named by the step finder.
+And the report view's guard: a run id maps to a file under $MXBENCH_HOME/runs or to nothing."""
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+
+from mxbench.regression import judge_history
+from mxbench.report import history_page
+
+CV = 0.03
+
+
+def store_rows(rng, variant, launcher, environment, builds):
+    """Store history rows (as ``store.history`` gives them): one DAG run a day, 4 repeats each."""
+    rows, day = [], 0
+    for build, mean, runs in builds:
+        for _ in range(runs):
+            when = pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=day)
+            for repeat, value in enumerate(mean * (1 + rng.normal(0, CV, 4))):
+                rows.append({"measured_at": when, "when": when, "run_id": f"{variant}-{launcher}-{day}",
+                             "dag_id": "mxbench_regression", "trigger": "backfill", "mxnet_version": build,
+                             "mxnet_package": f"mxnet=={build}", "variant": variant, "launcher": launcher,
+                             "repeat": repeat, "environment": environment, "status": "ok", "cause": None,
+                             "samples_per_sec": value, "sec_per_epoch": 1000 / value})
+            day += 1
+    return rows
+
+
+def seeded():
+    rng = np.random.default_rng(11)
+    rows = store_rows(rng, "cpu1-bs64", "local", "aaaa", [("1.8.0", 1000, 6), ("1.9.0", 850, 2)])
+    # the same variant on other hardware, 40% slower throughout: no regression, judged on its own
+    rows += store_rows(rng, "cpu1-bs64", "local", "bbbb", [("1.8.0", 600, 4), ("1.9.0", 600, 4)])
+    rows += store_rows(rng, "cpu2w-bs64", "ssh", "aaaa", [("1.8.0", 1500, 6), ("1.9.0", 1500, 2)])
+    return pd.DataFrame(rows)
+
+
+class Tables(HTMLParser):
+    """The page's tables as DataFrames, as a reader sees them (no lxml in this env)."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.tables, self.row, self.cell = [], None, None
+        self.feed(page)
+        self.frames = [pd.DataFrame(rows[1:], columns=rows[0]) for rows in self.tables]
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.row = []
+        elif tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.row.append(self.cell)
+            self.cell = None
+        elif tag == "tr":
+            self.tables[-1].append(self.row)
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def test_each_variant_launcher_and_machine_is_judged_on_its_own():
+    judged = judge_history(seeded())
+    per_run = judged.groupby(["variant", "launcher", "environment", "run_id"])["verdict"].first()
+    flagged = per_run[per_run == "regression"]
+    assert set(flagged.index.get_level_values("environment")) == {"aaaa"}
+    assert set(flagged.index.get_level_values("variant")) == {"cpu1-bs64"}
+    assert per_run.loc[("cpu1-bs64", "local", "aaaa")].iloc[0] == "no baseline yet"
+
+
+def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
+    page = history_page(judge_history(seeded()), "sqlite:///results.db")
+    by_build, flagged, steps = Tables(page).frames
+    assert set(by_build["MXNet build"]) == {"mxnet==1.8.0", "mxnet==1.9.0"}
+    assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"mxnet==1.9.0"}
+    step = steps.set_index(["variant", "launcher", "machine"])
+    assert step.loc[("cpu1-bs64", "local", "aaaa"), "first slower build"] == "mxnet==1.9.0"
+    assert step.loc[("cpu1-bs64", "local", "bbbb"), "first slower build"] == "none"  # its own hardware
+    assert step.loc[("cpu2w-bs64", "ssh", "aaaa"), "first slower build"] == "none"
+    assert page.count("data:image/png;base64,") == 1
+
+
+def test_an_empty_store_says_so():
+    page = history_page(judge_history(pd.DataFrame(columns=seeded().columns)), "sqlite:///results.db")
+    assert "No runs are stored yet." in page and "<img" not in page
+
+
+def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
+    from mxbench import config
+    from mxbench.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "manual__2026-12-03T00:00:00+00:00"
+    assert report_file(run_id) is None  # no report yet
+    report = config.dag_run_dir(run_id) / "report" / "report.html"
+    report.parent.mkdir(parents=True)
+    report.write_text("<html>report</html>")
+    assert report_file(run_id) == report.resolve()
+    assert report_file("../../../etc/passwd") is None
+    outside = tmp_path / "elsewhere"
+    (outside / "report").mkdir(parents=True)
+    (outside / "report" / "report.html").write_text("secret")
+    other = config.dag_run_dir("manual__other")
+    other.symlink_to(outside, target_is_directory=True)  # a run folder swapped for a link out of MXBENCH_HOME
+    assert report_file("manual__other") is None

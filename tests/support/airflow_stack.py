@@ -1,0 +1,150 @@
+"""A real Airflow 3 stack for tests: api-server, dag-processor and scheduler (LocalExecutor, the
+SQLite metadata DB) in a scratch home, on a free loopback port, with this checkout's DAGs and
+plugins. Users log in through the simple auth manager with passwords the stack chooses. Stopped
+by process group at the end; ``stop()`` says which processes outlived it."""
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+# name -> simple auth manager role; "" is a user who may log in and read nothing
+USERS = {"admin": "admin", "viewer": "viewer", "outsider": ""}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Response:
+    def __init__(self, status: int, body: bytes, headers):
+        self.status, self.body, self.headers = status, body, headers
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class AirflowStack:
+    def __init__(self, home: Path, users=None):
+        self.home = Path(home)
+        self.logs = self.home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.users = dict(USERS if users is None else users)
+        self.passwords = {name: secrets.token_urlsafe(12) for name in self.users}
+        passwords_file = self.home / "passwords.json"
+        passwords_file.write_text(json.dumps(self.passwords))
+        self.env = {
+            **os.environ, "MXBENCH_HOME": str(self.home), "AIRFLOW_HOME": str(self.home / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # the scheduler's log server
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),  # the scheduler signs, the api-server checks
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, r in self.users.items()),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file),
+        }
+        self.procs = []
+
+    # --- the CLI and the processes ------------------------------------------------------------
+
+    def airflow(self, *args, timeout=600) -> str:
+        done = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise AssertionError(f"airflow {' '.join(args)}:\n{(done.stderr or done.stdout)[-3000:]}")
+        return done.stdout
+
+    def prepare(self):
+        """The metadata DB, the mxbench pools (as scripts/airflow-init.sh makes them) and the DAGs
+        serialized: before the scheduler runs, as SQLite takes one writer at a time."""
+        from mxbench.variants import machine_sets
+
+        self.airflow("db", "migrate")
+        for machines, launchers in machine_sets().items():
+            self.airflow("pools", "set", f"mxbench_{machines}", "1",
+                         f"mxbench: one run at a time on the {machines} machines ({', '.join(launchers)})")
+        self.airflow("dags", "reserialize")
+
+    def start(self):
+        for name, args in (("api-server", ["api-server", "--workers", "1"]), ("dag-processor", ["dag-processor"]),
+                           ("scheduler", ["scheduler"])):
+            with open(self.logs / f"{name}.log", "wb") as log:
+                self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdin=subprocess.DEVNULL,
+                                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.wait_for(lambda: self.call("GET", "/api/v2/monitor/health").status == 200, 120, "the api-server")
+
+    def stop(self) -> list:
+        """SIGTERM each process group, SIGKILL what is left of it; the pids still alive after."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # executor workers left in its group
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        return [p.pid for p in self.procs if alive(p.pid)]
+
+    def wait_for(self, condition, timeout: float, what: str, every: float = 2):
+        end = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            dead = [p.args[1] for p in self.procs if p.poll() is not None]
+            if dead or time.monotonic() > end:
+                raise AssertionError(f"{what}: {', '.join(dead) + ' ended' if dead else 'timed out'}; logs in {self.logs}")
+            time.sleep(every)
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    def call(self, method: str, path: str, token=None, body=None, cookie=None) -> Response:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if cookie:
+            headers["Cookie"] = f"_token={cookie}"  # the UI's login cookie
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return Response(answer.status, answer.read(), answer.headers)
+        except urllib.error.HTTPError as error:
+            return Response(error.code, error.read(), error.headers)
+        except OSError as error:  # not listening yet
+            return Response(0, str(error).encode(), {})
+
+    def token(self, user: str) -> str:
+        answer = self.call("POST", "/auth/token", body={"username": user, "password": self.passwords[user]})
+        assert answer.status in (200, 201), f"login of {user}: {answer.status} {answer.text}"
+        return answer.json()["access_token"]
