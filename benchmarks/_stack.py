@@ -20,6 +20,14 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 DAG_ID = "mxbench_benchmark"
 SCHEDULER_DEADLINE_S = 15 * 60
 TRAIN_PYTHON = REPO / ".venv" / "train" / "bin" / "python"
+# Airflow settings of the stack that shorten the gap between two runs of one pool (harness_overhead.py
+# measures it before/after; --airflow-defaults there leaves them out)
+SCHEDULER_TUNING = {
+    # a freed pool slot is seen at the scheduler's next loop, which sleeps first while idle (a run
+    # training): 1 s by default; a loop costs ~20 ms CPU, so the scheduler took 5 % of a core over a
+    # DAG run at 1 s, 9 % at 0.5 s, 14 % at 0.25 s; 0.5 s already keeps the worst gap under 1 s
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+}
 
 
 def free_port() -> int:
@@ -35,9 +43,10 @@ def airflow(*args, timeout=600):
     return done.stdout
 
 
-def stack_env(scratch: Path) -> int:
+def stack_env(scratch: Path, tuned: bool = True) -> int:
     """Point MXBENCH_HOME and a SQLite AIRFLOW_HOME into scratch, with free ports and one shared JWT
-    secret for the api-server and the scheduler; call before anything imports airflow. The port."""
+    secret for the api-server and the scheduler; call before anything imports airflow. With tuned,
+    also the scheduler settings of SCHEDULER_TUNING (tuned=False: Airflow's defaults). The port."""
     port, log_port = free_port(), free_port()
     os.environ.update(
         MXBENCH_HOME=str(scratch), AIRFLOW_HOME=str(scratch / "airflow"),
@@ -47,6 +56,8 @@ def stack_env(scratch: Path) -> int:
         AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
         AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(log_port),  # the scheduler's log server (default 8793)
         AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_urlsafe(64))  # the scheduler signs, the api-server checks
+    if tuned:
+        os.environ.update(SCHEDULER_TUNING)
     return port
 
 
@@ -116,8 +127,25 @@ def stop_bg(procs: list):
         proc.wait()
 
 
-def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_overhead"):
-    """Trigger conf through api-server + dag-processor + scheduler; (dag run, task instances)."""
+def cpu_seconds(procs: list) -> dict:
+    """{name: CPU seconds so far} of each background process itself, with its children that have
+    ended (the dag-processor's parse processes); never the scheduler's executor workers, which live
+    on and run the tasks."""
+    import psutil
+
+    out = {}
+    for name, proc in procs:
+        try:
+            t = psutil.Process(proc.pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        out[name] = t.user + t.system + t.children_user + t.children_system
+    return out
+
+
+def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_overhead", usage: dict | None = None):
+    """Trigger conf through api-server + dag-processor + scheduler; (dag run, task instances). A
+    usage dict gets wall_s (trigger to the DAG run's end) and cpu_s ({process: CPU seconds in it})."""
     from sqlalchemy import select
 
     from airflow.models import DagRun, TaskInstance
@@ -148,6 +176,7 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
                 time.sleep(1)
         airflow("dags", "unpause", DAG_ID)
         run_id = f"{run_prefix}__{time.strftime('%Y%m%dT%H%M%S')}"
+        cpu_before, wall_before = cpu_seconds(procs), time.monotonic()
         airflow("dags", "trigger", DAG_ID, "-c", json.dumps(conf), "-r", run_id)
         end = time.monotonic() + SCHEDULER_DEADLINE_S
         while True:
@@ -161,6 +190,10 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
             if dead or time.monotonic() > end:
                 raise RuntimeError(f"DAG run {run_id} still {state} ({', '.join(dead) + ' ended' if dead else 'deadline'})"
                                    f"; see {logs}")
+        if usage is not None:
+            cpu_after = cpu_seconds(procs)
+            usage.update(wall_s=time.monotonic() - wall_before,
+                         cpu_s={name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after})
         with create_session() as session:
             run = session.scalars(select(DagRun).where(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id)).one()
             tis = list(session.scalars(select(TaskInstance).where(TaskInstance.dag_id == DAG_ID,

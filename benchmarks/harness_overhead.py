@@ -1,55 +1,192 @@
-"""Harness overhead of the benchmark DAG (run in the orchestration env):
+"""Harness overhead of the benchmark DAG, in process and under a real scheduler (run in the
+orchestration env):
 
-    .venv/airflow/bin/python benchmarks/harness_overhead.py [--repeats 1]
+    .venv/airflow/bin/python benchmarks/harness_overhead.py [--repeats 3] [--epochs 1]
+                                 [--skip-scheduler] [--keep] [--airflow-defaults]
 
-Runs the cpu-demo matrix through dag.test() in a scratch Airflow home, then, for each mapped
-run task, takes the task's duration minus its trainer processes' own wall time (first role
-start to last role exit, as the launcher saw them). Prints the median and max per launcher.
-Target: median <= 1.0 s.
+Runs one small cpu-demo matrix (cpu1-bs64 and cpu2w-bs64, local launcher, 1000 synthetic images)
+twice in one scratch folder (MXBENCH_HOME and a SQLite Airflow home): first through dag.test(),
+then through a real Airflow 3 stack (api-server, dag-processor, scheduler with the LocalExecutor;
+see _stack.py) with the same conf. For each mode it prints:
+
+- per-run task overhead per launcher: task duration - meta.json trainer_wall_s (first role start
+  to last role exit), median and max, split into Airflow's part (task duration - run_one's
+  duration) and the launcher's;
+- the gap between consecutive mapped run tasks (`<machines>.run_variant`) in the same pool (one
+  slot): next task's start_date - previous task's end_date, ordered by start_date, median and max;
+- matrix wall time per pool (last run task end - first run task start) / the sum of those run
+  tasks' durations.
+
+dag.test() runs every task in this process, one after the other, so it hides what a scheduler
+adds between two runs (queueing, process start-up, the DAG file parse in the task process);
+the real-scheduler lines show it. Targets (the issue): gap <= 1 s median; matrix wall time
+<= 1.1 x the sum of its runs; each is printed met / NOT met. Exits 1 when a DAG run fails or
+nothing was measured; the scratch folder is removed on success (unless --keep) and kept otherwise.
 """
 import argparse
-import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _stack import SCHEDULER_TUNING, airflow, load_dag, measure, real_scheduler, stack_env
+
+GAP_TARGET_S = 1.0  # median gap between consecutive run tasks of one pool
+WALL_TARGET = 1.1  # matrix wall time / sum of its run tasks' durations
+VARIANTS = ("cpu1-bs64", "cpu2w-bs64")
 
 
-def main():
+def load() -> str:
+    return f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def pool_figures(tis) -> dict:
+    """{pool: {gaps: [s], waits: [s], wall: s, busy: s, tasks: n}} over the mapped run tasks that ran;
+    waits: each gap's part until the scheduler queued the next task (the rest: the executor hands it
+    to a worker, whose supervisor forks the task process and reports it started)."""
+    by_pool = {}
+    for ti in tis:
+        if ti.task_id.endswith(".run_variant") and ti.start_date and ti.end_date:
+            by_pool.setdefault(ti.pool, []).append(ti)
+    out = {}
+    for pool, runs in by_pool.items():
+        runs.sort(key=lambda ti: ti.start_date)
+        gaps = [(b.start_date - a.end_date).total_seconds() for a, b in zip(runs, runs[1:])]
+        waits = [(b.queued_dttm - a.end_date).total_seconds() for a, b in zip(runs, runs[1:]) if b.queued_dttm]
+        wall = (max(ti.end_date for ti in runs) - runs[0].start_date).total_seconds()
+        busy = sum((ti.end_date - ti.start_date).total_seconds() for ti in runs)
+        out[pool] = {"gaps": gaps, "waits": waits, "wall": wall, "busy": busy, "tasks": len(runs)}
+    return out
+
+
+def print_overhead(found: dict) -> dict:
+    """Per-run task overhead per launcher, and each variant's task and trainer times; {launcher: median}."""
+    overhead = {}
+    for launcher, rows in sorted(found.items()):
+        overhead[launcher] = statistics.median(r["overhead"] for r in rows)
+        print(f"{launcher:>6}: overhead per run task median {overhead[launcher]:.2f} s, "
+              f"max {max(r['overhead'] for r in rows):.2f} s over {len(rows)} runs  (of which Airflow median "
+              f"{statistics.median(r['airflow'] for r in rows):.2f} s, launcher median "
+              f"{statistics.median(r['launcher'] for r in rows):.2f} s)")
+    rows = [r for launcher_rows in found.values() for r in launcher_rows]
+    for variant in sorted({r["variant"] for r in rows}):
+        mine = [r for r in rows if r["variant"] == variant]
+        print(f"{variant}: medians over {len(mine)}: task {statistics.median(r['task'] for r in mine):.2f} s, "
+              f"trainer {statistics.median(r['trainer'] for r in mine):.2f} s")
+    return overhead
+
+
+def print_cpu(usage: dict):
+    """What the stack costs the machine the runs train on (the tuning's price): its processes' CPU."""
+    shares = [f"{name} {cpu:.1f} s ({100 * cpu / usage['wall_s']:.0f} % of a core)"
+              for name, cpu in usage["cpu_s"].items()]
+    print(f"Airflow processes' CPU over the DAG run ({usage['wall_s']:.0f} s): {', '.join(shares)}")
+
+
+def print_pools(tis):
+    """Gap and matrix wall time per pool, then against the targets; (median gap, worst wall/sum)."""
+    gaps, ratios = [], []
+    for pool, f in sorted(pool_figures(tis).items()):
+        gaps += f["gaps"]
+        ratios.append(f["wall"] / f["busy"])
+        gap_text = (f"gap median {statistics.median(f['gaps']):.2f} s, max {max(f['gaps']):.2f} s"
+                    if f["gaps"] else "no gap (one task)")
+        if f["waits"] and len(f["waits"]) == len(f["gaps"]):
+            gap_text += (f" (until queued: median {statistics.median(f['waits']):.2f} s; queued to started: median "
+                         f"{statistics.median(g - w for g, w in zip(f['gaps'], f['waits'])):.2f} s)")
+        print(f"pool {pool}: {f['tasks']} run tasks; {gap_text}; matrix wall {f['wall']:.1f} s / sum of runs "
+              f"{f['busy']:.1f} s = {ratios[-1]:.3f}")
+    gap = statistics.median(gaps) if gaps else None
+    ratio = max(ratios) if ratios else None
+    if gap is not None:
+        print(f"gap between consecutive runs: median {gap:.2f} s (target <= {GAP_TARGET_S:g} s): "
+              f"{verdict(gap <= GAP_TARGET_S)}")
+    if ratio is not None:
+        print(f"matrix wall / sum of runs: {ratio:.3f} (target <= {WALL_TARGET:g}): {verdict(ratio <= WALL_TARGET)}")
+    return gap, ratio
+
+
+def report(title: str, run, tis, dag_dir: Path, usage: dict | None = None) -> dict:
+    """Print one mode's lines; {ok, overhead: {launcher: median}, gap: median, ratio: worst pool}."""
+    found = measure(tis, dag_dir)
+    print(f"\n== {title}: DAG run {run.run_id}: {run.state}; runs measured: {sum(map(len, found.values()))}; "
+          f"{load()}")
+    overhead = print_overhead(found)
+    if usage:
+        print_cpu(usage)
+    gap, ratio = print_pools(tis)
+    ok = run.state == "success" and bool(found) and gap is not None
+    return {"ok": ok, "overhead": overhead, "gap": gap, "ratio": ratio}
+
+
+def summary(results: dict):
+    """The two modes side by side."""
+    print()
+    for title, r in results.items():
+        if not r:
+            print(f"{title + ':':<16}not measured")
+            continue
+        cells = [f"{launcher} overhead {s:.2f} s" for launcher, s in r["overhead"].items()]
+        if r["gap"] is not None:
+            cells.append(f"gap {r['gap']:.2f} s ({verdict(r['gap'] <= GAP_TARGET_S)})")
+        if r["ratio"] is not None:
+            cells.append(f"wall/sum {r['ratio']:.3f} ({verdict(r['ratio'] <= WALL_TARGET)})")
+        print(f"{title + ':':<16}" + "; ".join(cells))
+    print(f"{'targets:':<16}gap <= {GAP_TARGET_S:g} s median; matrix wall <= {WALL_TARGET:g} x sum of runs")
+
+
+def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
+    parser.add_argument("--skip-scheduler", action="store_true", help="dag.test() only")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
+    parser.add_argument("--airflow-defaults", action="store_true",
+                        help="leave out _stack.SCHEDULER_TUNING (to measure before/after)")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="mxbench-overhead-"))
-    os.environ.update(MXBENCH_HOME=str(home), AIRFLOW_HOME=str(home / "airflow"),
-                      AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-                      AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
-                   capture_output=True)
-    from airflow.dag_processing.dagbag import DagBag
-
+    started = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="mxbench-overhead-"))
+    conf = {"preset": "cpu-demo", "only_variants": list(VARIANTS), "launchers": ["local"],
+            "repeats": args.repeats, "epochs": args.epochs, "synthetic_images": 1000}
+    # before anything imports airflow: it reads its configuration once
+    port = stack_env(scratch, tuned=not args.airflow_defaults)
+    settings = " ".join(f"{key}={os.environ.get(key, '(default)')}" for key in SCHEDULER_TUNING)
+    print(f"scratch folder: {scratch}; {load()}; {settings}")
+    airflow("db", "migrate")
     from mxbench import config
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
-    run = dag.test(run_conf={"preset": "cpu-demo", "repeats": args.repeats, "epochs": args.epochs,
-                             "synthetic_images": 3000})
-    dag_dir = config.dag_run_dir(run.run_id)
-    metas = {m.parent.name: json.loads(m.read_text()) for m in dag_dir.glob("*/meta.json")}
-    overhead = {}
-    for ti in run.get_task_instances():
-        meta = metas.get(ti.rendered_map_index)  # the mapped task's label is its run key
-        if ti.task_id.endswith(".run_variant") and ti.state == "success" and meta and meta.get("trainer_wall_s"):
-            task_s = (ti.end_date - ti.start_date).total_seconds()
-            overhead.setdefault(meta["launcher"], []).append(task_s - meta["trainer_wall_s"])
-    print(f"DAG run {run.run_id}: {run.state}; runs measured: {sum(map(len, overhead.values()))}")
-    for launcher, values in overhead.items():
-        print(f"{launcher}: harness overhead per run task: median {statistics.median(values):.2f} s, "
-              f"max {max(values):.2f} s over {len(values)} runs  (target: median <= 1.0 s)")
+    results = {}
+    run = load_dag().test(run_conf=conf)
+    results["dag.test"] = report("dag.test (in process)", run, run.get_task_instances(),
+                                 config.dag_run_dir(run.run_id))
+    if not args.skip_scheduler:
+        logs = scratch / "logs"
+        logs.mkdir()
+        usage = {}
+        try:
+            run, tis = real_scheduler(conf, port, logs, run_prefix="harness_overhead", usage=usage)
+        except RuntimeError as exc:
+            print(f"\n== real scheduler: {exc}", file=sys.stderr)
+            results["real scheduler"] = {}
+        else:
+            results["real scheduler"] = report("real scheduler (LocalExecutor)", run, tis,
+                                               config.dag_run_dir(run.run_id), usage)
+    summary(results)
+    print(f"wall time: {time.monotonic() - started:.0f} s; {load()}")
+    ok = all(r and r["ok"] for r in results.values())
+    if ok and not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        print(f"kept {scratch}", file=sys.stderr)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

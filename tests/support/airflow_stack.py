@@ -66,6 +66,7 @@ class AirflowStack:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # the scheduler's log server
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),  # the scheduler signs, the api-server checks
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",  # as scripts/airflow-env.sh sets it
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, r in self.users.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file),
         }
