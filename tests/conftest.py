@@ -20,6 +20,8 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
+from support.airflow_stack import alive  # noqa: E402  (tests import it from here)
+
 
 @pytest.fixture(scope="session")
 def airflow_db():
@@ -64,15 +66,6 @@ def cifar_rec(tmp_path_factory, cifar_source):
     done = run_trainer("prepare-cifar10", "--source", cifar_source, "--out", out, "--allow-unverified")
     assert done.returncode == 0, done.stderr
     return out
-
-
-def alive(pid) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def run_dag(conf: dict, env: dict):
