@@ -3,6 +3,7 @@ scheduler with the LocalExecutor, SQLite) that this module starts and stops. The
 is triggered through the REST API, the scheduler runs it in task processes, and the mxbench
 plugin serves its report and the history page to allowed users only; headless Chromium logs in
 and looks at both in the Airflow UI."""
+import json
 import os
 import shutil
 import urllib.parse
@@ -119,6 +120,38 @@ def test_the_ui_lists_the_views(stack, admin):
     views = {v["name"]: v for p in plugins for v in p["external_views"]}
     assert views["Benchmark report"]["destination"] == "dag_run"
     assert views["Benchmark history"]["destination"] == "nav"
+
+
+@pytest.fixture(scope="module")
+def team_stack(tmp_path_factory):
+    """An api-server in Airflow's multi-team mode: the DAGs' bundle belongs to team "bench";
+    "member" is a viewer in that team, "rival" a viewer in another."""
+    bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                "kwargs": {"path": str(REPO / "dags")}, "team_name": "bench"}]
+    stack = AirflowStack(tmp_path_factory.mktemp("team-stack"),
+                         users={"admin": "admin", "member": "viewer:bench", "rival": "viewer:rivals"},
+                         env={"AIRFLOW__CORE__MULTI_TEAM": "True",
+                              "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles)})
+    stack.airflow("db", "migrate")
+    for team in ("bench", "rivals"):  # a bundle's team must exist before the bundle is synced
+        stack.airflow("teams", "create", team)
+    stack.prepare()
+    try:
+        stack.start(["api-server"])
+        yield stack
+    finally:
+        left = stack.stop()
+        assert not left, f"Airflow processes outlived the stack: {left}"
+
+
+def test_a_viewer_of_another_team_is_refused_the_pages_of_these_dags(team_stack):
+    member, rival = team_stack.token("member"), team_stack.token("rival")
+    assert team_stack.call("GET", f"/api/v2/dags/{DAG}", rival).status == 403  # Airflow's own verdict, too
+    assert team_stack.call("GET", report_path("manual__any"), rival).status == 403
+    assert team_stack.call("GET", "/mxbench/history", rival).status == 403
+    missing = team_stack.call("GET", report_path("manual__any"), member)  # let in; there is no such run
+    assert missing.status == 404 and "no DAG run" in missing.text
+    assert team_stack.call("GET", "/mxbench/history", member).status == 200
 
 
 # --- what a person sees, in headless Chromium -----------------------------------------------

@@ -16,8 +16,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-# name -> simple auth manager role; "" is a user who may log in and read nothing
+# name -> simple auth manager role (and, in multi-team mode, ":team|team"); "" is a user who may
+# log in and read nothing
 USERS = {"admin": "admin", "viewer": "viewer", "outsider": ""}
+PROCESSES = {"api-server": ["api-server", "--workers", "1"], "dag-processor": ["dag-processor"],
+             "scheduler": ["scheduler"]}
 
 
 def free_port() -> int:
@@ -48,7 +51,7 @@ class Response:
 
 
 class AirflowStack:
-    def __init__(self, home: Path, users=None):
+    def __init__(self, home: Path, users=None, env=None):
         self.home = Path(home)
         self.logs = self.home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -69,6 +72,7 @@ class AirflowStack:
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",  # as scripts/airflow-env.sh sets it
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, r in self.users.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file),
+            **(env or {}),
         }
         self.procs = []
 
@@ -91,9 +95,9 @@ class AirflowStack:
                          f"mxbench: one run at a time on the {machines} machines ({', '.join(launchers)})")
         self.airflow("dags", "reserialize")
 
-    def start(self):
-        for name, args in (("api-server", ["api-server", "--workers", "1"]), ("dag-processor", ["dag-processor"]),
-                           ("scheduler", ["scheduler"])):
+    def start(self, processes=tuple(PROCESSES)):
+        for name in processes:
+            args = PROCESSES[name]
             with open(self.logs / f"{name}.log", "wb") as log:
                 self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdin=subprocess.DEVNULL,
                                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
