@@ -113,6 +113,16 @@ def print_pools(tis):
     return gap, ratio
 
 
+def print_training_share(tis, found: dict):
+    """The matrix wall time against the trainers' own wall times (not the run tasks'): what the
+    per-task overhead costs on top of the gaps, which weighs most on short runs."""
+    trained = [r["trainer"] for rows in found.values() for r in rows]
+    wall = max((f["wall"] for f in pool_figures(tis).values()), default=0)
+    if trained and wall:
+        print(f"matrix wall / sum of the trainers' wall times: {wall / sum(trained):.3f} (trainer median "
+              f"{statistics.median(trained):.1f} s a run; task overhead and gaps make up the rest)")
+
+
 def report(title: str, run, tis, dag_dir: Path, usage: dict | None = None) -> dict:
     """Print one mode's lines; {ok, overhead: {launcher: median}, gap: median, ratio: worst pool}."""
     found = measure(tis, dag_dir)
@@ -122,6 +132,7 @@ def report(title: str, run, tis, dag_dir: Path, usage: dict | None = None) -> di
     if usage:
         print_cpu(usage)
     gap, ratio = print_pools(tis)
+    print_training_share(tis, found)
     ok = run.state == "success" and bool(found) and gap is not None
     return {"ok": ok, "overhead": overhead, "gap": gap, "ratio": ratio}
 

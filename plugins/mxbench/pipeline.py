@@ -95,9 +95,11 @@ def targets_for(names, launcher_for=None):
     return targets, unavailable
 
 
-def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None) -> List[dict]:
-    """The runs, written to ``request.json``. ``build``: the MXNet build a regression run measures
-    ({"package", "python", ...}); its runs train with its interpreter (``train_python``)."""
+def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None,
+           dag_id: Optional[str] = None) -> List[dict]:
+    """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is). ``build``: the
+    MXNet build a regression run measures ({"package", "python", ...}); its runs train with its
+    interpreter (``train_python``)."""
     unavailable = unavailable or {}
     try:
         runs = expand_runs(params, targets, unavailable)
@@ -111,7 +113,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
     sets = {name: [l for l in members if l in chosen] for name, members in machine_sets().items()}
-    write_json(dag_dir / "request.json", {"params": recorded, "runs": runs, "build": build,
+    write_json(dag_dir / "request.json", {"dag_id": dag_id, "params": recorded, "runs": runs, "build": build,
                                           "targets": {k: asdict(v) for k, v in targets.items()},
                                           "unavailable": unavailable,
                                           "machine_sets": {k: v for k, v in sets.items() if v}})

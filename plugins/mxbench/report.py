@@ -166,17 +166,15 @@ def environment(dag_dir: Path, runs: pd.DataFrame) -> Dict[str, str]:
 # --- plots ----------------------------------------------------------------------------------
 
 def _figure():
-    import matplotlib
+    # a Figure of its own, not pyplot's global state: the api-server draws in several threads
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    return plt, fig, ax
+    fig = Figure(figsize=(7, 4.2), dpi=100)
+    return fig, fig.subplots()
 
 
 def plot_scaling(summary: pd.DataFrame, path: Path):
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     ok = summary.dropna(subset=["samples_per_sec"])
     for (launcher, depth, per_device), group in ok.groupby(["launcher", "num_layers", "batch_per_device"]):
         group = group.sort_values("devices")
@@ -196,11 +194,11 @@ def plot_scaling(summary: pd.DataFrame, path: Path):
            title="Throughput vs devices (dashed: ideal linear scaling)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def plot_epoch_time(summary: pd.DataFrame, path: Path):
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     ok = summary.dropna(subset=["sec_per_epoch"])
     labels = [f"{r.variant}\n{r.launcher}" for r in ok.itertuples()]
     err = [ok["sec_per_epoch"] - ok["sec_per_epoch_min"], ok["sec_per_epoch_max"] - ok["sec_per_epoch"]]
@@ -208,11 +206,11 @@ def plot_epoch_time(summary: pd.DataFrame, path: Path):
     ax.set_xticks(range(len(ok)), labels, fontsize=7, rotation=45, ha="right")
     ax.set(ylabel="seconds/epoch (median; first epoch excluded\nwhere a run had more than one)",
            title="Seconds per epoch by variant")
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def plot_accuracy(epochs: pd.DataFrame, path: Path):
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     if not epochs.empty and epochs["validation_accuracy"].notna().any():
         per_run = epochs.groupby(["variant", "launcher", "repeat", "epoch"], as_index=False)["validation_accuracy"].mean()
         curves = per_run.groupby(["variant", "launcher", "epoch"], as_index=False)["validation_accuracy"].median()
@@ -225,17 +223,17 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
     else:
         ax.text(0.5, 0.5, "no validation accuracy in the logs", ha="center", transform=ax.transAxes)
     ax.set(xlabel="epoch", ylabel="validation accuracy (median over repeats)", title="Validation accuracy")
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def plot_history(history: pd.DataFrame, path: Path):
     """Throughput per variant over the DAG runs' dates, one colour per MXNet build; DAG runs the
     regression rule flagged are ringed red."""
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     builds = list(dict.fromkeys(history.sort_values("when")["build"]))
     colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
-    machines = history["environment"].nunique() if "environment" in history else 1
+    machines = history["environment"].nunique()
     for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
         per_run = group.groupby(["run_id", "build"], as_index=False).agg(
             when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
@@ -257,7 +255,7 @@ def plot_history(history: pd.DataFrame, path: Path):
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.autofmt_xdate()
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
 def with_build(history: pd.DataFrame) -> pd.DataFrame:
@@ -298,7 +296,7 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
 
 def plot_ratios(ratios: pd.DataFrame, path: Path):
     """Launcher ratios with their confidence intervals; only called when two launchers ran."""
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     labels = [f"{r.variant}\n{r.launcher}/{r.reference}" for r in ratios.itertuples()]
     ratio = ratios["ratio"]
     err = [(ratio - ratios["ci_low"]).fillna(0), (ratios["ci_high"] - ratio).fillna(0)]
@@ -308,13 +306,12 @@ def plot_ratios(ratios: pd.DataFrame, path: Path):
     level = ratios["level"].dropna()
     ax.set(ylabel=f"speed ratio (median; bars: {level.iloc[0]:.0%} CI)" if not level.empty else "speed ratio",
            title="Launcher speed ratio per variant")
-    _save(plt, fig, path)
+    _save(fig, path)
 
 
-def _save(plt, fig, path):
+def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    fig.savefig(path, format="png")
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -385,10 +382,10 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
-    (out / "report.md").write_text("\n".join(md))
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
-    (out / "report.html").write_text(render_page(title, notes, sections, images, intro=[data_line(data)],
-                                                 footer=[METHOD, REFERENCE]))
+    page = render_page(title, notes, sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE])
+    (out / "report.html").write_text(page, encoding="utf-8")
     table.to_csv(out / "summary.csv", index=False)
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
 
@@ -449,17 +446,19 @@ def history_page(history: pd.DataFrame, source: str) -> str:
     the results store's rows (``regression.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed."""
     title = "mxbench: benchmark history"
-    intro = [f"From the results store {source}: every stored DAG run of the DAGs you may read, each judged "
-             "against the DAG runs before it on the same variant, launcher and kind of machine (machine: the "
-             "store's fingerprint of the hardware, GPU model and count, driver, CUDA, CPU)."]
+    intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
+             "DAG judges (its default baseline and smallest drop) against the DAG runs before it on the same "
+             "variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
+             "and count, driver, CUDA, CPU)."]
     if history.empty:
         return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
                            intro=intro)
     history = with_build(history).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
-    per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False).agg(
+    per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False,
+                         dropna=False).agg(
         when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
-    by_build = per_run.groupby(["variant", "launcher", "environment", "build"], as_index=False).agg(
+    by_build = per_run.groupby(["variant", "launcher", "environment", "build"], as_index=False, dropna=False).agg(
         dag_runs=("run_id", "nunique"), median=("samples_per_sec", "median"), low=("samples_per_sec", "min"),
         high=("samples_per_sec", "max"), last=("when", "max"),
         regressions=("verdict", lambda v: int((v == "regression").sum())))

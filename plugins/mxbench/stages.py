@@ -13,7 +13,7 @@ from .variants import machine_sets
 
 
 @task
-def expand_variants(build: dict | None = None, params=None, run_id=None) -> list[dict]:
+def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run=None) -> list[dict]:
     """Params -> one run per (variant, launcher, repeat); a misfit fails the DAG run here. With a
     ``build`` (the regression DAG's), every run trains with that build's interpreter, or fails
     naming why the build cannot train."""
@@ -29,7 +29,8 @@ def expand_variants(build: dict | None = None, params=None, run_id=None) -> list
     for reason in unavailable.values():
         print(f"mxbench: {reason}")
     try:
-        return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets, unavailable, build=build)
+        return pipeline.expand(dict(params), config.dag_run_dir(run_id), targets, unavailable, build=build,
+                               dag_id=dag_run.dag_id)
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 

@@ -4,19 +4,24 @@
     GET /mxbench/report/<dag id>/<run id>   that DAG run's report (the report task's report.html)
     GET /mxbench/history                    throughput per variant over DAG runs and MXNet builds
 
-Each answers only users whom Airflow's auth manager lets read the DAG's runs: no valid token ->
-401, no access -> 403. A run id reaches the file system only after Airflow's database has that
-DAG run, and only through ``config.dag_run_dir`` (the pipeline's own mapping); the file must
-resolve inside ``$MXBENCH_HOME/runs``.
+Each answers only users whom Airflow's auth manager lets read the DAG's runs: no token or
+login cookie -> 401 (an invalid one: 403, Airflow's own rule), no access -> 403. A run id reaches
+the file system only after Airflow's database has that DAG run, and only through
+``config.dag_run_dir`` (the pipeline's own mapping); the file must resolve inside
+``$MXBENCH_HOME/runs`` and belong to that DAG. The pages run no script: their Content-Security-Policy
+allows none, so nothing written into a report can act as the logged-in user.
 """
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import config
 
@@ -25,7 +30,18 @@ from . import config
 
 DAG_IDS = ("mxbench_benchmark", "mxbench_regression")
 
+log = logging.getLogger(__name__)
 app = FastAPI(title="mxbench", description="Benchmark reports and history for the mxbench DAGs")
+# inline styles and data: images only; no script, no fetch, no form
+POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'; form-action 'none'"
+
+
+@app.middleware("http")
+async def locked_down(request: Request, call_next):
+    response = await call_next(request)
+    response.headers["Content-Security-Policy"] = POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def page(title: str, text: str, status: int = 200) -> HTMLResponse:
@@ -34,8 +50,8 @@ def page(title: str, text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(render_page(title, [], [(title, text)], []), status_code=status)
 
 
-@app.exception_handler(HTTPException)
-async def error_page(request: Request, exc: HTTPException) -> HTMLResponse:
+@app.exception_handler(StarletteHTTPException)  # FastAPI's and routing's (an unknown path) alike
+async def error_page(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
     """Errors as a page: they are read in the UI's frame, by people."""
     response = page(f"mxbench: {exc.status_code}", str(exc.detail), exc.status_code)
     response.headers.update(exc.headers or {})
@@ -72,12 +88,21 @@ def dag_run_state(dag_id: str, run_id: str) -> Optional[str]:
         return session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
 
 
-def report_file(run_id: str) -> Optional[Path]:
-    """The report of DAG run ``run_id`` where the pipeline writes it; None where that is not a
-    file inside ``$MXBENCH_HOME/runs`` (a folder swapped for a link elsewhere, say)."""
+def report_file(dag_id: str, run_id: str) -> Optional[Path]:
+    """The report of DAG run ``run_id`` of ``dag_id`` where the pipeline writes it; None where that
+    is not a file inside ``$MXBENCH_HOME/runs`` (a folder swapped for a link elsewhere, say), or the
+    folder is another DAG's (run ids are unique per DAG only; folders made before request.json
+    named their DAG are taken as they are)."""
     runs = (config.home() / "runs").resolve()
-    path = (config.dag_run_dir(run_id) / "report" / "report.html").resolve()
-    return path if runs in path.parents and path.is_file() else None
+    folder = config.dag_run_dir(run_id).resolve()
+    path = folder / "report" / "report.html"
+    if runs not in path.resolve().parents or not path.is_file():
+        return None
+    try:
+        owner = json.loads((folder / "request.json").read_text(encoding="utf-8")).get("dag_id")
+    except (OSError, ValueError, AttributeError):
+        owner = None
+    return path.resolve() if owner in (None, dag_id) else None
 
 
 @app.get("/report/{dag_id}/{run_id:path}", response_class=HTMLResponse)
@@ -89,11 +114,11 @@ def report(dag_id: str, run_id: str, user=Depends(current_user)) -> HTMLResponse
     state = dag_run_state(dag_id, run_id)
     if state is None:
         raise HTTPException(404, f"{dag_id} has no DAG run {run_id!r}")
-    path = report_file(run_id)
+    path = report_file(dag_id, run_id)
     if path is None:
         raise HTTPException(404, f"DAG run {run_id} of {dag_id} ({state}) has no report yet: its report task "
                                  "writes one when the runs are done")
-    return HTMLResponse(path.read_text())
+    return HTMLResponse(path.read_text(encoding="utf-8"))
 
 
 @app.get("/history", response_class=HTMLResponse)
@@ -109,8 +134,11 @@ def history(user=Depends(current_user)) -> HTMLResponse:
         raise HTTPException(403, f"You may not read the runs of {' or '.join(DAG_IDS)}")
     url = store.default_url()
     try:
-        rows = store.history(url, dag_ids=dag_ids)
+        rows = store.read_history(url)
     except store.StoreError as exc:
-        raise HTTPException(503, f"The results store {store.shown(url)} cannot be read: {exc}") from None
+        log.error("mxbench history: the results store %s cannot be read: %s", store.shown(url), exc)
+        raise HTTPException(503, "The results store cannot be read; the api-server's log says why") from None
+    # judged over every stored run, as the regression DAG judges, then shown for the readable DAGs
     rows = judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
-    return HTMLResponse(history_page(rows, store.shown(url)))
+    source = f"the results store ({store.engine_name(url)})"
+    return HTMLResponse(history_page(rows[rows["dag_id"].isin(dag_ids)], source))

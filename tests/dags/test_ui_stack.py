@@ -80,16 +80,18 @@ def test_the_triggered_run_succeeds_under_the_scheduler(stack, finished_run, adm
 def test_the_plugin_serves_the_report_to_readers_only(stack, finished_run):
     run_id, _ = finished_run
     assert stack.call("GET", report_path(run_id)).status == 401
-    assert stack.call("GET", report_path(run_id), token="not-a-token").status in (401, 403)
+    assert stack.call("GET", report_path(run_id), token="not-a-token").status == 403  # Airflow's rule for a bad token
     assert stack.call("GET", report_path(run_id), stack.token("outsider")).status == 403
     page = stack.call("GET", report_path(run_id), stack.token("viewer"))
     assert page.status == 200, page.text
     assert "cpu1-bs64" in page.text and "UI test run" in page.text and "data:image/png;base64," in page.text
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]  # no script runs as the viewer
     # the same page as the report task wrote: one renderer
     from mxbench import config
 
-    written = (stack.home / "runs" / config.dag_run_dir(run_id).name / "report" / "report.html").read_text()
-    assert page.text == written
+    folder = stack.home / "runs" / config.dag_run_dir(run_id).name
+    assert page.text == (folder / "report" / "report.html").read_text(encoding="utf-8")
+    assert json.loads((folder / "request.json").read_text())["dag_id"] == DAG  # whose folder it is
     # the UI's login cookie is as good as a bearer token
     assert stack.call("GET", report_path(run_id), cookie=stack.token("viewer")).status == 200
 
@@ -99,6 +101,8 @@ def test_the_plugin_answers_404_for_what_is_not_a_report(stack, finished_run):
     run_id, _ = finished_run
     missing = stack.call("GET", report_path("manual__no-such-run"), viewer)
     assert missing.status == 404 and "no DAG run" in missing.text
+    # run ids that are paths: no such DAG run, so nothing is looked up on disk (report_file's own
+    # guard is tested in tests/orchestration/test_history_page.py)
     for sneaky in ("..%2F..%2F..%2Fetc%2Fpasswd", "..%2F" * 8 + "etc%2Fpasswd"):
         answer = stack.call("GET", f"/mxbench/report/{DAG}/{sneaky}", viewer)
         assert answer.status == 404 and "root:" not in answer.text

@@ -6,8 +6,10 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 
+from mxbench import store
 from mxbench.regression import judge_history
 from mxbench.report import history_page
+from test_store import make_dag_dir, ok_runs, variant
 
 CV = 0.03
 
@@ -87,6 +89,12 @@ def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
     assert page.count("data:image/png;base64,") == 1
 
 
+def test_rows_without_a_machine_are_shown_not_dropped():
+    rows = seeded().assign(environment=None)
+    by_build = Tables(history_page(judge_history(rows), "the results store (sqlite)")).frames[0]
+    assert set(by_build["variant"]) == {"cpu1-bs64", "cpu2w-bs64"}
+
+
 def test_an_empty_store_says_so():
     page = history_page(judge_history(pd.DataFrame(columns=seeded().columns)), "sqlite:///results.db")
     assert "No runs are stored yet." in page and "<img" not in page
@@ -98,15 +106,52 @@ def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     run_id = "manual__2026-12-03T00:00:00+00:00"
-    assert report_file(run_id) is None  # no report yet
+    assert report_file("mxbench_benchmark", run_id) is None  # no report yet
     report = config.dag_run_dir(run_id) / "report" / "report.html"
     report.parent.mkdir(parents=True)
     report.write_text("<html>report</html>")
-    assert report_file(run_id) == report.resolve()
-    assert report_file("../../../etc/passwd") is None
+    assert report_file("mxbench_benchmark", run_id) == report.resolve()  # a folder older than its dag_id
+    (config.dag_run_dir(run_id) / "request.json").write_text('{"dag_id": "mxbench_regression"}')
+    assert report_file("mxbench_benchmark", run_id) is None  # the same run id, the other DAG's folder
+    assert report_file("mxbench_regression", run_id) == report.resolve()
+    assert report_file("mxbench_benchmark", "../../../etc/passwd") is None
     outside = tmp_path / "elsewhere"
     (outside / "report").mkdir(parents=True)
     (outside / "report" / "report.html").write_text("secret")
     other = config.dag_run_dir("manual__other")
     other.symlink_to(outside, target_is_directory=True)  # a run folder swapped for a link out of MXBENCH_HOME
-    assert report_file("manual__other") is None
+    assert report_file("mxbench_benchmark", "manual__other") is None
+
+
+def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from mxbench import web
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
+        folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
+        store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
+    web.app.dependency_overrides[web.current_user] = lambda: "someone"  # the auth manager's part is may_read
+    try:
+        client = TestClient(web.app)
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: dag_id == "mxbench_regression")
+        page = client.get("/history")
+        assert page.status_code == 200
+        assert "cpu1-nightly" in page.text and "cpu1-bench" not in page.text
+        assert str(tmp_path) not in page.text  # where the store is stays on the server
+        assert page.headers["content-security-policy"] == web.POLICY and "script-src" not in web.POLICY
+        assert page.headers["x-content-type-options"] == "nosniff"
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: False)
+        refused = client.get("/history")
+        assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
+        nowhere = client.get("/no-such-page")
+        assert nowhere.status_code == 404 and "<h1>mxbench: 404</h1>" in nowhere.text
+        # a store not made yet is an empty history, and a reader's visit does not make it
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
+        monkeypatch.setenv("MXBENCH_RESULTS_URL", f"sqlite:///{tmp_path / 'none' / 'results.db'}")
+        empty = client.get("/history")
+        assert "No runs are stored yet." in empty.text and not (tmp_path / "none").exists()
+    finally:
+        web.app.dependency_overrides.clear()

@@ -8,7 +8,7 @@ from mxbench import report
 @pytest.fixture
 def figures(monkeypatch):
     kept = []
-    monkeypatch.setattr(report, "_save", lambda plt, fig, path: kept.append(fig))
+    monkeypatch.setattr(report, "_save", lambda fig, path: kept.append(fig))
     return kept
 
 

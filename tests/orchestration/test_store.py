@@ -258,6 +258,23 @@ def test_history_is_in_time_order(url, tmp_path):
     assert store.history(url, "no-such-variant").empty
 
 
+def test_history_of_some_dags(url, tmp_path):
+    for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
+        folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
+        store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
+    assert set(store.history(url, dag_ids=["mxbench_regression"])["variant"]) == {"cpu1-nightly"}
+    assert set(store.history(url)["dag_id"]) == {"mxbench_benchmark", "mxbench_regression"}
+    assert store.read_history(url).equals(store.history(url))
+
+
+def test_reading_never_makes_or_upgrades_the_store(url, tmp_path):
+    assert store.read_history(f"sqlite:///{tmp_path / 'none' / 'results.db'}").empty
+    assert not (tmp_path / "none").exists()
+    assert store.read_history(url).empty  # a database without tables yet
+    with store.engine(url).connect() as connection:
+        assert not sa.inspect(connection).has_table("repeats")
+
+
 # --- the command line --------------------------------------------------------------------------
 
 def test_cli_import_then_history(url, tmp_path, monkeypatch, capsys):

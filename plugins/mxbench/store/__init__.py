@@ -60,6 +60,14 @@ def shown(url: str) -> str:
         return "<an invalid URL>"
 
 
+def engine_name(url: str) -> str:
+    """The kind of database only (sqlite, postgresql), for pages that must not show where it is."""
+    try:
+        return sa.engine.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError:
+        return "an invalid URL"
+
+
 @lru_cache(maxsize=None)
 def engine(url: str) -> sa.engine.Engine:
     """One engine per URL for the process (its pool makes repeated queries cheap)."""
@@ -345,10 +353,7 @@ def _frame(connection, query) -> pd.DataFrame:
     return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
 
 
-def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
-            fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
-    """Every repeat of ``variant`` (or of every variant; optionally one launcher, one kind of
-    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet build."""
+def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None):
     query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, repeats.c.dag_run == dag_runs.c.run_id)
              .order_by(dag_runs.c.measured_at, dag_runs.c.run_id, repeats.c.variant, repeats.c.launcher,
                        repeats.c.repeat))
@@ -360,8 +365,34 @@ def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = N
         query = query.where(repeats.c.launcher == launcher)
     if fingerprint:
         query = query.where(repeats.c.environment == fingerprint)
+    return query
+
+
+def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
+            fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """Every repeat of ``variant`` (or of every variant; optionally one launcher, one kind of
+    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet build."""
     with _ready(url).connect() as connection:
-        return _frame(connection, query)
+        return _frame(connection, _history_query(variant, launcher, fingerprint, dag_ids))
+
+
+def read_history(url: str) -> pd.DataFrame:
+    """``history`` of every variant for a reader (the UI's history page): it never creates or
+    upgrades the database; one that is not there yet, or has no tables yet, has no history."""
+    empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS])
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise StoreError("not a database URL") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
+        return empty
+    try:
+        with engine(url).connect() as connection:
+            if not sa.inspect(connection).has_table("repeats"):
+                return empty
+            return _frame(connection, _history_query())
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(_first_line(exc)) from None
 
 
 def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, str],
@@ -394,4 +425,4 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
 
 
 __all__ = ["StoreError", "default_url", "url_of_connection", "engine", "migrate", "fingerprint",
-           "record_dag_run", "import_runs", "history", "baseline", "metadata"]
+           "record_dag_run", "import_runs", "history", "read_history", "baseline", "metadata"]
