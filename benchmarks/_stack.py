@@ -7,6 +7,7 @@ must come first.
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,15 @@ def stack_env(scratch: Path, tuned: bool = True) -> int:
     if tuned:
         os.environ.update(SCHEDULER_TUNING)
     return port
+
+
+def finish(ok: bool, scratch: Path, keep: bool) -> int:
+    """The exit status; the scratch folder is removed after a good run (unless keep), else kept."""
+    if ok and not keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        print(f"kept {scratch}", file=sys.stderr)
+    return 0 if ok else 1
 
 
 def load_dag():

@@ -25,14 +25,13 @@ nothing was measured; the scratch folder is removed on success (unless --keep) a
 """
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _stack import SCHEDULER_TUNING, airflow, load_dag, measure, real_scheduler, stack_env
+from _stack import SCHEDULER_TUNING, airflow, finish, load_dag, measure, real_scheduler, stack_env
 
 GAP_TARGET_S = 1.0  # median gap between consecutive run tasks of one pool
 WALL_TARGET = 1.1  # matrix wall time / sum of its run tasks' durations
@@ -192,11 +191,7 @@ def main() -> int:
     summary(results)
     print(f"wall time: {time.monotonic() - started:.0f} s; {load()}")
     ok = all(r and r["ok"] for r in results.values())
-    if ok and not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
-        print(f"kept {scratch}", file=sys.stderr)
-    return 0 if ok else 1
+    return finish(ok, scratch, args.keep)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,13 @@ and kept otherwise.
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _stack import REPO, TRAIN_PYTHON, airflow, load_dag, measure, real_scheduler, stack_env, step_timings
+from _stack import REPO, TRAIN_PYTHON, airflow, finish, load_dag, measure, real_scheduler, stack_env, step_timings
 
 K8S_TARGET_S = 3.0
 LAUNCHERS = ("ssh", "kubernetes")
@@ -151,11 +150,7 @@ def main() -> int:
         else:
             print(f"{title + ':':<16}not measured")
     print(f"wall time: {time.monotonic() - started:.0f} s; {load()}")
-    if ok and not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
-        print(f"kept {scratch}", file=sys.stderr)
-    return 0 if ok else 1
+    return finish(ok, scratch, args.keep)
 
 
 if __name__ == "__main__":

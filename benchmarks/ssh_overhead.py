@@ -20,14 +20,13 @@ measured; the scratch folder is removed on success (unless --keep) and kept othe
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _stack import TRAIN_PYTHON, airflow, load_dag, measure, real_scheduler, stack_env, step_timings
+from _stack import TRAIN_PYTHON, airflow, finish, load_dag, measure, real_scheduler, stack_env, step_timings
 
 SSH_TARGET_S, STAGING_TARGET_S = 1.0, 0.5
 
@@ -136,11 +135,7 @@ def main() -> int:
         ok = False
         print("data to a host that has it: no ssh run found its data already there")
     print(f"wall time: {time.monotonic() - started:.0f} s")
-    if ok and not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
-        print(f"kept {scratch}", file=sys.stderr)
-    return 0 if ok else 1
+    return finish(ok, scratch, args.keep)
 
 
 if __name__ == "__main__":
