@@ -175,7 +175,7 @@ def main() -> int:
     results = {}
     run = load_dag().test(run_conf=conf)
     results["dag.test"] = report("dag.test (in process)", run, run.get_task_instances(),
-                                 config.dag_run_dir(run.run_id))
+                                 config.dag_run_dir(run.dag_id, run.run_id))
     if not args.skip_scheduler:
         logs = scratch / "logs"
         logs.mkdir()
@@ -187,7 +187,7 @@ def main() -> int:
             results["real scheduler"] = {}
         else:
             results["real scheduler"] = report("real scheduler (LocalExecutor)", run, tis,
-                                               config.dag_run_dir(run.run_id), usage)
+                                               config.dag_run_dir(run.dag_id, run.run_id), usage)
     summary(results)
     print(f"wall time: {time.monotonic() - started:.0f} s; {load()}")
     ok = all(r and r["ok"] for r in results.values())

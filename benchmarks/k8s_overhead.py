@@ -122,7 +122,8 @@ def main() -> int:
 
         assert config.data_dir().resolve() == data.resolve(), config.data_dir()
         run = load_dag().test(run_conf=conf)
-        good, results["dag.test"] = report("dag.test", run, run.get_task_instances(), config.dag_run_dir(run.run_id))
+        good, results["dag.test"] = report("dag.test", run, run.get_task_instances(),
+                                           config.dag_run_dir(run.dag_id, run.run_id))
         ok &= good
         if not args.skip_scheduler:
             logs = scratch / "logs"
@@ -134,7 +135,7 @@ def main() -> int:
                 ok, results["real scheduler"] = False, {}
             else:
                 good, results["real scheduler"] = report("real scheduler (LocalExecutor)", run, tis,
-                                                         config.dag_run_dir(run.run_id))
+                                                         config.dag_run_dir(run.dag_id, run.run_id))
                 ok &= good
     finally:
         if standin is not None:

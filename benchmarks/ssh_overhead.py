@@ -106,7 +106,7 @@ def main() -> int:
         dag = load_dag()
         run = dag.test(run_conf=conf)
         good, lines["dag.test"], found = report("dag.test", run, run.get_task_instances(),
-                                                config.dag_run_dir(run.run_id))
+                                                config.dag_run_dir(run.dag_id, run.run_id))
         ok &= good
         hits += found
         if not args.skip_scheduler:
@@ -119,7 +119,7 @@ def main() -> int:
                 ok, lines["real scheduler"] = False, f"failed: {exc}".splitlines()[0]
             else:
                 good, lines["real scheduler"], found = report("real scheduler (LocalExecutor)", run, tis,
-                                                              config.dag_run_dir(run.run_id))
+                                                              config.dag_run_dir(run.dag_id, run.run_id))
                 ok &= good
                 hits += found
     finally:

@@ -55,8 +55,8 @@ def fill(url: str, total_repeats: int, total_dag_runs: int, seed: int = 1) -> di
             machine = fingerprints[rng.choice(MACHINES)]
             run_id = f"scheduled__{when:%Y-%m-%d}"
             chosen = rng.sample(variant_ids, -(-per_run // 4))
-            rows = [{"dag_run": run_id, "run_key": f"{v}__{launcher}__r{r}", "variant": v, "launcher": launcher,
-                     "repeat": r, "environment": machine, "machine_set": "local",
+            rows = [{"dag_id": "mxbench_benchmark", "dag_run": run_id, "run_key": f"{v}__{launcher}__r{r}",
+                     "variant": v, "launcher": launcher, "repeat": r, "environment": machine, "machine_set": "local",
                      "status": "ok" if rng.random() > 0.05 else "failed", "cause": None,
                      "samples_per_sec": rng.gauss(1000, 30), "started_at": when, "ended_at": when}
                     for v in chosen for launcher in ("local", "ssh") for r in (1, 2)][:per_run]

@@ -82,7 +82,7 @@ def run_dag(conf: dict, env: dict):
     finally:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    return run, config.dag_run_dir(run.run_id)
+    return run, config.dag_run_dir(run.dag_id, run.run_id)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -4,13 +4,14 @@
 start) measures the last build whose ``since`` is on or before it, so a backfill over dates
 measures the MXNet versions that were current then, and the same interval always measures the
 same build. Each build gets its own venv under ``$MXBENCH_HOME/envs``, made on first use from
-the same Python as the training env and cached; the pinned build (``requirements-train.txt``)
-is the training env itself. No Airflow import: the DAG's tasks, the CLI and tests use this.
+the same Python as the training env and cached (beyond ``MXBENCH_KEEP_BUILDS``, the least
+recently used are pruned: ``mxbench.caches``); the pinned build (``requirements-train.txt``)
+is the training env itself. A wheel fetched over the network must carry its ``#sha256=``.
+No Airflow import: the DAG's tasks, the CLI and tests use this.
 """
 import bisect
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import os
@@ -18,10 +19,12 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
-from mxbench import config
+from mxbench import caches, config
+from mxbench_train.cifar10 import redact
 from mxbench_train.errors import MxbenchError
 
 MANIFEST = config.REPO / "config" / "mxnet-builds.json"
@@ -30,9 +33,13 @@ TRAINER = config.REPO / "tasks"  # the trainer's source: build venvs import it f
 STAMP = ".mxbench-build.json"
 ENV_FORMAT = 1  # bump when the way a venv is made changes: every cached venv is then remade
 
-# mxnet==1.9.0, mxnet-cu112==1.9.1, or a wheel: mxnet @ file:///wheels/mxnet-1.9.1-py3-none-any.whl
+# mxnet==1.9.0, mxnet-cu112==1.9.1, or a wheel: mxnet @ file:///wheels/mxnet-1.9.1-py3-none-any.whl,
+# mxnet @ https://host/mxnet-1.9.1-py3-none-any.whl#sha256=<64 hex digits> (see url_problem)
 _PINNED = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
-_WHEEL = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?) @ (?P<url>\S+/(?P<file>[^/\s]+\.whl))")
+_WHEEL = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?) @ (?P<url>\S+/(?P<file>[^/\s?#]+\.whl)(?:\?[^\s#]*)?(?:#\S*)?)")
+# any PEP 508 direct reference, name[extras] @ URL: a package or a pin
+_DIRECT = re.compile(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[^\]]*\])?\s*@\s*(?P<url>[^\s;]+)")
+_SHA256 = re.compile(r"sha256=[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _FIELDS = {"since", "package", "image", "commit", "note", "pins"}
@@ -66,7 +73,50 @@ class Build:
         return _parse_package(self.package)[1]
 
     def __str__(self) -> str:
-        return f"{self.package} (since {self.since})"
+        return f"{shown(self.package)} (since {self.since})"
+
+
+def shown(requirement: str) -> str:
+    """``requirement`` as it may be written down: a URL's user, password and secret-looking query
+    values redacted."""
+    direct = _DIRECT.match(requirement)
+    if not direct:
+        return requirement
+    return requirement[:direct.start("url")] + redact(direct["url"]) + requirement[direct.end("url"):]
+
+
+def url_problem(requirement: str) -> Optional[str]:
+    """Why pip may not install ``requirement`` (a build's package or a pin), or None.
+
+    An index pin (``mxnet==1.9.1``) is pip's usual business, and a ``file://`` wheel the
+    administrator's own file. A wheel fetched over the network must name its bytes,
+    ``URL#sha256=<64 lowercase hex digits>``, which pip then checks: over plain http anyone on the
+    path can swap it, and https vouches for the server, not the file (a re-uploaded wheel would
+    change what a date measures). Other schemes (``git+https``, a bare path) are refused."""
+    direct = _DIRECT.match(requirement)
+    if not direct:
+        return None
+    url = direct["url"]
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        return None
+    if parts.scheme not in ("http", "https"):
+        return (f"{redact(url)}: a wheel must be a file://, https:// or http:// URL, "
+                f"not {parts.scheme + '://' if parts.scheme else 'a bare path'}")
+    if not _SHA256.fullmatch(parts.fragment):
+        why = ("anyone on the path can swap it" if parts.scheme == "http"
+               else "https vouches for the server, not the file")
+        return (f"{redact(url)} is fetched over {parts.scheme} without #sha256=<64 lowercase hex digits> "
+                f"({why}); add the wheel's SHA-256 (sha256sum FILE) to the URL")
+    return None
+
+
+def check_sources(build: "Build", spec: Sequence[str]) -> None:
+    """Refuse, naming the build, an install spec with a wheel that ``url_problem`` refuses."""
+    for requirement in spec:
+        problem = url_problem(requirement)
+        if problem:
+            raise MxbenchError(f"refusing to install MXNet build {build}: {problem}")
 
 
 def _parse_package(package: str) -> Tuple[str, str]:
@@ -78,7 +128,7 @@ def _parse_package(package: str) -> Tuple[str, str]:
         parts = wheel["file"].split("-")
         if len(parts) >= 5 and parts[0].replace("_", "-") == wheel["name"]:
             return wheel["name"], parts[1]
-    raise ValueError(f"package {package!r} is neither mxnet[-VARIANT]==VERSION nor "
+    raise ValueError(f"package {shown(package)!r} is neither mxnet[-VARIANT]==VERSION nor "
                      "mxnet[-VARIANT] @ URL-of-a-wheel (name-version-python-abi-platform.whl)")
 
 
@@ -94,7 +144,7 @@ def _entry(raw, index: int, where: str) -> Build:
     if not isinstance(raw, dict):
         raise ManifestError(f"{label}: expected an object with since, package, image, not {type(raw).__name__}")
     if isinstance(raw.get("package"), str):
-        label += f" ({raw['package']})"
+        label += f" ({shown(raw['package'])})"
     unknown = sorted(set(raw) - _FIELDS)
     if unknown:
         raise ManifestError(f"{label}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
@@ -112,6 +162,9 @@ def _entry(raw, index: int, where: str) -> Build:
         _parse_package(raw["package"])
     except ValueError as exc:
         raise ManifestError(f"{label}: {exc}") from None
+    problem = url_problem(raw["package"])
+    if problem:
+        raise ManifestError(f"{label}: package: {problem}")
     commit = raw.get("commit")
     if commit is not None and not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
         raise ManifestError(f"{label}: commit must be null or a git sha (7 to 40 lowercase hex digits), "
@@ -128,7 +181,10 @@ def _entry(raw, index: int, where: str) -> Build:
         except ValueError as exc:
             raise ManifestError(f"{label}: pins: {exc}") from None
         if name.startswith("mxnet"):
-            raise ManifestError(f"{label}: pins: {pin!r} names MXNet itself; that is the package field")
+            raise ManifestError(f"{label}: pins: {shown(pin)!r} names MXNet itself; that is the package field")
+        problem = url_problem(pin)
+        if problem:
+            raise ManifestError(f"{label}: pins: {problem}")
     return Build(since=since, package=raw["package"], image=raw["image"], commit=commit, note=note,
                  pins=tuple(p.strip() for p in pins))
 
@@ -297,7 +353,7 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     _run([base, "-m", "venv", str(venv)], f"{base} -m venv", build, 600)
     python = str(venv / "bin" / "python")
     _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-          *spec], "pip install " + " ".join(spec), build, pip_timeout)
+          *spec], "pip install " + " ".join(map(shown, spec)), build, pip_timeout)
     # the trainer from the checkout, as `pip install -e tasks/` would, without writing into tasks/
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                 "finding site-packages", build, 60).strip()
@@ -321,27 +377,26 @@ def training_python(build: Build, root: Union[str, Path, None] = None, pip_timeo
     and the checkout's trainer (``tasks/``, by a ``.pth`` file). A stamp file written last makes
     it idempotent; a file lock makes concurrent callers (two tasks, two threads) wait for one
     build. A failed build raises MxbenchError naming the build and pip's last error lines and
-    leaves no venv behind."""
+    leaves no venv behind; a wheel fetched over the network without ``#sha256=`` is refused
+    before pip runs (``url_problem``). Each call stamps the venv's use and prunes the other
+    build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""
     if is_pinned(build):
+        caches.prune_builds(root)  # the other builds' venvs age all the same
         return config.train_python()
     base = base_python()
     venv = env_dir(build, root, base)
     spec = install_spec(build)
     python = str(venv / "bin" / "python")
-    if _stamp_ok(venv, spec):
-        return python
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
+    check_sources(build, spec)
+    if not _stamp_ok(venv, spec):
+        with caches.making(venv):
             if not _stamp_ok(venv, spec):  # another caller may have made it while this one waited
                 try:
                     _create(build, venv, spec, base, pip_timeout)
                 except BaseException:
                     shutil.rmtree(venv, ignore_errors=True)
                     raise
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    caches.prune_builds(venv.parent, current=venv)  # stamps this one's use first: it is the newest
     return python
 
 

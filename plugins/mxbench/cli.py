@@ -116,7 +116,7 @@ def cmd_history(args) -> int:
         print(f"error: no results for variant {args.variant}", file=sys.stderr)
         return 1
     shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")))
-    columns = ["measured_at", "run_id", "trigger", "mxnet_version", "mxnet_package", "launcher", "repeat",
+    columns = ["measured_at", "dag_id", "run_id", "trigger", "mxnet_version", "mxnet_package", "launcher", "repeat",
                "environment", "status", "samples_per_sec"]
     print(shown[columns].astype(object).where(shown[columns].notna(), "-").to_string(index=False))
     return 0
@@ -134,7 +134,8 @@ def cmd_import(args) -> int:
         if "skipped" in result:
             print(result["skipped"], file=sys.stderr)
         else:
-            print(f"{result['run_id']}: {result['repeats']} repeats recorded (machine {result['fingerprint'] or 'unknown'})")
+            print(f"{result['dag_id']}/{result['run_id']}: {result['repeats']} repeats recorded "
+                  f"(machine {result['fingerprint'] or 'unknown'})")
     return 0
 
 

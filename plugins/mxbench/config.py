@@ -1,5 +1,6 @@
 """Where mxbench keeps things. Environment variables only; nothing is read at import."""
 import hashlib
+import json
 import os
 import re
 from contextlib import contextmanager
@@ -40,9 +41,35 @@ def data_dir() -> Path:
     return home() / "data"
 
 
-def dag_run_dir(dag_run_id: str) -> Path:
-    """``$MXBENCH_HOME/runs/<safe run id>-<hash>``: the id made safe as a folder name, plus a short
-    hash of the id itself, so that ids differing only in replaced characters (``a:b``, ``a+b``,
-    ``a_b``) never share a folder."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dag_run_id).strip("_.-")[:120] or "run"
-    return home() / "runs" / f"{safe}-{hashlib.sha256(dag_run_id.encode()).hexdigest()[:8]}"
+def _folder_safe(text: str, limit: int) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.-")[:limit] or "run"
+
+
+def dag_run_dir(dag_id: str, run_id: str) -> Path:
+    """``$MXBENCH_HOME/runs/<dag id>.<run id>-<sha256>``: both ids made safe as a folder name (and
+    shortened), plus the full SHA-256 of the pair. Run ids are unique per DAG only, so the DAG id
+    is part of the key, and ids differing only in replaced characters (``a:b``, ``a+b``) or past
+    the shortening never share a folder."""
+    digest = hashlib.sha256(json.dumps([dag_id, run_id]).encode()).hexdigest()
+    return home() / "runs" / f"{_folder_safe(dag_id, 60)}.{_folder_safe(run_id, 100)}-{digest}"
+
+
+def legacy_dag_run_dir(run_id: str) -> Path:
+    """The folder name of runs written before folders were keyed by DAG: the run id and 32 bits
+    of its hash. Read only; nothing is written there any more."""
+    return home() / "runs" / f"{_folder_safe(run_id, 120)}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
+def existing_dag_run_dir(dag_id: str, run_id: str) -> Path:
+    """Where a reader finds a DAG run's folder: ``dag_run_dir``, else a folder under the legacy
+    name that does not belong to another DAG (its request.json names its DAG; one written before
+    request.json did is taken as it is). ``dag_run_dir`` when neither exists."""
+    folder = dag_run_dir(dag_id, run_id)
+    legacy = legacy_dag_run_dir(run_id)
+    if folder.is_dir() or not legacy.is_dir():
+        return folder
+    try:
+        owner = json.loads((legacy / "request.json").read_text(encoding="utf-8")).get("dag_id")
+    except (OSError, ValueError, AttributeError):
+        owner = None
+    return legacy if owner in (None, dag_id) else folder

@@ -39,7 +39,7 @@ class RunVariantOperator(KubernetesPodOperator):
 
         from mxbench import config, connections, pipeline
 
-        params, dag_dir = context["params"], config.dag_run_dir(context["run_id"])
+        params, dag_dir = context["params"], config.dag_run_dir(context["dag_run"].dag_id, context["run_id"])
 
         def launcher_for(name):
             if name == "kubernetes":

@@ -6,6 +6,7 @@ expanded runs), ``data.json`` (the prepared data set), one folder per run
 and ``report/``. Each stage reads what the earlier ones wrote, so any stage can
 be rerun, and ``mxbench report`` rebuilds the tables and report from files.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ from mxbench_train.launcher import RoleFailed
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
-from . import config, launchers
+from . import caches, config, launchers
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
 from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
@@ -134,17 +135,26 @@ def _error_line(done: subprocess.CompletedProcess) -> str:
 
 
 def synthetic_source(data_root: Path, images: int) -> Path:
-    """Generated CIFAR-format data, made once per size and generator version, then reused."""
+    """Generated CIFAR-format data, made once per size and generator version, then reused.
+
+    Two DAG runs may ask at once: they take turns on a lock per folder, so the second finds the
+    first's folder complete, and a complete folder, which another run may be reading, is never
+    replaced (a folder appears complete or not at all: generated aside, then renamed)."""
     folder = data_root / f"synthetic-v{SYNTHETIC_VERSION}-{images}"
-    if (folder / "cifar-10-batches-py" / "test_batch").is_file():
-        return folder / "cifar-10-batches-py"
-    tmp = data_root / f".{folder.name}.{os.getpid()}"
-    done = _train_cli("synthetic-cifar10", "--out", tmp, "--train", images, "--test", max(images // 5, 10))
-    if done.returncode != 0:
-        raise MxbenchError(f"synthetic CIFAR-10 generation failed: {_error_line(done)}")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.replace(folder)
-    return folder / "cifar-10-batches-py"
+    batches = folder / "cifar-10-batches-py"
+    with open(data_root / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (batches / "test_batch").is_file():
+            return batches
+        tmp = data_root / f".{folder.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a generation that died; we hold the lock
+        done = _train_cli("synthetic-cifar10", "--out", tmp, "--train", images, "--test", max(images // 5, 10))
+        if done.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise MxbenchError(f"synthetic CIFAR-10 generation failed: {_error_line(done)}")
+        shutil.rmtree(folder, ignore_errors=True)  # incomplete (no test_batch), so nobody reads it
+        tmp.replace(folder)
+        return batches
 
 
 def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
@@ -156,6 +166,7 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
         raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
     clear_stage_failure(dag_dir, "prepare_data")
     write_json(dag_dir / "data.json", data)
+    caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
     return data
 
 
@@ -170,6 +181,10 @@ def _prepare_data(params: dict, data_root: Path) -> dict:
     else:
         out = data_root / f"rec-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
     flags = ["--allow-unverified"] if synthetic or params.get("allow_unverified") else []
+    # the dataset is a trigger param: local files only from the data folder (and the administrator's
+    # MXBENCH_DATASET_ROOTS), no private addresses (MXBENCH_DATASET_PRIVATE_HOSTS): the training env
+    # reads both from the environment it inherits
+    flags += ["--untrusted-source", "--allowed-root", data_root]
     # through the environment, not argv: a URL's credentials never show in the process list
     done = _train_cli("prepare-cifar10", "--source-env", "MXBENCH_SOURCE", "--out", out, *flags,
                       env={"MXBENCH_SOURCE": str(source)})
@@ -231,7 +246,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
+        with caches.in_use(data["dir"], run.get("train_python")):  # pruning skips them meanwhile
+            _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],
                     # first role's start to last role's exit: the trainer processes' own wall time
@@ -432,8 +448,8 @@ def task_timeout(params: dict):
 
 # --- regression ------------------------------------------------------------------------------
 
-def check_regressions(dag_dir: Path, url: str, run_id: str, fingerprints: Dict[str, str], baseline_runs: int,
-                      min_drop: float) -> List[dict]:
+def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerprints: Dict[str, str],
+                      baseline_runs: int, min_drop: float) -> List[dict]:
     """Each variant and launcher of this DAG run against its baseline in the results database (on
     the same hardware: ``fingerprints``, launcher -> the machine its runs measured on):
     ``tables/regression.csv``, and ``tables/history.csv`` (every stored repeat of these variants
@@ -443,7 +459,7 @@ def check_regressions(dag_dir: Path, url: str, run_id: str, fingerprints: Dict[s
     runs = load_table(dag_dir / "tables" / "runs.csv")
     pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
     pairs = [(v, l) for v, l in pairs if fingerprints.get(l)]  # a launcher that measured nothing has no hardware
-    baselines = {(v, l): store.baseline(url, v, l, fingerprints[l], before=run_id, runs=baseline_runs)
+    baselines = {(v, l): store.baseline(url, v, l, fingerprints[l], before=(dag_id, run_id), runs=baseline_runs)
                  for v, l in pairs}
     findings = regression.dag_run_findings(runs, baselines, min_drop) if pairs else []
     tables = dag_dir / "tables"

@@ -101,16 +101,32 @@ def find_step(history: pd.DataFrame, min_drop: float = MIN_DROP, alpha: float = 
     return None
 
 
+def dag_run_keys(frame: pd.DataFrame) -> List[str]:
+    """The columns that name a DAG run in ``frame``: run ids are unique per DAG only, so the DAG's
+    id too where the rows have it (store rows do)."""
+    return [c for c in ("dag_id", "run_id") if c in frame.columns]
+
+
+def dag_run_names(frame: pd.DataFrame) -> pd.Series:
+    """Each row's DAG run for people: its run id, or ``<dag id>/<run id>`` where DAG runs of two
+    DAGs share that id."""
+    if "dag_id" not in frame.columns or frame.empty:
+        return frame["run_id"].astype(str)
+    shared = frame.groupby("run_id")["dag_id"].transform("nunique") > 1
+    return frame["run_id"].astype(str).where(~shared, frame["dag_id"].astype(str) + "/" + frame["run_id"].astype(str))
+
+
 def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_DROP) -> List[Finding]:
     """A finding per variant and launcher of this DAG run (``runs``: its runs table). ``baselines``:
-    (variant, launcher) -> the baseline's repeats (``run_id``, ``samples_per_sec``, ``mxnet_package``)."""
+    (variant, launcher) -> the baseline's repeats (``run_id``, ``dag_id``, ``samples_per_sec``,
+    ``mxnet_package``)."""
     findings = []
     for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
         base = baselines.get((variant, launcher))
         base = base if base is not None else pd.DataFrame(columns=["run_id", "samples_per_sec", "mxnet_package"])
         ok = group[group["status"] == "ok"]
         finding = check(variant, launcher, ok["samples_per_sec"], base["samples_per_sec"],
-                        list(dict.fromkeys(base["run_id"])), min_drop=min_drop)
+                        list(dict.fromkeys(dag_run_names(base))), min_drop=min_drop)
         finding.baseline_builds = sorted({str(b) for b in base.get("mxnet_package", pd.Series(dtype=str)).dropna()})
         findings.append(finding)
     return findings
@@ -131,20 +147,23 @@ def _text(value) -> str:
 
 
 def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
-    """Each DAG run of one variant's history (``run_id``, ``when``, ``samples_per_sec``, ``status``),
-    judged against the ``runs`` before it as the regression DAG judges it: one row per DAG run with
-    ``status`` (regression, improved, ok, no baseline yet) and its median samples/s."""
+    """Each DAG run of one variant's history (``run_id``, ``dag_id`` where there are several DAGs,
+    ``when``, ``samples_per_sec``, ``status``), judged against the ``runs`` before it as the
+    regression DAG judges it: one row per DAG run (its ``dag_id`` and ``run_id``) with ``status``
+    (regression, improved, ok, no baseline yet) and its median samples/s."""
+    keys = dag_run_keys(history)
     ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
-    order = ok.groupby("run_id")["when"].min().sort_values().index.tolist()
+    ok = ok.assign(dag_run=list(zip(*(ok[k] for k in keys))) if not ok.empty else [])
+    order = ok.groupby("dag_run")["when"].min().sort_values().index.tolist()
     rows = []
-    for i, run_id in enumerate(order):
-        earlier = order[max(0, i - runs):i]
-        base = ok[ok["run_id"].isin(earlier)]
-        finding = check("", "", ok.loc[ok["run_id"] == run_id, "samples_per_sec"], base["samples_per_sec"],
-                        list(base["run_id"]), min_drop=min_drop)
-        rows.append({"run_id": run_id, "when": ok.loc[ok["run_id"] == run_id, "when"].min(),
-                     "samples_per_sec": finding.current, "status": finding.status})
-    return pd.DataFrame(rows, columns=["run_id", "when", "samples_per_sec", "status"])
+    for i, dag_run in enumerate(order):
+        base = ok[ok["dag_run"].isin(order[max(0, i - runs):i])]
+        this = ok[ok["dag_run"] == dag_run]
+        finding = check("", "", this["samples_per_sec"], base["samples_per_sec"], list(base["dag_run"]),
+                        min_drop=min_drop)
+        rows.append({**dict(zip(keys, dag_run)), "when": this["when"].min(), "samples_per_sec": finding.current,
+                     "status": finding.status})
+    return pd.DataFrame(rows, columns=[*keys, "when", "samples_per_sec", "status"])
 
 
 def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
@@ -152,6 +171,7 @@ def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: fl
     every variant, launcher and kind of machine judged against its own earlier DAG runs."""
     parts = []
     for _, group in history.groupby(["variant", "launcher", "environment"], dropna=False):
-        verdicts = mark_regressions(group, runs, min_drop)[["run_id", "status"]].rename(columns={"status": "verdict"})
-        parts.append(group.merge(verdicts, on="run_id", how="left"))
+        keys = dag_run_keys(group)
+        verdicts = mark_regressions(group, runs, min_drop)[[*keys, "status"]].rename(columns={"status": "verdict"})
+        parts.append(group.merge(verdicts, on=keys, how="left"))
     return pd.concat(parts, ignore_index=True) if parts else history.assign(verdict=pd.Series(dtype=object))

@@ -7,12 +7,14 @@ import base64
 import html
 import io
 import math
+import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pandas as pd
 
 from .parse import worth_reporting
+from .regression import dag_run_keys
 from .pipeline import load_table, read_json
 from .variants import SEED_REFERENCE
 
@@ -235,7 +237,7 @@ def plot_history(history: pd.DataFrame, path: Path):
     colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
     machines = history["environment"].nunique()
     for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
-        per_run = group.groupby(["run_id", "build"], as_index=False).agg(
+        per_run = group.groupby([*dag_run_keys(group), "build"], as_index=False).agg(
             when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
         per_run = per_run.sort_values("when")
         ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
@@ -311,7 +313,22 @@ def plot_ratios(ratios: pd.DataFrame, path: Path):
 
 def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    if isinstance(path, io.IOBase):  # the history page's in-memory image
+        fig.savefig(path, format="png")
+    else:
+        write_atomically(Path(path), lambda tmp: fig.savefig(tmp, format="png"))
+
+
+def write_atomically(path: Path, write) -> None:
+    """``write(tmp)`` to a temporary file in ``path``'s folder, then rename it to ``path``: the UI
+    serves these files while a report task may be rebuilding them, and a reader must see the old
+    file or the new one, never a half-written one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -382,11 +399,11 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    write_atomically(out / "report.md", lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
     page = render_page(title, notes, sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE])
-    (out / "report.html").write_text(page, encoding="utf-8")
-    table.to_csv(out / "summary.csv", index=False)
+    write_atomically(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
 
 

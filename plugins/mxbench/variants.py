@@ -183,22 +183,28 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                         "uniqueItems": True, "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,200}$"},
                         "title": "SSH hosts (connection ids)",
                         "description": "Airflow SSH connections, one per host, in order: a variant on n hosts "
-                                       "uses the first n; the first runs the scheduler. Extras: mxbench_python, "
-                                       "mxbench_workdir, mxbench_data_dir, mxbench_address, mxbench_env, "
-                                       "host_key (no_host_key_check: true turns checking off).",
+                                       "uses the first n; the first runs the scheduler. Only connections marked "
+                                       "for mxbench (id mxbench_..., or \"mxbench\": true in the extra). Extras: "
+                                       "mxbench_python, mxbench_workdir, mxbench_data_dir, mxbench_address, "
+                                       "mxbench_env, host_key (no_host_key_check: true turns checking off), "
+                                       "allow_agent.",
                         "section": "Machines"},
     "kubernetes_connection": {"default": DEFAULT_KUBERNETES_CONNECTION, "type": "string",
                               "pattern": r"^[A-Za-z0-9_.-]{1,200}$", "title": "Kubernetes cluster (connection id)",
-                              "description": "An Airflow kubernetes connection; its extra mxbench_pod holds the pod "
-                                             "settings (image, namespace, resources, data volume, ...): see the README.",
+                              "description": "An Airflow kubernetes connection marked for mxbench (id mxbench_..., "
+                                             "or \"mxbench\": true in the extra); its extra mxbench_pod holds the "
+                                             "pod settings (image, namespace, resources, data volume, ...): see the "
+                                             "README.",
                               "section": "Machines"},
     "kubernetes_image": {"default": None, "type": ["null", "string"], "maxLength": 500,
                          "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "title": "Training image",
-                         "description": "Empty: the connection's mxbench_pod image. One image per MXNet build.",
+                         "description": "Empty: the connection's mxbench_pod image. One image per MXNet build; "
+                                        "only images the connection's mxbench_pod.allowed_images match.",
                          "section": "Machines"},
     "results_connection": {"default": None, "type": ["null", "string"], "pattern": r"^[A-Za-z0-9_.-]{1,200}$",
                            "title": "Results database (connection id)",
-                           "description": "An Airflow connection to the results database (e.g. PostgreSQL). Empty: "
+                           "description": "An Airflow connection to the results database (e.g. PostgreSQL), marked "
+                                          "for mxbench (id mxbench_..., or \"mxbench\": true in the extra). Empty: "
                                           "MXBENCH_RESULTS_URL, else results.db under MXBENCH_HOME.",
                            "section": "Machines"},
     "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
@@ -218,7 +224,10 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "dataset": {"default": SYNTHETIC, "type": "string", "minLength": 1, "maxLength": 1000,
                 "pattern": r"^(synthetic|/[^\s]*|(https?|file)://[^\s]+)$", "title": "CIFAR-10 source",
                 "description": "Path or URL of cifar-10-python.tar.gz (or its extracted folder), or "
-                               "'synthetic' for generated CIFAR-format data (labelled SYNTHETIC in reports).",
+                               "'synthetic' for generated CIFAR-format data (labelled SYNTHETIC in reports). "
+                               "A path or file:// URL must be under MXBENCH_HOME/data or a folder the administrator "
+                               "lists in MXBENCH_DATASET_ROOTS; an http(s) URL must be on a public address (or a "
+                               "host in MXBENCH_DATASET_PRIVATE_HOSTS).",
                 "section": "Data"},
     "synthetic_images": {"default": 3000, "type": "integer", "minimum": 50, "maximum": 50000, "multipleOf": 5,
                          "title": "Synthetic training images",
@@ -249,10 +258,14 @@ class Target:
     one_machine: bool = False
     on_this_machine: bool = False  # its hosts include the machine the Airflow task runs on
     notes: Tuple[str, ...] = ()  # what the report must say about these machines
+    host_network: bool = False  # its pods may run on the node's network (Kubernetes: allow_host_network)
 
 
 def check_fits(variant: Variant, target: Target) -> Optional[str]:
     """Why ``variant`` cannot run on ``target``, in one line; None when it can."""
+    if variant.host_network and not target.host_network:
+        return (f"variant {variant.id} runs its pods on the host network, which the {target.launcher} target does "
+                "not allow (mxbench_pod.allow_host_network of the kubernetes_connection)")
     if target.one_machine:
         need = variant.workers * variant.gpus_per_worker
         if need > target.gpus_per_host:

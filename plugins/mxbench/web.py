@@ -7,7 +7,8 @@
 Each answers only users whom Airflow's auth manager lets read the DAG's runs: no token or
 login cookie -> 401 (an invalid one: 403, Airflow's own rule), no access -> 403. A run id reaches
 the file system only after Airflow's database has that DAG run, and only through
-``config.dag_run_dir`` (the pipeline's own mapping); the file must resolve inside
+``config.existing_dag_run_dir`` (the pipeline's own mapping, which also finds a folder written
+under the name older versions gave it); the file must resolve inside
 ``$MXBENCH_HOME/runs`` and belong to that DAG. The pages run no script: their Content-Security-Policy
 allows none, so nothing written into a report can act as the logged-in user.
 """
@@ -31,7 +32,9 @@ from . import config
 DAG_IDS = ("mxbench_benchmark", "mxbench_regression")
 
 log = logging.getLogger(__name__)
-app = FastAPI(title="mxbench", description="Benchmark reports and history for the mxbench DAGs")
+# no /openapi.json, /docs or /redoc: they would answer without Airflow's auth, and nobody needs them
+app = FastAPI(title="mxbench", description="Benchmark reports and history for the mxbench DAGs",
+              openapi_url=None, docs_url=None, redoc_url=None)
 # inline styles and data: images only; no script, no fetch, no form
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'; form-action 'none'"
 
@@ -94,7 +97,7 @@ def report_file(dag_id: str, run_id: str) -> Optional[Path]:
     folder is another DAG's (run ids are unique per DAG only; folders made before request.json
     named their DAG are taken as they are)."""
     runs = (config.home() / "runs").resolve()
-    folder = config.dag_run_dir(run_id).resolve()
+    folder = config.existing_dag_run_dir(dag_id, run_id).resolve()
     path = folder / "report" / "report.html"
     if runs not in path.resolve().parents or not path.is_file():
         return None

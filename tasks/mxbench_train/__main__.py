@@ -132,14 +132,24 @@ def cmd_prepare(argv):
     parser.add_argument("--allow-unverified", action="store_true",
                         help="accept a source that is not the official archive (recorded as unverified)")
     parser.add_argument("--threads", type=int, default=None, help="default: every core")
+    parser.add_argument("--untrusted-source", action="store_true",
+                        help="the source is untrusted input (a trigger param): a path or file:// URL must resolve "
+                             "under an --allowed-root or a folder of MXBENCH_DATASET_ROOTS; an http(s) URL must not "
+                             "reach a loopback, private, link-local or reserved address unless its host is in "
+                             "MXBENCH_DATASET_PRIVATE_HOSTS. Without it: any source")
+    parser.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
+                        help="with --untrusted-source: a folder local sources may come from (repeatable)")
     args = parser.parse_args(argv)
-    from .cifar10 import prepare
+    from .cifar10 import SourcePolicy, prepare
 
+    if args.allowed_root and not args.untrusted_source:
+        parser.error("--allowed-root only applies with --untrusted-source")
     if args.source_env:
         args.source = os.environ.get(args.source_env) or ""
         if not args.source:
             raise MxbenchError(f"prepare-cifar10 --source-env {args.source_env}: the variable is empty or unset")
-    manifest = prepare(args.source, args.out, args.allow_unverified, args.threads)
+    policy = SourcePolicy.from_env(args.allowed_root) if args.untrusted_source else None
+    manifest = prepare(args.source, args.out, args.allow_unverified, args.threads, policy)
     print(json.dumps(manifest, indent=1, sort_keys=True))
     return 0
 

@@ -19,6 +19,14 @@ password in a URL is sent as an Authorization header, never written down.
 Limits, from the environment: MXBENCH_DOWNLOAD_TIMEOUT_S (1800),
 MXBENCH_DOWNLOAD_MAX_BYTES (1 GiB), MXBENCH_TAR_MEMBER_MAX_BYTES (64 MiB),
 MXBENCH_TAR_MAX_BYTES (1 GiB).
+
+A source from a trigger form (``--untrusted-source``, what the pipeline passes) reaches only
+what an administrator allowed: a path or file:// URL must resolve, symlinks and all, under an
+``--allowed-root`` or a folder of MXBENCH_DATASET_ROOTS; an http(s) URL must not reach a
+loopback, private, link-local or reserved address, checked on the address each connection
+actually uses (DNS rebinding, redirects), unless its host is listed in
+MXBENCH_DATASET_PRIVATE_HOSTS. A download that fails verification is deleted, and no digest
+of an unverified file is printed.
 """
 import base64
 import bz2
@@ -28,6 +36,7 @@ import gzip
 import hashlib
 import http.client
 import io
+import ipaddress
 import json
 import lzma
 import math
@@ -36,6 +45,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -46,7 +56,9 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -124,21 +136,143 @@ def _request(url: str):
     return request
 
 
-def fetch(source, downloads: Path) -> Path:
-    """A local path for ``source``: itself, or an http(s)/file URL downloaded once.
+class RefusedAddress(OSError):
+    """A download that would reach an address the source policy refuses (urllib reports OSErrors)."""
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """What an untrusted source (a trigger param) may reach: local files under ``roots`` (resolved
+    folders), and http(s) servers on public addresses, or on the hosts in ``private_hosts``."""
+    roots: Tuple[Path, ...]
+    private_hosts: frozenset = frozenset()
+
+    @classmethod
+    def from_env(cls, allowed_roots=()):
+        """``allowed_roots`` plus MXBENCH_DATASET_ROOTS (os.pathsep-separated absolute folders);
+        MXBENCH_DATASET_PRIVATE_HOSTS (comma-separated host names or addresses)."""
+        listed = [r for r in os.environ.get("MXBENCH_DATASET_ROOTS", "").split(os.pathsep) if r.strip()]
+        for root in listed:
+            if not os.path.isabs(root):
+                raise MxbenchError(f"MXBENCH_DATASET_ROOTS: {root!r} is not an absolute path")
+        hosts = os.environ.get("MXBENCH_DATASET_PRIVATE_HOSTS", "")
+        return cls(tuple(Path(r).resolve() for r in (*allowed_roots, *listed)),
+                   frozenset(h.strip().lower().strip("[]") for h in hosts.split(",") if h.strip()))
+
+    def local(self, path: Path, source) -> Path:
+        """``path`` resolved (symlinks too), if it lies under an allowed root; checked before its
+        existence, so that a refusal says nothing about files elsewhere."""
+        resolved = path.expanduser().resolve()
+        if not any(resolved.is_relative_to(root) for root in self.roots):
+            raise MxbenchError(
+                f"CIFAR-10 source {redact(source)} is not under a folder allowed for data sets "
+                f"({', '.join(map(str, self.roots)) or 'none'}); an administrator can list more in "
+                "MXBENCH_DATASET_ROOTS")
+        if resolved.is_dir():  # a batch may itself be a symlink out of the allowed folder
+            for name in (*TRAIN_BATCHES, TEST_BATCH):
+                batch = _batch_dir(resolved) / name
+                if batch.exists() and not any(batch.resolve().is_relative_to(r) for r in self.roots):
+                    raise MxbenchError(f"CIFAR-10 source {redact(source)}: {name} links outside the folders "
+                                       "allowed for data sets; refused")
+        return resolved
+
+    def addresses(self, host: str, port: int):
+        """getaddrinfo's answers for ``host``, every one of them checked (a name may resolve to a
+        public and a private address at once)."""
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if host.lower().strip("[]") in self.private_hosts:
+            return infos
+        for *_, sockaddr in infos:
+            address = ipaddress.ip_address(sockaddr[0])
+            address = getattr(address, "ipv4_mapped", None) or address
+            if not address.is_global or address.is_multicast:
+                raise RefusedAddress(
+                    f"{host} resolves to {address}, a loopback, private, link-local or reserved address: "
+                    "refused (an administrator can list the host in MXBENCH_DATASET_PRIVATE_HOSTS)")
+        return infos
+
+    def connect(self, address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
+        """socket.create_connection to an address checked here: the name is resolved once, and the
+        connection goes to what was checked (no second lookup for a rebinding DNS to answer)."""
+        host, port = address
+        error = None
+        for family, kind, proto, _, sockaddr in self.addresses(host, port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+                    sock.settimeout(timeout)
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(sockaddr)
+                return sock
+            except OSError as exc:
+                error = exc
+                sock.close()
+        raise error or OSError(f"{host} resolves to no address")
+
+
+def _guarded(connection_class, policy: SourcePolicy, request):
+    """A factory of ``connection_class`` whose connection is checked by ``policy``. Every request,
+    redirects included, comes through here. Through a proxy (the administrator's, from the
+    environment) the proxy connects: the target's name is checked here instead."""
+    proxied = request.has_proxy() or bool(request._tunnel_host)
+    if proxied:
+        target = urllib.parse.urlsplit(request.full_url)
+        policy.addresses(target.hostname or "", target.port or (443 if target.scheme == "https" else 80))
+
+    def make(*args, **kwargs):
+        connection = connection_class(*args, **kwargs)
+        if not proxied:
+            connection._create_connection = policy.connect  # http.client's own seam for the socket
+        return connection
+    return make
+
+
+class GuardedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, policy: SourcePolicy):
+        super().__init__()
+        self.policy = policy
+
+    def http_open(self, req):
+        return self.do_open(_guarded(http.client.HTTPConnection, self.policy, req), req)
+
+
+class GuardedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, policy: SourcePolicy):
+        super().__init__()
+        self.policy = policy
+
+    def https_open(self, req):
+        return self.do_open(_guarded(http.client.HTTPSConnection, self.policy, req), req, context=self._context)
+
+
+def fetch(source, downloads: Path, policy: Optional[SourcePolicy] = None) -> Path:
+    """A local path for ``source``: itself (a path or file:// URL, never copied), or an http(s) URL
+    downloaded once. ``policy``: what an untrusted source may reach (None: anything).
 
     A URL's download has a total deadline and a size cap, and a partial one is removed.
     """
     parts = urllib.parse.urlsplit(str(source))
-    if parts.scheme not in ("http", "https", "file"):
-        path = Path(source).expanduser()
+    if parts.scheme not in ("http", "https"):
+        if parts.scheme == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise MxbenchError(f"CIFAR-10 source {redact(source)}: a file URL on another host is not supported")
+            path = Path(urllib.parse.unquote(parts.path))
+        else:
+            path = Path(source)
+        path = policy.local(path, source) if policy else path.expanduser()
         if not path.exists():
-            raise MxbenchError(f"CIFAR-10 source {source} does not exist")
+            raise MxbenchError(f"CIFAR-10 source {redact(source)} does not exist")
         return path
     url = redact(source)
     name = Path(parts.path).name or "cifar-10-python.tar.gz"
     # named after the URL without its password: no file name depends on it
     target = downloads / f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{name}"
+    if policy:  # before the cache too: a download made by a trusted caller is no exception
+        try:
+            policy.addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        except (OSError, ValueError) as exc:
+            raise MxbenchError(f"cannot download CIFAR-10 from {url}: {exc}") from None
     if target.is_file():
         return target
     timeout_s = limit("MXBENCH_DOWNLOAD_TIMEOUT_S", DOWNLOAD_TIMEOUT_S)
@@ -148,7 +282,8 @@ def fetch(source, downloads: Path) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     deadline = time.monotonic() + timeout_s
-    opener = urllib.request.build_opener(SafeRedirect)
+    guards = (GuardedHTTPHandler(policy), GuardedHTTPSHandler(policy)) if policy else ()
+    opener = urllib.request.build_opener(SafeRedirect, *guards)
     try:
         try:
             # the socket timeout bounds one read; the deadline, checked after each, bounds them all
@@ -444,8 +579,9 @@ def cached_manifest(out: Path, key: dict):
     return manifest
 
 
-def prepare(source, out_dir, allow_unverified=False, threads=None):
-    """Convert ``source`` into ``out_dir``; return the manifest (``cache_hit`` says if it was reused)."""
+def prepare(source, out_dir, allow_unverified=False, threads=None, policy: Optional[SourcePolicy] = None):
+    """Convert ``source`` into ``out_dir``; return the manifest (``cache_hit`` says if it was reused).
+    ``policy``: what an untrusted source may reach (None: anything, a person at the command line)."""
     started = time.perf_counter()
     out = Path(out_dir).absolute()  # im2rec runs in a subfolder: a relative path would point elsewhere
     try:
@@ -455,19 +591,27 @@ def prepare(source, out_dir, allow_unverified=False, threads=None):
         raise MxbenchError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two DAG runs preparing the same folder take turns
-        local = fetch(source, out / "downloads")
-        md5 = content_md5(local)
-        verified = local.is_file() and md5 == OFFICIAL_MD5
-        if not verified and not allow_unverified:
-            what = "archive" if local.is_file() else "folder"
-            raise MxbenchError(
-                f"CIFAR-10 source {redact(source)} is not the official archive (MD5 {md5}, expected "
-                f"{OFFICIAL_MD5} of cifar-10-python.tar.gz); to use this {what} anyway pass --allow-unverified")
-        key = {"content_md5": md5, "converter": CONVERTER}
-        manifest = cached_manifest(out, key)
-        if manifest:
-            return {**manifest, "cache_hit": True, "seconds": round(time.perf_counter() - started, 3)}
-        manifest = _convert(local, source, out, key, verified, threads or os.cpu_count() or 1)
+        local = fetch(source, out / "downloads", policy)
+        downloaded = local.parent == out / "downloads"
+        try:
+            md5 = content_md5(local)
+            verified = local.is_file() and md5 == OFFICIAL_MD5
+            if not verified and not allow_unverified:
+                # no digest of it in the message: it would tell a trigger user about a file's content
+                what = "archive" if local.is_file() else "folder"
+                raise MxbenchError(
+                    f"CIFAR-10 source {redact(source)} is not the official archive (its MD5 is not "
+                    f"{OFFICIAL_MD5}, that of cifar-10-python.tar.gz); to use this {what} anyway pass "
+                    "--allow-unverified")
+            key = {"content_md5": md5, "converter": CONVERTER}
+            manifest = cached_manifest(out, key)
+            if manifest:
+                return {**manifest, "cache_hit": True, "seconds": round(time.perf_counter() - started, 3)}
+            manifest = _convert(local, source, out, key, verified, threads or os.cpu_count() or 1)
+        except MxbenchError:
+            if downloaded:  # a download that failed verification is not kept
+                local.unlink(missing_ok=True)
+            raise
         manifest["seconds"] = round(time.perf_counter() - started, 3)
         return manifest
 

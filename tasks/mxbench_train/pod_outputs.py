@@ -3,18 +3,22 @@
 A pod's files vanish with the pod, and the Airflow worker that launched it shares no folder
 with it. The role writes its rank logs and telemetry into an ``emptyDir``; when it exits, this
 wrapper prints that folder as one framed block (a base64 tar.gz between two marker lines) on
-stdout, so it lands in the pod log, which the launcher fetches whole once the pod has ended and
-unpacks into the run folder. The role's exit status is passed on (128 + n for signal n, as a
+stdout, so it lands in the pod log, which the launcher reads again once the pod has ended and
+unpacks into the run folder. The launcher trusts none of it: the block is read with a size
+limit, and unpacking writes only regular files inside the run folder, never over the launcher's
+own records, within size caps counted while extracting. The role's exit status is passed on (128 + n for signal n, as a
 shell and the kubelet report it). Stdlib only.
 """
 import base64
 import hashlib
 import io
 import os
+import posixpath
 import signal
 import subprocess
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -81,45 +85,162 @@ class BundleError(ValueError):
     pass
 
 
+# What the Airflow worker accepts back from a pod (its image and output are untrusted): the block
+# is read into memory up to MAX_BLOCK_CHARS (MAX_BYTES as base64 lines, with room to spare), and
+# unpacked up to these sizes, counted as it is extracted: 4 MiB of gzip can expand 1000:1
+MAX_BLOCK_CHARS = 2 * MAX_BYTES
+MAX_MEMBER_BYTES = 64 << 20  # one file (a rank log of a long run is a few MiB)
+MAX_UNPACKED_BYTES = 256 << 20  # every file of one pod together
+MAX_MEMBERS = 1000
+
+
+class OutputsBlock:
+    """Picks the outputs block out of a pod log read line by line; every other line is the log's own.
+
+    Keeps at most ``max_chars`` of the block, so that a log of any size reads in bounded memory;
+    the last block wins (the real one is printed after everything the role printed)."""
+
+    def __init__(self, max_chars: int = MAX_BLOCK_CHARS):
+        self.max_chars = max_chars
+        self.inside = False
+        self._body: List[str] = []
+        self._chars = 0
+        self._data: Optional[bytes] = None
+        self._skipped: List[str] = []
+        self._error: Optional[str] = None
+
+    def feed(self, line: str) -> bool:
+        """Take one line (without its newline); whether it is outside the block."""
+        if line == BEGIN:
+            self.inside, self._body, self._chars = True, [], 0
+            self._data, self._skipped, self._error = None, [], None
+            return False
+        if not self.inside:
+            if line.startswith(END):
+                self._error = "the outputs block in the pod log has lost its beginning (a rotated log?)"
+            return True
+        if line.startswith(END):
+            self.inside = False
+            self._end(line)
+        else:
+            self._chars += len(line)
+            if self._chars <= self.max_chars:
+                self._body.append(line)
+            else:
+                self._body = []  # over: what came is dropped, the block is refused at its end
+        return False
+
+    def _end(self, line: str) -> None:
+        if self._chars > self.max_chars:
+            self._error = f"the outputs block in the pod log is over {self.max_chars} characters"
+            return
+        checksum, _, rest = line[len(END):].partition(" skipped=")
+        try:
+            data = base64.b64decode("".join(self._body))
+        except ValueError:
+            data = b""
+        self._body = []
+        if hashlib.sha256(data).hexdigest() != checksum:
+            self._error = "the outputs block in the pod log fails its checksum"
+            return
+        self._data = data
+        self._skipped = [s for s in rest.rstrip(" =").split(",") if s and s != "-"]
+
+    def result(self) -> Tuple[Optional[bytes], List[str]]:
+        """(the bundle's bytes or None, files it left out); BundleError for a block cut off, too big,
+        or failing its checksum."""
+        if self.inside:
+            raise BundleError("the outputs block in the pod log is cut off")
+        if self._error:
+            raise BundleError(self._error)
+        return self._data, self._skipped
+
+
 def split_log(lines: Iterable[str]) -> Tuple[List[str], Optional[bytes], List[str]]:
     """(the log without the bundle, the bundle's bytes or None, files it left out). A bundle that
     is cut off or whose checksum fails raises BundleError."""
-    kept, body, data, skipped, inside = [], [], None, [], False
-    for line in lines:
-        if line == BEGIN:
-            inside, body = True, []
-        elif inside and line.startswith(END):
-            inside = False
-            checksum, _, rest = line[len(END):].partition(" skipped=")
-            data = base64.b64decode("".join(body))
-            if hashlib.sha256(data).hexdigest() != checksum:
-                raise BundleError("the outputs block in the pod log fails its checksum")
-            skipped = [s for s in rest.rstrip(" =").split(",") if s and s != "-"]
-        elif inside:
-            body.append(line)
-        elif line.startswith(END):
-            raise BundleError("the outputs block in the pod log has lost its beginning (a rotated log?)")
-        else:
-            kept.append(line)
-    if inside:
-        raise BundleError("the outputs block in the pod log is cut off")
+    block = OutputsBlock()
+    kept = [line for line in lines if block.feed(line)]
+    data, skipped = block.result()
     return kept, data, skipped
 
 
-def unpack(data: bytes, dest: Path, keep: Iterable[str] = ()) -> List[str]:
-    """Extract a bundle into ``dest``; plain files only, nothing outside ``dest``, and nothing
-    whose first path part is in ``keep`` (the launcher's own records). Returns the names written."""
+def member_path(name: str) -> Optional[str]:
+    """A member's name as a path inside the folder it is unpacked into (``./a`` and ``x/../a`` are
+    ``a``); None when it names the folder itself or anything outside it."""
+    normal = posixpath.normpath(name) if name else "."
+    if normal.startswith("/") or normal == "." or normal == ".." or normal.startswith("../"):
+        return None
+    return normal
+
+
+def unpack(data: bytes, dest: Path, keep: Iterable[str] = (), max_member: int = MAX_MEMBER_BYTES,
+           max_total: int = MAX_UNPACKED_BYTES, max_members: int = MAX_MEMBERS) -> List[str]:
+    """Extract a bundle into ``dest``: regular files only, nothing outside ``dest``, nothing whose
+    first path part (after normalising) is in ``keep`` (the launcher's own records), each file at
+    most ``max_member`` bytes and all of them ``max_total``. Returns the names written; raises
+    BundleError naming what it refused (after writing the rest), or at once when the sizes the
+    members declare pass ``max_total`` (nothing more is decompressed)."""
     dest = Path(dest).resolve()
-    written, keep = [], set(keep)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            target = (dest / member.name).resolve()
-            if not member.isfile() or dest not in target.parents or member.name.split("/")[0] in keep:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(tar.extractfile(member).read())
-            written.append(member.name)
+    keep = set(keep)
+    written, refused, declared = [], [], 0
+    try:
+        # streamed ("r|gz"): the archive is decompressed as it is read, never listed first
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as tar:
+            for count, member in enumerate(tar, 1):
+                if count > max_members:
+                    raise BundleError(f"the outputs hold more than {max_members} files")
+                declared += max(0, member.size)  # a refused member is decompressed too, to skip it
+                if declared > max_total:
+                    raise BundleError(f"the outputs expand past {max_total} bytes: nothing more was unpacked")
+                name = member_path(member.name)
+                why = ("is not a regular file" if not member.isfile()
+                       else "leaves the run folder" if name is None
+                       else "would overwrite the launcher's own records" if name.split("/")[0] in keep
+                       else f"is over {max_member} bytes" if member.size > max_member
+                       else None)
+                target = dest / name if why is None else None
+                if target is not None and not _inside(target.parent, dest):
+                    why = "leaves the run folder (through a link)"
+                if why:
+                    refused.append(f"{_shown(member.name)} {why}")
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _copy_capped(tar.extractfile(member), target, max_member)
+                written.append(name)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise BundleError(f"the outputs bundle cannot be unpacked: {exc}") from None
+    if refused:
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        raise BundleError(f"files of the outputs were refused: {'; '.join(refused[:3])}{more}")
     return written
+
+
+def _inside(folder: Path, root: Path) -> bool:
+    resolved = folder.resolve()
+    return resolved == root or root in resolved.parents
+
+
+def _shown(name: str) -> str:
+    """A member name as an error may quote it: printable, and short."""
+    text = ascii(name)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _copy_capped(source, target: Path, limit: int) -> None:
+    """Copy at most ``limit`` bytes, counted as they come; more removes the file and raises."""
+    # O_NOFOLLOW: a link planted at the target's name is not followed
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    copied = 0
+    with os.fdopen(fd, "wb") as out:
+        while chunk := source.read(1 << 20):
+            copied += len(chunk)
+            if copied > limit:
+                break
+            out.write(chunk)
+    if copied > limit:
+        target.unlink()
+        raise BundleError(f"{_shown(target.name)} is over {limit} bytes")
 
 
 def files_of(data: bytes) -> Dict[str, int]:

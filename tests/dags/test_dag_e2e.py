@@ -138,7 +138,7 @@ def test_seed_preset_on_a_machine_without_gpus_is_refused_before_anything_runs(a
     assert states["prepare_data"] == "upstream_failed" and states["local.run_variant"] == "upstream_failed"
     out, err = capfd.readouterr()
     assert "variant 8gpu-bs1024 needs 8 GPUs; the local target has 0" in out + err
-    assert not (config.dag_run_dir(run.run_id) / "data.json").exists()
+    assert not (config.dag_run_dir(run.dag_id, run.run_id) / "data.json").exists()
     # check_runs names the root cause, not one "not run" line per run
     assert states["check_runs"] == "failed"
     assert "AirflowFailException: expanding the variants failed: variant 1gpu-bs128 needs 1 GPUs" in out + err

@@ -2,7 +2,8 @@
 client, against the loopback API server stand-in (tests/support/kube_standin.py), with real
 tiny MXNet training in every pod: a single-pod run, role-pod dist_sync runs on two nodes (pod
 network and hostNetwork), side by side with ssh in one DAG run; a role pod that exits non-zero;
-a pod that never schedules; the task killed by SIGTERM; the task SIGKILLed, then retried.
+a pod that never schedules; the task killed by SIGTERM; the task SIGKILLed, then retried; an
+image and a hostNetwork variant the connection does not allow, refused before any pod exists.
 """
 import json
 import os
@@ -40,7 +41,7 @@ def k8s_env(standin, **pod):
 
 @pytest.fixture(scope="module")
 def k8s_dag_run(airflow_db, ssh_hosts, kube_standin):
-    env = {**ssh_hosts.airflow_env(mxbench_python=train_python()), **k8s_env(kube_standin)}
+    env = {**ssh_hosts.airflow_env(mxbench_python=train_python()), **k8s_env(kube_standin, allow_host_network=True)}
     return run_dag(CONF, env)
 
 
@@ -88,6 +89,7 @@ def test_dist_sync_roles_are_pods_on_two_nodes_wired_by_pod_ip(k8s_dag_run, kube
         labels = pod["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "mxbench" and labels["dag_id"] == "mxbench_benchmark"
         assert labels["task_id"] == "local.run_variant" and "mxbench.io/run" in labels
+        assert pod["spec"]["automountServiceAccountToken"] is False  # no API token in a training pod
     assert len({p["metadata"]["name"] for p in pods}) == len(pods)
 
 
@@ -114,6 +116,41 @@ def test_report_gives_the_k8s_ssh_verdict_and_splits_the_gap(k8s_dag_run):
     assert "| cpu2h-bs64 | kubernetes / ssh |" in md
     assert "Where the Kubernetes/ssh gap comes from" in md
     assert "local Kubernetes stand-in" in md  # the report says what the cluster was
+
+
+def pods_created(standin) -> int:
+    manifests = Path(standin.root) / "manifests.jsonl"
+    lines = manifests.read_text().splitlines() if manifests.exists() else []
+    return sum(1 for line in lines if json.loads(line).get("kind") == "Pod")
+
+
+def test_a_hostnet_variant_the_connection_does_not_allow_is_refused_at_expand_time(airflow_db, kube_standin):
+    before = pods_created(kube_standin)
+    conf = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2h-bs64-hostnet"], "launchers": ["kubernetes"],
+            "repeats": 1, "epochs": 1, "synthetic_images": 1000}
+    run, dag_dir = run_dag(conf, k8s_env(kube_standin))  # the connection says nothing of host network
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["expand_variants"] == "failed"
+    cause = json.loads((dag_dir / "stages.json").read_text())["expand"]
+    assert "variant cpu2h-bs64-hostnet runs its pods on the host network, which the kubernetes target does not " \
+           "allow (mxbench_pod.allow_host_network of the kubernetes_connection)" in cause
+    assert "cpu1-bs64 " not in cause  # one line per refused variant, and only those
+    assert pods_created(kube_standin) == before and pods_left(kube_standin) == []
+
+
+def test_an_image_param_the_connection_does_not_allow_is_refused_and_no_pod_is_made(airflow_db, kube_standin):
+    before = pods_created(kube_standin)
+    conf = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["kubernetes"], "repeats": 1,
+            "epochs": 1, "synthetic_images": 1000, "kubernetes_image": "attacker.example/miner:latest"}
+    run, dag_dir = run_dag(conf, k8s_env(kube_standin, allowed_images=["registry.example.com/mxbench-train:*"]))
+    assert run.state == "failed"
+    meta = json.loads((dag_dir / "cpu1-bs64__kubernetes__r1" / "meta.json").read_text())
+    assert meta["status"] == "failed"
+    assert "kubernetes connection 'mxbench_kubernetes': the kubernetes_image param 'attacker.example/miner:latest' " \
+           "is not allowed: mxbench_pod.allowed_images ('registry.example.com/mxbench-train:*') does not match it" \
+           in meta["cause"]
+    assert pods_created(kube_standin) == before and pods_left(kube_standin) == []
 
 
 def test_a_failing_role_pod_ends_its_run_and_deletes_its_pods_while_others_go_on(airflow_db, kube_standin):

@@ -32,7 +32,7 @@ def run_regression(conf, logical_date, url, notified=None):
     finally:
         del os.environ["MXBENCH_RESULTS_URL"]
         os.environ.pop("MXBENCH_NOTIFIERS", None)
-    return run, config.dag_run_dir(run.run_id)
+    return run, config.dag_run_dir(run.dag_id, run.run_id)
 
 
 def plant(url, dag_dir, run_id, when, scale):
@@ -86,7 +86,8 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
         plant(url, dag_dir, f"quiet-{i}", DAY.subtract(days=10 - i), 1.0)
     fingerprints = store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id=run.run_id,
                                         trigger="manual", logical_date=DAY)["fingerprints"]
-    (finding,) = pipeline.check_regressions(dag_dir, url, run.run_id, fingerprints, baseline_runs=3, min_drop=0.05)
+    (finding,) = pipeline.check_regressions(dag_dir, url, run.dag_id, run.run_id, fingerprints, baseline_runs=3,
+                                            min_drop=0.05)
     assert finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1", finding["message"]
     assert pipeline.verdict_of(dag_dir) is None
     build_report(dag_dir)
@@ -122,3 +123,30 @@ def test_notifiers_come_from_configuration_and_bad_ones_are_named():
                          ('[{"notifier": "no.such.Module"}]', "cannot import")):
         with pytest.raises(ValueError, match=message):
             failure_notifiers({"MXBENCH_NOTIFIERS": bad})
+
+
+def test_a_manual_benchmark_run_with_the_regression_runs_id_keeps_to_itself(first_run, url):
+    """Run ids are unique per DAG only: a run of mxbench_benchmark that gets the regression run's
+    id must not share its folder (and reuse its measurements) nor replace its stored rows."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from mxbench import config, store
+
+    nightly, nightly_dir = first_run
+    os.environ["MXBENCH_RESULTS_URL"] = url
+    try:
+        dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
+        # the same run_after and a logical date: dag.test() gives the regression run's id
+        run = dag.test(run_after=nightly.run_after, logical_date=DAY,
+                       run_conf={"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 2,
+                                 "synthetic_images": 1000, "launchers": ["local"]})
+    finally:
+        del os.environ["MXBENCH_RESULTS_URL"]
+    assert run.run_id == nightly.run_id and run.state == "success"
+    folder = config.dag_run_dir(run.dag_id, run.run_id)
+    assert folder != nightly_dir
+    runs = pd.read_csv(folder / "tables" / "runs.csv")
+    assert runs["key"].tolist() == ["cpu1-bs64__local__r1"] and not runs["reused"].any()  # measured anew
+    stored = store.history(url, "cpu1-bs64", launcher="local")
+    mine = stored[stored["run_id"] == run.run_id]
+    assert mine.groupby("dag_id").size().to_dict() == {"mxbench_benchmark": 1, "mxbench_regression": 4}

@@ -89,7 +89,7 @@ def test_the_plugin_serves_the_report_to_readers_only(stack, finished_run):
     # the same page as the report task wrote: one renderer
     from mxbench import config
 
-    folder = stack.home / "runs" / config.dag_run_dir(run_id).name
+    folder = stack.home / "runs" / config.dag_run_dir(DAG, run_id).name
     assert page.text == (folder / "report" / "report.html").read_text(encoding="utf-8")
     assert json.loads((folder / "request.json").read_text())["dag_id"] == DAG  # whose folder it is
     # the UI's login cookie is as good as a bearer token
@@ -251,3 +251,48 @@ def test_a_person_without_access_sees_no_report(stack, finished_run, browser):
     browser.get(stack.url + report_path(run_id))
     assert "403" in browser.find_element(By.TAG_NAME, "h1").text
     assert not browser.find_elements(By.TAG_NAME, "img")
+
+
+def test_a_hostile_trigger_is_refused_by_name_copying_nothing_and_using_no_unmarked_connection(stack, admin,
+                                                                                               tmp_path):
+    """Through REST, as the trigger form sends it: a worker file as the dataset, and an SSH
+    connection nobody marked for mxbench (pointing at a listener that counts who connects)."""
+    import time
+
+    from mxbench import config
+    from support.counting_listener import counting_listener
+
+    secret = b"worker-only secret for the REST case 0c4e\n"
+    (tmp_path / "credentials").write_bytes(secret)
+    (tmp_path / "key").write_text("not used")
+    with counting_listener() as (port, seen):
+        made = stack.call("POST", "/api/v2/connections", admin, {
+            "connection_id": "team_b_host", "conn_type": "ssh", "host": "127.0.0.1", "port": port, "login": "ops",
+            "extra": json.dumps({"key_file": str(tmp_path / "key"), "no_host_key_check": True})})
+        assert made.status in (200, 201), made.text
+        assert stack.call("PATCH", f"/api/v2/dags/{DAG}", admin, {"is_paused": False}).status == 200
+        conf = {**CONF, "dataset": str(tmp_path / "credentials"), "allow_unverified": True,
+                "launchers": ["local", "ssh"], "ssh_connections": ["team_b_host"]}
+        answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin, {"logical_date": None, "conf": conf})
+        assert answer.status == 200, answer.text
+        run_id = answer.json()["dag_run_id"]
+        quoted = urllib.parse.quote(run_id, safe="")
+
+        def state():
+            found = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{quoted}", admin).json()
+            return found["state"] if found["state"] in ("success", "failed") else None
+
+        assert stack.wait_for(state, RUN_DEADLINE_S, f"DAG run {run_id}", every=3) == "failed"
+        time.sleep(0.3)
+    assert seen == [], "the unmarked ssh connection was used"
+    folder = stack.home / "runs" / config.dag_run_dir(DAG, run_id).name
+    stages = json.loads((folder / "stages.json").read_text())
+    assert stages["prepare_data"].startswith(f"data preparation failed: CIFAR-10 source {tmp_path / 'credentials'} "
+                                             "is not under a folder allowed for data sets")
+    request = json.loads((folder / "request.json").read_text())
+    assert "ssh connection 'team_b_host' is not marked for mxbench" in request["unavailable"]["ssh"]
+    copies = [p for p in stack.home.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 20
+              and secret in p.read_bytes()]
+    assert not copies, copies
+    tis = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{quoted}/taskInstances", admin).json()["task_instances"]
+    assert {ti["task_id"]: ti["state"] for ti in tis}["prepare_data"] == "failed"

@@ -250,3 +250,92 @@ def test_a_second_build_gets_its_own_venv_once_and_trains(cifar_rec, tmp_path):
     log = (log_dir / "rank0.log").read_text()
     assert '"mxnet_version": "1.9.0"' in log and '"status": "ok"' in log and "Validation-accuracy" in log
     print(f"made the mxnet==1.9.0 venv in {made_in:.1f} s")
+
+
+# --- where a build's wheel may come from ------------------------------------------------------
+
+SHA = "ab" * 32
+
+
+@pytest.mark.parametrize("package, pins, message", [
+    ("mxnet @ http://bob:s3cret@wheels.example/mxnet-1.9.1-py3-none-any.whl", [],
+     r"entry 0 \(mxnet @ http://wheels\.example/mxnet-1\.9\.1-py3-none-any\.whl\): package: "
+     r"http://wheels\.example/mxnet-1\.9\.1-py3-none-any\.whl is fetched over http without "
+     r"#sha256=<64 lowercase hex digits> \(anyone on the path can swap it\); add the wheel's SHA-256"),
+    ("mxnet @ https://wheels.example/mxnet-1.9.1-py3-none-any.whl?token=s3cret", [],
+     r"https://wheels\.example/mxnet-1\.9\.1-py3-none-any\.whl\?token=REDACTED is fetched over https without "
+     r"#sha256=<64 lowercase hex digits> \(https vouches for the server, not the file\)"),
+    (f"mxnet @ https://wheels.example/mxnet-1.9.1-py3-none-any.whl#sha256={SHA.upper()}", [], "without #sha256="),
+    (f"mxnet @ https://wheels.example/mxnet-1.9.1-py3-none-any.whl#md5={'0' * 32}", [], "without #sha256="),
+    ("mxnet @ git+https://wheels.example/mxnet-1.9.1-py3-none-any.whl", [],
+     r"a wheel must be a file://, https:// or http:// URL, not git\+https://"),
+    ("mxnet==1.9.1", ["numpy @ http://bob:s3cret@wheels.example/numpy-1.23.5-cp311-cp311-linux_x86_64.whl"],
+     r"entry 0 \(mxnet==1\.9\.1\): pins: http://wheels\.example/numpy-1\.23\.5-cp311-cp311-linux_x86_64\.whl is "
+     r"fetched over http without #sha256="),
+])
+def test_a_wheel_fetched_over_the_network_must_carry_its_sha256(tmp_path, package, pins, message):
+    path = write(tmp_path, [{"since": "2026-01-01", "package": package, "image": "i", "pins": pins}])
+    with pytest.raises(ManifestError, match=message) as raised:
+        builds.load_manifest(path)
+    assert "s3cret" not in str(raised.value) and "bob" not in str(raised.value)
+
+
+def test_a_local_wheel_and_a_hashed_download_are_accepted(tmp_path):
+    packages = ["mxnet @ file:///wheels/mxnet-1.9.1-py3-none-any.whl",
+                f"mxnet @ https://wheels.example/mxnet-1.9.1-py3-none-any.whl#sha256={SHA}",
+                f"mxnet-cu112 @ http://wheels.example/mxnet_cu112-1.9.1-py3-none-manylinux2014_x86_64.whl#sha256={SHA}"]
+    entries = [{"since": f"2026-0{i + 1}-01", "package": p, "image": "i"} for i, p in enumerate(packages)]
+    manifest = builds.load_manifest(write(tmp_path, entries))
+    assert [(b.distribution, b.version) for b in manifest] == [("mxnet", "1.9.1"), ("mxnet", "1.9.1"),
+                                                               ("mxnet-cu112", "1.9.1")]
+
+
+def test_training_python_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(builds, "_create", lambda *a: pytest.fail("pip must not run"))
+    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
+    build = Build(dt.date(2026, 1, 1), "mxnet @ http://bob:s3cret@wheels.example/mxnet-1.9.1-py3-none-any.whl", "i")
+    with pytest.raises(MxbenchError) as raised:
+        builds.training_python(build, tmp_path / "envs")
+    assert str(raised.value) == (
+        "refusing to install MXNet build mxnet @ http://wheels.example/mxnet-1.9.1-py3-none-any.whl (since "
+        "2026-01-01): http://wheels.example/mxnet-1.9.1-py3-none-any.whl is fetched over http without "
+        "#sha256=<64 lowercase hex digits> (anyone on the path can swap it); add the wheel's SHA-256 "
+        "(sha256sum FILE) to the URL")
+    assert not (tmp_path / "envs").exists()
+
+
+def test_pip_checks_the_sha256_a_wheel_url_carries(tmp_path):
+    """Why the hash is asked for: pip installs from the URL only the bytes it names (a real pip,
+    a real wheel over a loopback http server)."""
+    import hashlib
+    import http.server
+    import zipfile
+
+    served = tmp_path / "served"
+    served.mkdir()
+    wheel = served / "mxnet-1.9.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("mxnet/__init__.py", "__version__ = '1.9.1'\n")
+        archive.writestr("mxnet-1.9.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: mxnet\nVersion: 1.9.1\n")
+        archive.writestr("mxnet-1.9.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                       "Tag: py3-none-any\n")
+        archive.writestr("mxnet-1.9.1.dist-info/RECORD", "")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(served), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/{wheel.name}"
+
+    def pip_download(sha):
+        package = f"mxnet @ {url}#sha256={sha}"
+        assert builds.url_problem(package) is None
+        return subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index",
+                               "--disable-pip-version-check", "-d", str(tmp_path / f"got-{sha[:4]}"), package],
+                              capture_output=True, text=True, timeout=120)
+    try:
+        wrong = pip_download("f" * 64)
+        right = pip_download(digest)
+    finally:
+        server.shutdown()
+    assert wrong.returncode != 0 and "DO NOT MATCH THE HASHES" in wrong.stdout + wrong.stderr, wrong
+    assert right.returncode == 0 and (tmp_path / f"got-{digest[:4]}" / wheel.name).is_file(), right

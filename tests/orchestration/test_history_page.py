@@ -107,20 +107,64 @@ def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     run_id = "manual__2026-12-03T00:00:00+00:00"
     assert report_file("mxbench_benchmark", run_id) is None  # no report yet
-    report = config.dag_run_dir(run_id) / "report" / "report.html"
+    report = config.dag_run_dir("mxbench_benchmark", run_id) / "report" / "report.html"
     report.parent.mkdir(parents=True)
     report.write_text("<html>report</html>")
-    assert report_file("mxbench_benchmark", run_id) == report.resolve()  # a folder older than its dag_id
-    (config.dag_run_dir(run_id) / "request.json").write_text('{"dag_id": "mxbench_regression"}')
-    assert report_file("mxbench_benchmark", run_id) is None  # the same run id, the other DAG's folder
-    assert report_file("mxbench_regression", run_id) == report.resolve()
+    assert report_file("mxbench_benchmark", run_id) == report.resolve()
+    assert report_file("mxbench_regression", run_id) is None  # the same run id, the other DAG: its own folder
+    (config.dag_run_dir("mxbench_benchmark", run_id) / "request.json").write_text('{"dag_id": "mxbench_regression"}')
+    assert report_file("mxbench_benchmark", run_id) is None  # a folder whose request.json gives it to another DAG
     assert report_file("mxbench_benchmark", "../../../etc/passwd") is None
     outside = tmp_path / "elsewhere"
     (outside / "report").mkdir(parents=True)
     (outside / "report" / "report.html").write_text("secret")
-    other = config.dag_run_dir("manual__other")
+    other = config.dag_run_dir("mxbench_benchmark", "manual__other")
     other.symlink_to(outside, target_is_directory=True)  # a run folder swapped for a link out of MXBENCH_HOME
     assert report_file("mxbench_benchmark", "manual__other") is None
+
+
+def test_each_dag_gets_its_own_report_for_a_shared_run_id(tmp_path, monkeypatch):
+    """A manual run of the benchmark DAG may take the regression DAG's scheduled run id."""
+    from mxbench import config
+    from mxbench.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "scheduled__2026-11-08T00:00:00+00:00"
+    for dag_id in ("mxbench_regression", "mxbench_benchmark"):
+        folder = config.dag_run_dir(dag_id, run_id)
+        (folder / "report").mkdir(parents=True)
+        (folder / "request.json").write_text(f'{{"dag_id": "{dag_id}"}}')
+        (folder / "report" / "report.html").write_text(f"<html>{dag_id}</html>")
+    for dag_id in ("mxbench_regression", "mxbench_benchmark"):
+        assert report_file(dag_id, run_id).read_text() == f"<html>{dag_id}</html>"
+
+
+def test_a_report_under_the_old_folder_name_is_still_served(tmp_path, monkeypatch):
+    from mxbench import config
+    from mxbench.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "manual__2026-10-01T00:00:00+00:00"
+    old = config.legacy_dag_run_dir(run_id)  # written before folders were keyed by DAG
+    (old / "report").mkdir(parents=True)
+    (old / "report" / "report.html").write_text("<html>old</html>")
+    assert report_file("mxbench_benchmark", run_id) == (old / "report" / "report.html").resolve()
+    (old / "request.json").write_text('{"dag_id": "mxbench_benchmark"}')
+    assert report_file("mxbench_regression", run_id) is None  # the old folder is the other DAG's
+    assert report_file("mxbench_benchmark", run_id).read_text() == "<html>old</html>"
+
+
+def test_the_plugin_serves_no_api_docs(monkeypatch):
+    """/openapi.json, /docs and /redoc would answer without Airflow's auth: there are none."""
+    from fastapi.testclient import TestClient
+
+    from mxbench import web
+
+    client = TestClient(web.app)
+    for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+        answer = client.get(path)
+        assert answer.status_code == 404, path
+        assert "swagger" not in answer.text.lower() and "openapi" not in answer.text.lower()
 
 
 def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(tmp_path, monkeypatch):

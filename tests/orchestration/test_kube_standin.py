@@ -166,6 +166,19 @@ def test_follow_streams_lines_as_printed_and_timestamps(api):
     api.delete_namespaced_pod("follow", "default")
 
 
+def test_a_line_without_end_is_served_in_pieces_as_it_comes(api):
+    # the CRI stores a long line in pieces of 16 KiB: a pod printing without a newline is not held back
+    code = "import sys, time\nsys.stdout.write('z' * 100000)\nsys.stdout.flush()\ntime.sleep(30)\n"
+    api.create_namespaced_pod("default", pod("endless", code))
+    wait_phase(api, "endless", "Running")
+    deadline = time.monotonic() + 10
+    while len(log_of(api, "endless")) < 6 * 16384 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log_of(api, "endless") == "z" * (6 * 16384)  # whole pieces; the rest waits for its newline or 16 KiB
+    assert log_of(api, "endless", tail_lines=2) == "z" * (2 * 16384)  # each piece counts as a line
+    api.delete_namespaced_pod("endless", "default", grace_period_seconds=0)
+
+
 def test_failures_report_exit_codes(api):
     api.create_namespaced_pod("default", pod("exit-three", "import sys; print('bye'); sys.exit(3)"))
     api.create_namespaced_pod("default", pod("killed", "import os; os.kill(os.getpid(), 9)"))

@@ -1,6 +1,8 @@
 """The Kubernetes launcher's pure parts: settings, role pods (strictly valid manifests), the
 outputs block a pod prints at exit, and the k8s/ssh gap split. The launcher against an API
 server is tests/dags/test_dag_kubernetes.py."""
+import base64
+import hashlib
 import io
 import json
 import re
@@ -8,17 +10,20 @@ import subprocess
 import sys
 import tarfile
 
+import tracemalloc
+
 import kubernetes_validate
 import pandas as pd
 import pytest
 
 from mxbench.jobs import job_for
-from mxbench.launchers.kubernetes import (DATA_MOUNT, RUN_DIR, pod_data_dir, pod_settings, pod_template, role_pod,
-                                          run_id)
+from mxbench.launchers.kubernetes import (DATA_MOUNT, RUN_DIR, lines_of, pod_data_dir, pod_settings, pod_template,
+                                          role_pod, run_id)
+from mxbench.launchers.ssh import LOCAL_ONLY
 from mxbench.metrics import kubernetes_gap
-from mxbench.variants import Target, expand_runs, preset
+from mxbench.variants import Target, VariantError, expand_runs, preset
 from mxbench_train.errors import MxbenchError
-from mxbench_train.pod_outputs import BundleError, split_log, unpack
+from mxbench_train.pod_outputs import BEGIN, END, BundleError, OutputsBlock, split_log, unpack
 from mxbench_train.roles import plan_roles
 
 K8S_VERSION = "1.34.0"
@@ -82,7 +87,8 @@ def test_the_hostnet_twin_runs_on_the_node_network_under_kubernetes_only():
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
         assert pod["spec"]["hostNetwork"] is True and pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     params = {"preset": "seed-k8s", "launchers": ["ssh", "kubernetes"], "repeats": 1}
-    targets = {name: Target(name, hosts=2, gpus_per_host=8) for name in ("ssh", "kubernetes")}
+    targets = {"ssh": Target("ssh", hosts=2, gpus_per_host=8),
+               "kubernetes": Target("kubernetes", hosts=2, gpus_per_host=8, host_network=True)}
     runs = expand_runs(params, targets, sets={"gpu": ("local", "ssh", "kubernetes")})
     twins = [r for r in runs if r["variant"]["host_network"]]
     assert twins and {r["launcher"] for r in twins} == {"kubernetes"}
@@ -126,7 +132,8 @@ def test_settings_need_an_image_and_the_param_overrides_it():
         pod_settings("k", {})
     with pytest.raises(MxbenchError, match="no training image"):
         pod_settings("k", {"mxbench_pod": {"data": {"host_path": "/d"}}})
-    s = pod_settings("k", {"mxbench_pod": json.dumps({"image": "a:1", "data": {"host_path": "/d"}})}, image="b:2")
+    s = pod_settings("k", {"mxbench_pod": json.dumps({"image": "a:1", "data": {"host_path": "/d"},
+                                                      "allowed_images": ["b:*"]})}, image="b:2")
     assert s.image == "b:2" and s.namespace == "default"
 
 
@@ -164,6 +171,159 @@ def test_pod_role_prints_its_outputs_and_passes_the_exit_code_on(tmp_path):
         split_log(tampered)
 
 
+def test_a_hostnet_variant_is_refused_by_name_where_the_cluster_does_not_allow_host_network():
+    params = {"preset": "seed-k8s", "launchers": ["ssh", "kubernetes"], "repeats": 1}
+    targets = {name: Target(name, hosts=2, gpus_per_host=8) for name in ("ssh", "kubernetes")}
+    with pytest.raises(VariantError) as refused:
+        expand_runs(params, targets, sets={"gpu": ("local", "ssh", "kubernetes")})
+    lines = str(refused.value).split("; ")
+    assert lines == [f"variant dist-2x4gpu-b{b}-hostnet runs its pods on the host network, which the kubernetes "
+                     "target does not allow (mxbench_pod.allow_host_network of the kubernetes_connection)"
+                     for b in (128, 256)]
+    runs = expand_runs({**params, "preset": "seed-k8s", "only_variants": ["dist-2x4gpu-b128"]}, targets,
+                       sets={"gpu": ("local", "ssh", "kubernetes")})
+    assert len(runs) == 2  # the pod-network variant alone is fine
+
+
+def test_the_kubernetes_image_param_must_match_the_connections_allowed_images():
+    base = {"image": "registry.example.com/mxbench-train:1.9.1", "data": {"host_path": "/d"}}
+    with pytest.raises(MxbenchError) as refused:  # default: the connection's own image only
+        pod_settings("mxbench_kubernetes", {"mxbench_pod": base}, image="attacker.io/miner:latest")
+    assert str(refused.value) == (
+        "kubernetes connection 'mxbench_kubernetes': the kubernetes_image param 'attacker.io/miner:latest' is not "
+        "allowed: mxbench_pod.allowed_images (none besides mxbench_pod.image) does not match it")
+    assert pod_settings("k", {"mxbench_pod": base}, image=base["image"]).image == base["image"]
+    allowing = {"mxbench_pod": {**base, "allowed_images": ["registry.example.com/mxbench-train:*"]}}
+    assert pod_settings("k", allowing, image="registry.example.com/mxbench-train:1.8.0").image.endswith(":1.8.0")
+    for image in ("registry.example.com/mxbench-train-evil:1", "registry.example.com.evil.io/mxbench-train:1",
+                  "REGISTRY.EXAMPLE.COM/mxbench-train:1", "attacker.io/registry.example.com/mxbench-train:1"):
+        with pytest.raises(MxbenchError, match=r"mxbench_pod.allowed_images \('registry.example.com/mxbench-train:\*'\)"):
+            pod_settings("k", allowing, image=image)
+
+
+def test_host_network_needs_the_connection_to_allow_it():
+    with pytest.raises(MxbenchError, match="mxbench_pod.host_network is true but mxbench_pod.allow_host_network is not"):
+        settings(host_network=True)
+    assert not settings().allow_host_network
+    assert settings(host_network=True, allow_host_network=True).host_network
+
+
+def test_role_pods_mount_no_service_account_token_unless_the_settings_ask():
+    for pod in pods_for("dist-2x4gpu-b128").values():
+        assert pod["spec"]["automountServiceAccountToken"] is False
+    template = pod_template(settings())
+    template["spec"]["automountServiceAccountToken"] = True  # as a pod template file may say
+    plan = plan_roles(job_for(preset("seed-k8s")[0], data_dir=DATA_MOUNT, log_dir=RUN_DIR, python="python",
+                              hosts=["node-a"], port=9091, cores_per_host=8, split_host_gpus=False))
+    pod = role_pod(template, plan[0], run="0123456789abcdef", attempt="a1b2c3", run_key="k", settings=settings(),
+                   gpus=0, host_network=False, scheduler_ip=None, deadline_s=60)
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    for pod in pods_for("dist-2x4gpu-b128", automount_service_account_token=True).values():
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        assert pod["spec"]["automountServiceAccountToken"] is True
+
+
+def tar_gz(members):
+    """[(name, bytes)] as a tar.gz; None for the bytes makes a symlink to /etc/passwd."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if content is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+                continue
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def test_unpack_normalises_names_before_the_keep_list_and_refuses_by_name(tmp_path):
+    dest = tmp_path / "run"
+    (dest / "roles").mkdir(parents=True)
+    records = {"meta.json": '{"status": "ok"}', "pids.json": '{"worker-0": {}}', "kubernetes.json": "{}",
+               "roles/worker-0.log": "streamed\n"}
+    for name, text in records.items():
+        (dest / name).write_text(text)
+    data = tar_gz([("rank0.log", b"ok\n"), ("./meta.json", b"forged"), ("x/../pids.json", b"forged"),
+                   ("./roles/../kubernetes.json", b"forged"), ("roles//worker-0.log", b"forged"),
+                   ("../escape", b"out"), (str(tmp_path / "absolute"), b"out"), ("a/../../escape2", b"out"),
+                   ("link", None)])
+    with pytest.raises(BundleError) as refused:
+        unpack(data, dest, keep=LOCAL_ONLY | {"roles", "kubernetes.json"})
+    message = str(refused.value)
+    assert message.startswith("files of the outputs were refused: './meta.json' would overwrite the launcher's own "
+                              "records; 'x/../pids.json' would overwrite the launcher's own records; "
+                              "'./roles/../kubernetes.json' would overwrite the launcher's own records (and 5 more)")
+    for name, text in records.items():
+        assert (dest / name).read_text() == text
+    assert (dest / "rank0.log").read_text() == "ok\n"  # the genuine file still comes back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert not (dest / "link").exists()
+
+
+def test_unpack_stops_at_its_caps_while_extracting(tmp_path):
+    dest = tmp_path / "run"
+    dest.mkdir()
+    with pytest.raises(BundleError, match="'big.log' is over 1000 bytes"):
+        unpack(tar_gz([("small.log", b"x" * 10), ("big.log", b"x" * 1001)]), dest, max_member=1000)
+    assert not (dest / "big.log").exists()
+    with pytest.raises(BundleError, match="the outputs expand past 2500 bytes: nothing more was unpacked"):
+        unpack(tar_gz([(f"rank{i}.log", b"x" * 1000) for i in range(5)]), dest, max_member=1000, max_total=2500)
+    assert sorted(p.name for p in dest.iterdir()) == ["rank0.log", "rank1.log", "small.log"]
+    with pytest.raises(BundleError, match="more than 3 files"):
+        unpack(tar_gz([(f"f{i}", b"") for i in range(4)]), dest, max_members=3)
+    with pytest.raises(BundleError, match="cannot be unpacked"):
+        unpack(b"not a tar.gz", dest)
+
+
+def test_a_bundle_that_expands_1000_to_1_is_refused_without_reading_it(tmp_path):
+    # 300 MiB of zeros in a few hundred KiB: the default cap (256 MiB) refuses it from the sizes the
+    # members declare, before decompressing them, and nothing is held in memory meanwhile
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("rank0.log"), io.BytesIO())
+        info = tarfile.TarInfo("gpu-rank0.csv")
+        info.size = 300 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    data = buffer.getvalue()
+    assert len(data) < 1 << 20
+    dest = tmp_path / "run"
+    dest.mkdir()
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleError, match="expand past 268435456 bytes"):
+            unpack(data, dest)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20  # tarfile inflates about 10 KiB of input at a time: 10 MiB of zeros at most
+    assert sum(p.stat().st_size for p in dest.iterdir()) == 0
+
+
+def test_the_outputs_block_is_read_in_bounded_memory_and_the_last_one_wins():
+    data = tar_gz([("rank0.log", b"ok\n")])
+    encoded = base64.b64encode(data).decode()
+    block = [BEGIN, *(encoded[i:i + 76] for i in range(0, len(encoded), 76)),
+             f"{END}{hashlib.sha256(data).hexdigest()} skipped=- ==="]
+    forged = [BEGIN, "QUFB", f"{END}{hashlib.sha256(b'AAA').hexdigest()} skipped=- ==="]
+    kept, found, _ = split_log(["a", *forged, "b", *block])
+    assert kept == ["a", "b"] and found == data
+    reader = OutputsBlock(max_chars=100)
+    assert [reader.feed(line) for line in [BEGIN, "A" * 60, "A" * 60, "x"]] == [False, False, False, False]
+    reader.feed(block[-1])
+    with pytest.raises(BundleError, match="over 100 characters"):
+        reader.result()
+    assert reader._body == []  # what came past the limit was never kept
+
+
+def test_log_lines_come_in_bounded_pieces():
+    endless = (b"z" * 1000 for _ in range(100))  # 100 kB without a newline
+    pieces = list(lines_of(endless, max_line=4096))
+    assert all(len(p) <= 4096 for p in pieces) and b"".join(pieces) == b"z" * 100_000
+    assert list(lines_of([b"a\nb", b"c\n\nd" + b"e" * 10], max_line=4)) == [b"a", b"bc", b"", b"deee", b"eeee", b"eee"]
+
+
 def test_unpack_writes_nothing_outside_the_run_folder_nor_over_the_launchers_records(tmp_path):
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -174,7 +334,9 @@ def test_unpack_writes_nothing_outside_the_run_folder_nor_over_the_launchers_rec
     dest = tmp_path / "run"
     dest.mkdir()
     (dest / "meta.json").write_text("{}")
-    assert unpack(buffer.getvalue(), dest, keep={"meta.json"}) == ["rank0.log"]
+    with pytest.raises(BundleError, match="'../escape.txt' leaves the run folder; 'meta.json' would overwrite"):
+        unpack(buffer.getvalue(), dest, keep={"meta.json"})
+    assert (dest / "rank0.log").is_file()
     assert not (tmp_path / "escape.txt").exists() and (dest / "meta.json").read_text() == "{}"
 
 

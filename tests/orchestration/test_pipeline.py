@@ -1,5 +1,7 @@
 """Pipeline stages on their own: failed runs keep their record, nothing is lost, bad data is named."""
+import hashlib
 import json
+import re
 from dataclasses import asdict
 
 import pytest
@@ -39,9 +41,9 @@ def test_parse_all_refuses_a_folder_that_is_not_a_benchmark_run(tmp_path):
 
 
 def test_missing_dataset_is_a_named_error(tmp_path):
-    with pytest.raises(MxbenchError, match="data preparation failed: CIFAR-10 source /nonexistent/cifar.tar.gz "
-                                           "does not exist"):
-        pipeline.prepare_data({"dataset": "/nonexistent/cifar.tar.gz"}, tmp_path / "run", tmp_path / "data")
+    missing = tmp_path / "data" / "cifar.tar.gz"  # in the data folder: a path elsewhere is refused unread
+    with pytest.raises(MxbenchError, match=f"data preparation failed: CIFAR-10 source {missing} does not exist"):
+        pipeline.prepare_data({"dataset": str(missing)}, tmp_path / "run", tmp_path / "data")
 
 
 def test_variant_round_trips_through_the_run_dict():
@@ -83,11 +85,35 @@ def test_run_folders_of_different_dag_run_ids_never_collide(monkeypatch, tmp_pat
     from mxbench import config
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
-    ids = ["manual__2026-12-02T10:00:00+00:00", "a:b", "a+b", "a_b", "a b", "../../etc", "a" * 300]
-    folders = [config.dag_run_dir(i) for i in ids]
-    assert len(set(folders)) == len(ids)
-    assert all(f.parent == tmp_path / "runs" and len(f.name) < 140 for f in folders)
-    assert config.dag_run_dir("a:b") == config.dag_run_dir("a:b")  # stable: a retry finds its folder
+    ids = ["manual__2026-12-02T10:00:00+00:00", "a:b", "a+b", "a_b", "a b", "../../etc", "a" * 300, "a" * 301]
+    # run ids are unique per DAG only: a manual run of the benchmark DAG may take the regression DAG's id
+    runs = [(dag, i) for dag in ("mxbench_benchmark", "mxbench_regression") for i in ids]
+    runs += [("mxbench_benchmark.a", "b"), ("mxbench_benchmark", "a.b"), ("x" * 200, "r"), ("x" * 201, "r")]
+    folders = [config.dag_run_dir(dag, i) for dag, i in runs]
+    assert len(set(folders)) == len(runs)
+    assert all(f.parent == tmp_path / "runs" and len(f.name) < 255 for f in folders)  # NAME_MAX
+    # the whole SHA-256 of the pair, not a few bits of it
+    assert all(re.fullmatch(r"[0-9a-f]{64}", f.name.rsplit("-", 1)[1]) for f in folders)
+    assert config.dag_run_dir("d", "a:b") == config.dag_run_dir("d", "a:b")  # stable: a retry finds its folder
+
+
+def test_a_folder_under_the_old_name_is_still_found_by_readers(monkeypatch, tmp_path):
+    from mxbench import config
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    run_id = "manual__2026-10-01T00:00:00+00:00"
+    # the name folders got before they were keyed by DAG: the run id made safe, 32 bits of its hash
+    old = tmp_path / "runs" / f"manual__2026-10-01T00_00_00_00_00-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+    assert config.legacy_dag_run_dir(run_id) == old
+    assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == config.dag_run_dir("mxbench_benchmark", run_id)
+    old.mkdir(parents=True)  # written before request.json named its DAG: taken as it is
+    assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == old
+    (old / "request.json").write_text('{"dag_id": "mxbench_regression"}')  # another DAG's: not this one's
+    assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == config.dag_run_dir("mxbench_benchmark", run_id)
+    assert config.existing_dag_run_dir("mxbench_regression", run_id) == old
+    new = config.dag_run_dir("mxbench_regression", run_id)
+    new.mkdir()
+    assert config.existing_dag_run_dir("mxbench_regression", run_id) == new  # the new name wins
 
 
 def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):
@@ -102,10 +128,11 @@ def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):
 def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(tmp_path):
     pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
                     tmp_path, TARGETS)
+    missing = tmp_path / "data" / "cifar.tar.gz"
     with pytest.raises(MxbenchError):
-        pipeline.prepare_data({"dataset": "/nonexistent/cifar.tar.gz"}, tmp_path, tmp_path / "data")
+        pipeline.prepare_data({"dataset": str(missing)}, tmp_path, tmp_path / "data")
     pipeline.parse_all(tmp_path)
-    cause = "data preparation failed: CIFAR-10 source /nonexistent/cifar.tar.gz does not exist"
+    cause = f"data preparation failed: CIFAR-10 source {missing} does not exist"
     assert {f["cause"] for f in pipeline.failures(tmp_path)} == {f"the run never started: {cause}"}
     assert pipeline.verdict_of(tmp_path) == f"{cause} (2 run(s) not run)"
 
@@ -234,3 +261,39 @@ def test_a_store_failure_fails_the_dag_run_though_every_run_measured(tmp_path):
     pipeline.write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
     assert pipeline.verdict_of(tmp_path) == ("storing the results in the results database failed: "
                                              "OperationalError: could not connect to server")
+
+
+def test_two_runs_asking_for_the_same_synthetic_data_at_once_share_one_generation(tmp_path, monkeypatch):
+    """On main both generated it, and the later one deleted the folder the earlier one was already
+    using (an rmtree under another DAG run's prepare step)."""
+    import threading
+
+    from conftest import train_python
+
+    generations = tmp_path / "generations.log"
+    spy = tmp_path / "python"
+    spy.write_text(f'#!/usr/bin/env bash\necho "$@" >> {generations}\nexec {train_python()} "$@"\n')
+    spy.chmod(0o755)
+    monkeypatch.setenv("MXBENCH_TRAIN_PYTHON", str(spy))
+    data_root = tmp_path / "data"
+    data_root.mkdir()
+    start, got, errors = threading.Barrier(2), [], []
+
+    def caller():
+        start.wait()
+        try:
+            folder = pipeline.synthetic_source(data_root, 500)
+            got.append((folder, (folder / "test_batch").stat().st_ino))  # the file this run goes on to read
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(generations.read_text().splitlines()) == 1  # one generated it, the other waited and reused it
+    (folder, _), _ = got
+    assert {g[0] for g in got} == {folder} and {g[1] for g in got} == {(folder / "test_batch").stat().st_ino}
+    assert sorted(p.name for p in data_root.iterdir() if not p.name.endswith(".lock")) == [folder.parent.name]

@@ -55,10 +55,30 @@ def remote_pids(fleet, run_dir):
     """{role@host: pid} from the supervisors' pid files on every host."""
     found = {}
     for host in fleet.hosts:
-        for pid_file in (host.workdir / "runs" / run_dir.parent.name / run_dir.name / "pids").glob("*.json"):
+        for pid_file in (remote_folder(host, run_dir) / "pids").glob("*.json"):
             for role, record in json.loads(pid_file.read_text()).items():
                 found[f"{role}@{host.name}"] = record["pid"]
     return found
+
+
+def remote_folder(host, run_dir):
+    return host.workdir / "runs" / run_dir.parent.name / run_dir.name
+
+
+def before_removal(monkeypatch, fleet, run_dir):
+    """What the hosts held just before the launcher removed the run's folders:
+    {"pids": {role@host: pid}, "rank_logs": {conn_id: [names]}}."""
+    from mxbench.launchers.ssh import SshLauncher
+
+    seen, remove = {"pids": {}, "rank_logs": {}}, SshLauncher._remove_run_folder
+
+    def read_then_remove(self, host, folder):
+        seen["pids"].update(remote_pids(fleet, run_dir))
+        seen["rank_logs"][host.conn_id] = sorted(p.name for p in Path(folder).glob("rank*.log"))
+        return remove(self, host, folder)
+
+    monkeypatch.setattr(SshLauncher, "_remove_run_folder", read_then_remove)
+    return seen
 
 
 
@@ -97,10 +117,13 @@ def test_role_command_quotes_every_value(payload):
     assert tokens[:3] == ["cd", f"/w/{payload}/runs/d/r", "&&"]
     assert tokens[3:7] == ["exec", "env", "DMLC_ROLE=worker", f"HOST_ONLY={payload}"]
     assert tokens[7] == f"NOTE={payload}"  # the plan's value wins over the host's
-    assert tokens[8:] == [host.python, "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
+    # the supervisor and the role both keep the run folder off sys.path (-P)
+    assert tokens[8:] == [host.python, "-P", "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
                           f"/w/{payload}/runs/d/r/pids/worker-0.json", "--heartbeat-timeout", "30", "--",
-                          *role.argv]
-    assert shlex.split(setup_command(host, f"/w/{payload}/r"))[3] == f"/w/{payload}/r"
+                          host.python, "-P", *role.argv[1:]]
+    assert shlex.split(setup_command(host, Path(f"/local/{payload}/r"))) == [
+        host.python, "-I", "-m", "mxbench_train.host_workdir", "--workdir", f"/w/{payload}", "--dag-run", payload,
+        "--run", "r"]
 
 
 def test_connection_extras_are_checked_before_anything_runs():
@@ -128,6 +151,7 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
                                                                         tmp_path, capsys):
     params = use_hosts(monkeypatch, ssh_hosts)
     first = run_dir_for(tmp_path, "first")
+    pids = before_removal(monkeypatch, ssh_hosts, first)["pids"]
     plan, results = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)
     assert [(r.name, r.host, r.returncode) for r in results] == [("worker-0", "127.0.0.1", 0)]
     assert "Speed:" in (first / "rank0.log").read_text()  # brought back from host 1's work folder
@@ -136,8 +160,9 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     assert json.loads((first / "ssh.json").read_text())["data_copied_to"] == ["mxbench_ssh_1"]
     copied = ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name / "cifar10_train.rec"
     assert copied.read_bytes() == (cifar_rec / "cifar10_train.rec").read_bytes()
-    pids = remote_pids(ssh_hosts, first)
     assert list(pids) == ["worker-0@host1"] and not alive(pids["worker-0@host1"])
+    # its files fetched, the run's folder on the host is gone (and its DAG run's, left empty)
+    assert not remote_folder(ssh_hosts.hosts[0], first).parent.exists()
 
     second = run_dir_for(tmp_path, "second")
     launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)
@@ -147,20 +172,21 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
 
 def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
     run_dir = run_dir_for(tmp_path)
+    seen = before_removal(monkeypatch, ssh_hosts, run_dir)
+    pids = seen["pids"]
     plan, results = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, run_dir, 300)
     assert [(r.name, r.host) for r in plan] == [("scheduler", "127.0.0.1"), ("server-0", "127.0.0.1"),
                                                ("server-1", "127.0.0.2"), ("worker-0", "127.0.0.1"),
                                                ("worker-1", "127.0.0.2")]
     assert all(r.returncode == 0 for r in results)
-    pids = remote_pids(ssh_hosts, run_dir)
     assert sorted(pids) == ["scheduler@host1", "server-0@host1", "server-1@host2", "worker-0@host1",
                             "worker-1@host2"]  # each supervisor wrote its pid file on its own host
     assert not wait_all_dead(pids.values(), 0)
     for rank in (0, 1):
         assert "Speed:" in (run_dir / f"rank{rank}.log").read_text()
-    # each host's work folder has one worker's rank log (ps-lite numbers ranks as workers register)
-    for host in ssh_hosts.hosts:
-        assert len(list((host.workdir / "runs" / run_dir.parent.name / run_dir.name).glob("rank*.log"))) == 1
+    # each host's work folder had one worker's rank log (ps-lite numbers ranks as workers register)
+    assert [len(seen["rank_logs"][c]) for c in CONN_IDS] == [1, 1]
+    assert not any(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)
     assert plan[-1].env["DMLC_NODE_HOST"] == "127.0.0.2"
 
 
@@ -168,7 +194,7 @@ def crashing_python(tmp_path, after_s):
     """A training interpreter whose trainer segfaults ``after_s`` seconds into training."""
     wrapper = tmp_path / "python-crashing"
     wrapper.write_text(f"""#!/usr/bin/env bash
-if [[ $1 == -m && $2 == mxbench_train && $3 == train ]]; then  # the trainer, not its supervisor
+if [[ $1 == -[PI] && $2 == -m && $3 == mxbench_train && $4 == train ]]; then  # the trainer, not its supervisor
   {shlex.quote(train_python())} "$@" &
   sleep {after_s}
   echo "Segmentation fault (simulated)" >&2
@@ -181,7 +207,8 @@ exec {shlex.quote(train_python())} "$@"
 
 
 def test_a_worker_crashing_on_host_2_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
-    params = use_hosts(monkeypatch, ssh_hosts, ({}, {"mxbench_python": crashing_python(tmp_path, 6)}))
+    keep = {"mxbench_keep_failed_runs": True}  # the failed run's folders stay on the hosts, pid files too
+    params = use_hosts(monkeypatch, ssh_hosts, (keep, {**keep, "mxbench_python": crashing_python(tmp_path, 6)}))
     run_dir = run_dir_for(tmp_path)
     started = time.monotonic()
     with pytest.raises(RoleFailed) as failed:
@@ -193,14 +220,18 @@ def test_a_worker_crashing_on_host_2_stops_every_role_on_both_hosts(ssh_hosts, m
                      str(failed.value))
     pids = remote_pids(ssh_hosts, run_dir)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
+    assert all(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)  # kept, as asked
 
 
 def test_the_deadline_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
     run_dir = run_dir_for(tmp_path)
+    pids = before_removal(monkeypatch, ssh_hosts, run_dir)["pids"]
     with pytest.raises(LaunchTimeout, match="deadline"):
         launcher(use_hosts(monkeypatch, ssh_hosts)).execute(LONG, cifar_rec, run_dir, deadline_s=8)
-    pids = remote_pids(ssh_hosts, run_dir)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
+    # failed, and no connection keeps failed runs: fetched, then removed all the same
+    assert (run_dir / "rank1.log").exists() or (run_dir / "rank0.log").exists()
+    assert not any(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)
     assert "channel closed, stopping the role" in (run_dir / "roles" / "worker-1.log").read_text()
 
 
@@ -333,7 +364,8 @@ def test_a_connection_lost_mid_run_fails_the_run_naming_the_host_and_stops_every
     """Host 2's sshd session process dies mid-run (as when the host drops off the network)."""
     import threading
 
-    params = use_hosts(monkeypatch, ssh_hosts)
+    keep = {"mxbench_keep_failed_runs": True}
+    params = use_hosts(monkeypatch, ssh_hosts, (keep, keep))
     run_dir = run_dir_for(tmp_path)
     host2 = ssh_hosts.hosts[1]
 

@@ -101,7 +101,7 @@ def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local", "ssh")))
     first = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
                                  build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
-    assert first == {"run_id": "manual__1", "repeats": 4, "fingerprint": CPU_FP,
+    assert first == {"dag_id": "mxbench_benchmark", "run_id": "manual__1", "repeats": 4, "fingerprint": CPU_FP,
                      "fingerprints": {"local": CPU_FP, "ssh": CPU_FP}}
     counts = {t: count(url, t) for t in ("dag_runs", "repeats", "variants", "environments")}
     assert counts == {"dag_runs": 1, "repeats": 4, "variants": 1, "environments": 1}
@@ -162,8 +162,8 @@ def test_fingerprint_is_the_hardware_not_the_host():
 # --- migrations --------------------------------------------------------------------------------
 
 def test_migrate_an_empty_database_twice(url):
-    assert store.migrate(url) == "0002"
-    assert store.migrate(url) == "0002"
+    assert store.migrate(url) == "0003"
+    assert store.migrate(url) == "0003"
     with store.engine(url).connect() as connection:
         inspector = sa.inspect(connection)
         assert {"dag_runs", "repeats", "variants", "environments", "alembic_version"} <= set(inspector.get_table_names())
@@ -197,7 +197,7 @@ def test_upgrade_a_0001_database_keeps_its_data(url, tmp_path):
         connection.execute(sa.text(
             "INSERT INTO repeats (dag_run, run_key, variant, launcher, repeat, environment, status, samples_per_sec) "
             "VALUES ('old', 'cpu1-bs32__local__r1', 'cpu1-bs32', 'local', 1, 'abc', 'ok', 123.5)"))
-    assert store.migrate(url) == "0002"
+    assert store.migrate(url) == "0003"
     (repeat,) = rows(url, "repeats")
     assert repeat["samples_per_sec"] == 123.5 and repeat["machine_set"] is None
     assert rows(url, "dag_runs")[0]["image"] is None
@@ -239,7 +239,7 @@ def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path):
     assert set(found["variant"]) == {"cpu2-bs32"} and set(found["status"]) == {"ok"}
 
     # strictly before: a run id excludes itself and anything later
-    by_id = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before="scheduled__day5", runs=2)
+    by_id = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", "scheduled__day5"), runs=2)
     assert by_id["run_id"].unique().tolist() == ["scheduled__day3", "scheduled__day4"]
     assert store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0).empty
     assert store.baseline(url, "cpu2-bs32", "ssh", CPU_FP, before=T0 + timedelta(days=30)).empty
@@ -342,3 +342,159 @@ def test_a_folder_imported_and_then_recorded_by_the_dag_is_one_dag_run(url, tmp_
     (again,) = store.import_runs(url, [dag_dir])  # the DAG's own record wins
     assert again["skipped"].endswith("is already recorded as scheduled__2026-01-01")
     assert rows(url, "dag_runs")[0]["trigger"] == "scheduled"
+
+
+# --- a DAG run is (dag_id, run_id) -------------------------------------------------------------
+
+SHARED_ID = "scheduled__2026-11-08T00:00:00+00:00"  # the regression DAG's; a manual run may take it too
+
+
+def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path):
+    nightly = make_dag_dir(tmp_path, "nightly", ok_runs(speeds=(100.0, 101.0)))
+    store.record_dag_run(url, nightly, dag_id="mxbench_regression", run_id=SHARED_ID, trigger="scheduled",
+                         logical_date=T0)
+    manual = make_dag_dir(tmp_path, "manual", ok_runs(speeds=(300.0,)), started=T0 + timedelta(hours=1))
+    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
+    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")  # a retry
+
+    by_dag = {r["dag_id"]: r for r in rows(url, "dag_runs")}
+    assert set(by_dag) == {"mxbench_regression", "mxbench_benchmark"}  # the manual run deleted nothing
+    assert by_dag["mxbench_regression"]["trigger"] == "scheduled"
+    speeds = {(r["dag_id"], r["samples_per_sec"]) for r in rows(url, "repeats")}
+    assert speeds == {("mxbench_regression", 100.0), ("mxbench_regression", 101.0), ("mxbench_benchmark", 300.0)}
+    history = store.history(url, "cpu2-bs32")
+    assert sorted(zip(history["dag_id"], history["samples_per_sec"])) == sorted(speeds)
+    nightly_only = store.history(url, dag_ids=["mxbench_regression"])
+    assert nightly_only["samples_per_sec"].tolist() == [100.0, 101.0]
+    # each is its own DAG run for a baseline: the benchmark run is earlier than nothing of the nightly's
+    later = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=1))
+    assert sorted(later["samples_per_sec"]) == [100.0, 101.0, 300.0]
+    before_manual = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", SHARED_ID))
+    assert before_manual["samples_per_sec"].tolist() == [100.0, 101.0]  # only itself is left out
+
+
+def upgrade_to(url, revision):
+    with store.engine(url).begin() as connection:
+        command.upgrade(store._alembic_config(connection), revision)
+
+
+def test_upgrade_a_0002_database_keeps_every_row_under_the_dag_that_wrote_it(url, tmp_path):
+    """Rows recorded under 0002 (run id the whole key) keep their values; each repeat takes its
+    DAG run's dag_id; afterwards the other DAG can store a run of the same id."""
+    upgrade_to(url, "0002")
+    for dag_id, run_id, folder, speeds in (("mxbench_regression", SHARED_ID, "nightly", (100.0, 101.0)),
+                                           ("mxbench_benchmark", "manual__1", "manual", (200.0,))):
+        dag_dir = make_dag_dir(tmp_path, folder, ok_runs(speeds=speeds))
+        with store.engine(url).begin() as connection:  # as the 0002 code wrote them
+            connection.execute(sa.text(
+                "INSERT INTO environments (fingerprint, gpu_count, host_class, first_seen) "
+                "VALUES (:fp, 0, 'cpu', :now) ON CONFLICT DO NOTHING"), {"fp": CPU_FP, "now": T0})
+            connection.execute(sa.text("INSERT INTO variants (id, workers) VALUES ('cpu2-bs32', 2) "
+                                       "ON CONFLICT DO NOTHING"))
+            connection.execute(sa.text(
+                "INSERT INTO dag_runs (run_id, dag_id, trigger, measured_at, state, runs_ok, runs_failed, "
+                "environment, folder, recorded_at) "
+                "VALUES (:run, :dag, 'manual', :now, 'ok', 1, 0, :fp, :folder, :now)"),
+                {"run": run_id, "dag": dag_id, "now": T0, "fp": CPU_FP, "folder": str(dag_dir.resolve())})
+            for repeat, speed in enumerate(speeds, 1):
+                connection.execute(sa.text(
+                    "INSERT INTO repeats (dag_run, run_key, variant, launcher, machine_set, repeat, environment, "
+                    "status, samples_per_sec) VALUES (:run, :key, 'cpu2-bs32', 'local', 'local', :repeat, :fp, 'ok', "
+                    ":speed)"), {"run": run_id, "key": f"cpu2-bs32__local__r{repeat}", "repeat": repeat,
+                                 "fp": CPU_FP, "speed": speed})
+
+    assert store.migrate(url) == "0003"
+    assert sorted((r["dag_id"], r["run_id"]) for r in rows(url, "dag_runs")) == [
+        ("mxbench_benchmark", "manual__1"), ("mxbench_regression", SHARED_ID)]
+    repeat_rows = rows(url, "repeats")
+    assert sorted((r["dag_id"], r["dag_run"], r["samples_per_sec"], r["machine_set"]) for r in repeat_rows) == [
+        ("mxbench_benchmark", "manual__1", 200.0, "local"),
+        ("mxbench_regression", SHARED_ID, 100.0, "local"), ("mxbench_regression", SHARED_ID, 101.0, "local")]
+    # new rows after the copied ones get new ids (PostgreSQL's sequence went on past them)
+    manual = make_dag_dir(tmp_path, "manual-2", ok_runs(speeds=(300.0,)))
+    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
+    assert len(rows(url, "dag_runs")) == 3 and count(url, "repeats") == 4
+    assert len({r["id"] for r in rows(url, "repeats")}) == 4
+    # deleting a DAG run still takes its repeats with it (the foreign key over both columns)
+    with store.engine(url).begin() as connection:
+        connection.execute(sa.text("DELETE FROM dag_runs WHERE dag_id = 'mxbench_benchmark'"))
+    assert sorted(r["samples_per_sec"] for r in rows(url, "repeats")) == [100.0, 101.0]
+
+
+def test_downgrade_to_0002_keeps_the_rows(url, tmp_path):
+    store.record_dag_run(url, make_dag_dir(tmp_path, "run1", ok_runs()), dag_id="mxbench_regression",
+                         run_id=SHARED_ID, trigger="scheduled")
+    with store.engine(url).begin() as connection:
+        command.downgrade(store._alembic_config(connection), "0002")
+        assert "dag_id" not in {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
+    assert [(r["dag_run"], r["samples_per_sec"]) for r in rows(url, "repeats")] == [(SHARED_ID, 100.0),
+                                                                                    (SHARED_ID, 102.0)]
+    assert store.migrate(url) == "0003" and count(url, "repeats") == 2
+
+
+def test_import_keeps_the_dag_a_folder_names(url, tmp_path):
+    nightly = make_dag_dir(tmp_path / "runs", "old-nightly-1a2b3c4d", ok_runs(), run_id=SHARED_ID)
+    request = json.loads((nightly / "request.json").read_text())
+    (nightly / "request.json").write_text(json.dumps({**request, "dag_id": "mxbench_regression"}))
+    older = make_dag_dir(tmp_path / "runs", "older-5e6f7a8b", ok_runs(), run_id=SHARED_ID)  # no dag_id: the benchmark's
+    results = store.import_runs(url, [nightly, older])
+    assert [(r["dag_id"], r["run_id"]) for r in results] == [("mxbench_regression", SHARED_ID),
+                                                             ("mxbench_benchmark", SHARED_ID)]
+    assert count(url, "dag_runs") == 2 and count(url, "repeats") == 4
+
+
+# --- passwords ---------------------------------------------------------------------------------
+
+SECRET = "s3cr3t-pw"
+BAD_URLS = [f"u:{SECRET}@db.example/results",  # no scheme: SQLAlchemy cannot parse it
+            f"postgresql+psycopg2://u:{SECRET}@db.example:port/results",  # a port that is not a number
+            f"postgresql+psycopg2://u:{SECRET}@127.0.0.1:1/results"]  # nobody listening
+
+
+@pytest.mark.parametrize("bad", BAD_URLS)
+def test_no_store_error_quotes_a_password(bad, tmp_path):
+    dag_dir = make_dag_dir(tmp_path, "run1", ok_runs())
+    calls = [lambda: store.migrate(bad), lambda: store.history(bad, "cpu2-bs32"), lambda: store.read_history(bad),
+             lambda: store.record_dag_run(bad, dag_dir, dag_id="d", run_id="r", trigger="manual")]
+    for call in calls:
+        with pytest.raises(store.StoreError) as raised:
+            call()
+        assert SECRET not in str(raised.value)
+        assert raised.value.__cause__ is None and raised.value.__suppress_context__  # no chained original
+    assert SECRET not in store.shown(bad)
+    with pytest.raises(store.StoreError) as raised:
+        store.url_of_connection(f"postgres://u:{SECRET}@db.example:port/x")
+    assert SECRET not in str(raised.value)
+
+
+def test_without_password_hides_every_spelling_of_it():
+    url = "postgresql+psycopg2://u:p%40ss%2Fw@db/results"
+    text = f"driver said: bad url {url}; password p@ss/w rejected; dsn password=p%40ss%2Fw"
+    shown = store.without_password(text, url)
+    assert "p@ss/w" not in shown and "p%40ss%2Fw" not in shown and "u:***@db/results" in shown
+
+
+def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_failure(tmp_path, monkeypatch, capsys):
+    import traceback
+    from types import SimpleNamespace
+
+    from mxbench import config, pipeline, stages
+    from mxbench.report import build_report
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", BAD_URLS[0])
+    dag_dir = config.dag_run_dir("mxbench_benchmark", "manual__1")
+    make_dag_dir(dag_dir.parent, dag_dir.name, ok_runs())
+    pipeline.join(dag_dir)
+    build_report(dag_dir)  # the report task, which runs beside store_results
+    dag_run = SimpleNamespace(dag_id="mxbench_benchmark", run_type="manual", logical_date=None,
+                              data_interval_start=None, data_interval_end=None)
+    with pytest.raises(store.StoreError) as raised:
+        stages.store_results.function({}, params={}, dag_run=dag_run, run_id="manual__1")
+    printed = capsys.readouterr()
+    log = "".join(traceback.format_exception(raised.value)) + printed.out + printed.err
+    stored = (dag_dir / "stored.json").read_text()
+    assert "not a database URL" in stored and "not a database URL" in log
+    assert SECRET not in stored and SECRET not in log
+    failure = pipeline.verdict_of(dag_dir)  # what check_runs fails the DAG run with
+    assert "storing the results in the results database failed" in failure and SECRET not in failure

@@ -21,8 +21,10 @@ What is real
     (Scheduled, FailedScheduling, Pulled, Created, Started, Killing, DeadlineExceeded) and a
     resourceVersion that grows on every change. ``activeDeadlineSeconds`` and graceful deletion
     (SIGTERM to the container's process group, SIGKILL after the grace period) behave like the
-    kubelet. The log is the process's real stdout+stderr, line by line, with the time each line
-    arrived (``timestamps=true`` prints it as the kubelet does, 9 fixed decimals).
+    kubelet. The log is the process's real stdout+stderr, line by line (a line longer than 16 KiB
+    in pieces, as the CRI stores it; each piece counts as a line for ``tailLines`` and gets its
+    own timestamp), with the time each line arrived (``timestamps=true`` prints
+    it as the kubelet does, 9 fixed decimals).
   * Scheduling honours ``spec.nodeSelector``, ``spec.nodeName`` and ``nvidia.com/gpu`` (any
     extended resource asked for as a limit is counted against the node's allocatable, which has
     only ``nvidia.com/gpu``). Among the nodes that fit, the one with fewest pods wins (spreading).
@@ -93,6 +95,7 @@ GIT_VERSION = "v1.34.0-mxbench-standin"
 SCHEMA_VERSION = "1.34"  # the kubernetes_validate schema set used (newest <= the version served)
 PID_ANNOTATION = "standin.mxbench/pid"
 TOKEN = "standin-token"
+LOG_PIECE = 16 << 10  # the CRI's longest log entry: longer lines are stored in pieces
 STOP_GRACE_SECONDS = 3  # grace given to pods when the stand-in itself stops
 GPU = "nvidia.com/gpu"
 
@@ -883,7 +886,9 @@ class Cluster:
             self._remove(pod)
 
     def _record_output(self, pod, stream):
-        for line in iter(stream.readline, b""):
+        # in pieces of at most LOG_PIECE bytes, as the CRI writes a container's long lines: an
+        # endless line is served as it comes, not held back until its newline
+        for line in iter(lambda: stream.readline(LOG_PIECE), b""):
             arrived = time.time_ns()
             with self.lock:
                 pod.log.append((arrived, line))

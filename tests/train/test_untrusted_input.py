@@ -1,5 +1,6 @@
 """prepare-cifar10 on untrusted input: crafted pickles, hostile download servers, archive bombs."""
 import base64
+import hashlib
 import http.server
 import io
 import json
@@ -320,6 +321,7 @@ def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
     spy.write_text(f'#!/usr/bin/env bash\necho "$@" >> {argv_log}\nexec {train_python()} "$@"\n')
     spy.chmod(0o755)
     monkeypatch.setenv("MXBENCH_TRAIN_PYTHON", str(spy))
+    monkeypatch.setenv("MXBENCH_DATASET_PRIVATE_HOSTS", "127.0.0.1")  # a loopback address: allowed here
     url = "http://alice:s3cret@127.0.0.1:9/cifar-10-python.tar.gz?token=t0k"  # port 9: nobody there
     with pytest.raises(MxbenchError) as failure:
         pipeline.prepare_data({"dataset": url}, tmp_path / "run", tmp_path / "data")
@@ -327,3 +329,135 @@ def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
     recorded = argv_log.read_text() + str(failure.value) + (tmp_path / "run" / "stages.json").read_text()
     assert "prepare-cifar10 --source-env MXBENCH_SOURCE" in recorded
     assert "s3cret" not in recorded and "alice" not in recorded and "t0k" not in recorded
+
+
+# --- a dataset param from the trigger form reaches only what an administrator allowed ------------
+
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- worker secret 7f3a9c\n"
+
+
+def _secret_file(tmp_path):
+    secret = tmp_path / "elsewhere" / "id_ed25519"
+    secret.parent.mkdir()
+    secret.write_bytes(SECRET)
+    return secret
+
+
+def _holds_secret(folder):
+    """Files (not the test's own symlinks) under ``folder`` that hold a copy of the secret."""
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and SECRET in p.read_bytes()]
+
+
+@pytest.mark.parametrize("form", ["path", "file URL", "symlink in the data folder"])
+def test_a_worker_file_outside_the_allowed_folders_is_refused_unread(tmp_path, form):
+    """On main a trigger user got any worker-readable file copied into the data folder (file://),
+    and the refusal printed its MD5."""
+    from mxbench import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    secret, data_root = _secret_file(tmp_path), tmp_path / "data"
+    dataset = {"path": str(secret), "file URL": f"file://{secret}"}.get(form)
+    if form == "symlink in the data folder":
+        data_root.mkdir()
+        (data_root / "cifar-10-python.tar.gz").symlink_to(secret)
+        dataset = str(data_root / "cifar-10-python.tar.gz")
+    with pytest.raises(MxbenchError) as refused:
+        pipeline.prepare_data({"dataset": dataset, "allow_unverified": True}, tmp_path / "run", data_root)
+    message = str(refused.value)
+    assert f"CIFAR-10 source {dataset} is not under a folder allowed for data sets ({data_root}" in message
+    assert "MXBENCH_DATASET_ROOTS" in message
+    assert hashlib.md5(SECRET).hexdigest() not in message
+    assert not _holds_secret(data_root)
+
+
+def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_source):
+    from mxbench import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    data_root = tmp_path / "data"
+    folder = data_root / "mine" / "cifar-10-batches-py"
+    shutil.copytree(cifar_source, folder)
+    (folder / "data_batch_2").unlink()
+    (folder / "data_batch_2").symlink_to(_secret_file(tmp_path))
+    with pytest.raises(MxbenchError, match=f"CIFAR-10 source {folder}: data_batch_2 links outside the folders "
+                                           "allowed for data sets; refused"):
+        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, tmp_path / "run", data_root)
+    assert not _holds_secret(data_root) and not list(data_root.glob("rec-*/*.rec"))
+
+
+def test_folders_an_administrator_lists_are_allowed(tmp_path, monkeypatch):
+    from mxbench import pipeline
+
+    shared = tmp_path / "shared datasets"
+    src = run_trainer("synthetic-cifar10", "--out", shared, "--train", 50, "--test", 10, "--archive")
+    assert src.returncode == 0, src.stderr
+    monkeypatch.setenv("MXBENCH_DATASET_ROOTS", os.pathsep.join(["/nonexistent", str(shared)]))
+    data = pipeline.prepare_data({"dataset": src.stdout.strip(), "allow_unverified": True}, tmp_path / "run",
+                                 tmp_path / "data")
+    assert data["records"] == {"train": 50, "val": 10} and data["verified"] is False
+
+
+def test_an_unverified_download_is_deleted_and_its_digest_never_shown(tmp_path, serve):
+    body = b"\x1f\x8b" + b"not the archive" * 100
+    _, base = serve({"/cifar-10-python.tar.gz": _send(body)})
+    out = tmp_path / "out"
+    done = run_trainer("prepare-cifar10", "--source", f"{base}/cifar-10-python.tar.gz", "--out", out)
+    line = _one_error_line(done)
+    assert "is not the official archive" in line and "--allow-unverified" in line
+    assert hashlib.md5(body).hexdigest() not in done.stdout + done.stderr
+    assert not [p for p in (out / "downloads").iterdir()], "the refused download was kept"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "2130706433", "[::ffff:127.0.0.1]"])
+def test_a_url_to_a_loopback_address_is_refused_before_any_request(tmp_path, serve, host):
+    from mxbench import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    server, base = serve({"/cifar-10-python.tar.gz": _send(b"x")})
+    url = f"http://{host}:{server.server_port}/cifar-10-python.tar.gz"
+    with pytest.raises(MxbenchError) as refused:
+        pipeline.prepare_data({"dataset": url}, tmp_path / "run", tmp_path / "data")
+    assert f"cannot download CIFAR-10 from {url}: {host.strip('[]')} resolves to " in str(refused.value)
+    assert "a loopback, private, link-local or reserved address: refused" in str(refused.value)
+    assert "MXBENCH_DATASET_PRIVATE_HOSTS" in str(refused.value)
+    assert server.seen == []
+
+
+def test_a_listed_private_host_may_serve_but_not_redirect_to_an_unlisted_one(tmp_path, serve, monkeypatch):
+    from mxbench import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    inner, inner_base = serve({"/c.tgz": _send(b"x")})
+
+    def moved(handler):
+        handler.send_response(302)
+        handler.send_header("Location", f"{inner_base}/c.tgz")  # 127.0.0.1: not listed
+        handler.end_headers()
+
+    mirror, _ = serve({"/c.tgz": moved})
+    monkeypatch.setenv("MXBENCH_DATASET_PRIVATE_HOSTS", "localhost")
+    with pytest.raises(MxbenchError, match="127.0.0.1 resolves to 127.0.0.1, a loopback"):
+        pipeline.prepare_data({"dataset": f"http://localhost:{mirror.server_port}/c.tgz"}, tmp_path / "run",
+                              tmp_path / "data")
+    assert mirror.seen == [("/c.tgz", None)] and inner.seen == []
+
+
+def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_path, serve, monkeypatch):
+    """DNS rebinding: the name answers a public address first, loopback afterwards. The connection
+    goes to the address that was checked, and every lookup is checked."""
+    import socket
+
+    server, _ = serve({"/c.tgz": _send(b"x")})
+    answers = []
+
+    def rebinding(host, port, *args, **kwargs):
+        address = "192.88.99.1" if not answers else "127.0.0.1"  # 192.88.99.1: public, nobody listening here
+        answers.append(address)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setenv("MXBENCH_DOWNLOAD_TIMEOUT_S", "2")
+    policy = cifar10.SourcePolicy.from_env([tmp_path])
+    with pytest.raises(cifar10.MxbenchError, match="cannot download CIFAR-10 from http://rebind.example"):
+        cifar10.fetch(f"http://rebind.example:{server.server_port}/c.tgz", tmp_path / "downloads", policy)
+    assert answers and server.seen == []

@@ -21,13 +21,21 @@ How a run becomes pods:
   log with a role prefix); once the pod ends its full log is fetched again (streams have gaps)
   and the rank logs and telemetry the role printed at exit (``mxbench_train pod-role``) are
   unpacked into the run folder, so parse/join/report read a k8s run like any other.
+- A pod is untrusted (its image may be a trigger user's choice, its output anything): role logs
+  are capped (``CappedLog``), long lines cut, the log read as a stream with a byte limit, and its
+  outputs unpacked only inside the run folder, never over the launcher's records, within size
+  caps (``pod_outputs.unpack``); anything refused fails the run, naming the pod. The image must
+  be the connection's or match its ``allowed_images``; hostNetwork needs ``allow_host_network``;
+  no service account token is mounted unless asked for.
 
 Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
 against ``SETTINGS_SCHEMA``; see the README.
 """
 import copy
+import fnmatch
 import hashlib
 import json
+import os
 import posixpath
 import re
 import sys
@@ -40,7 +48,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import describe_exit, run_plan
-from mxbench_train.pod_outputs import BEGIN, END, BundleError, split_log, unpack
+from mxbench_train.pod_outputs import BundleError, OutputsBlock, unpack
+from mxbench_train.role_log import CappedLog
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
@@ -59,12 +68,21 @@ START_TIMEOUT, GONE, API_LOST = -1000, -1001, -1002
 DELETE_GRACE_S = 3
 REQUEST_TIMEOUT_S = 30  # every API call: a hung API server must not hang the run
 API_GRACE_S = 60.0
+# a pod's log is untrusted: lines longer than this are cut into pieces of it (the reader's pending
+# line stays bounded, an endless line included); the fetch after the pod ends reads at most
+# FETCH_MAX_BYTES (past it, the outputs block at the end is lost and the streamed log stays)
+MAX_LINE_BYTES = 64 << 10
+ECHO_LINE_CHARS = 1000  # a worker line echoed to the task log is cut here
+FETCH_MAX_BYTES = 1 << 30
 
 
 SETTINGS_SCHEMA = {
     "type": "object", "additionalProperties": False,
     "properties": {
         "image": {"type": "string", "minLength": 1},
+        "allowed_images": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "allow_host_network": {"type": "boolean"},
+        "automount_service_account_token": {"type": "boolean"},
         "namespace": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
         "python": {"type": "string", "minLength": 1},
         "service_account": {"type": "string"},
@@ -121,6 +139,10 @@ class PodSettings:
     env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment (NCCL_*, ...)
     labels: Dict[str, str] = field(default_factory=dict)
     annotations: Dict[str, str] = field(default_factory=dict)
+    # the kubernetes_image param may name only these (fnmatch patterns) besides the connection's image
+    allowed_images: Sequence[str] = ()
+    allow_host_network: bool = False  # hostNetwork pods (settings.host_network, -hostnet variants)
+    automount_service_account_token: bool = False  # role pods need no API access
 
     @property
     def local_data_root(self) -> str:
@@ -151,18 +173,32 @@ def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None, ima
             f"breaks the rule {exc.validator}: {json.dumps(exc.validator_value)[:200]}"
         raise MxbenchError(f"{where}: {field_name}: {rule}") from None
     settings = {k: v for k, v in raw.items() if k != "image"}
+    if image and image != raw.get("image") and not image_allowed(image, raw.get("allowed_images") or ()):
+        # a trigger user's choice of image runs code on the cluster's nodes: only what the admin allowed
+        allowed = ", ".join(map(repr, raw.get("allowed_images") or ())) or "none besides mxbench_pod.image"
+        raise MxbenchError(f"{where}: the kubernetes_image param {image[:200]!r} is not allowed: "
+                           f"mxbench_pod.allowed_images ({allowed}) does not match it")
     image = image or raw.get("image")
     if not image:
         raise MxbenchError(f"{where}: no training image: set mxbench_pod.image or the kubernetes_image param")
+    if raw.get("host_network") and not raw.get("allow_host_network"):
+        raise MxbenchError(f"{where}: mxbench_pod.host_network is true but mxbench_pod.allow_host_network is not: "
+                           "pods on the node's network need both")
     if namespace and "namespace" not in settings:
         settings["namespace"] = namespace
     for key in ("requests", "limits"):
         if key in settings:
             settings[key] = {k: str(v) for k, v in settings[key].items()}
-    for key in ("image_pull_secrets", "nodes", "tolerations"):
+    for key in ("allowed_images", "image_pull_secrets", "nodes", "tolerations"):
         if key in settings:
             settings[key] = tuple(settings[key])
     return PodSettings(conn_id=conn_id, image=image, **settings)
+
+
+def image_allowed(image: str, patterns: Sequence[str]) -> bool:
+    """Whether ``image`` matches one of the fnmatch-style ``patterns`` (case-sensitive; ``*``
+    matches ``/`` too, so a pattern should spell out the registry host and path)."""
+    return any(fnmatch.fnmatchcase(image, pattern) for pattern in patterns)
 
 
 # --- pods: pure ------------------------------------------------------------------------------
@@ -213,7 +249,8 @@ def pod_template(settings: PodSettings) -> dict:
     resources = {k: v for k, v in (("requests", settings.requests), ("limits", settings.limits)) if v}
     if resources:
         container["resources"] = copy.deepcopy(resources)
-    spec = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
+    spec = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
+            "automountServiceAccountToken": settings.automount_service_account_token}
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
     if settings.image_pull_secrets:
@@ -267,6 +304,8 @@ def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, se
     spec["restartPolicy"] = "Never"
     spec["activeDeadlineSeconds"] = int(deadline_s) + 60  # the run deadline's backstop, should Airflow die
     spec["terminationGracePeriodSeconds"] = DELETE_GRACE_S
+    # the settings decide, whatever a pod template file says: a role needs no API token
+    spec["automountServiceAccountToken"] = settings.automount_service_account_token
     if host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -405,6 +444,8 @@ class RolePod:
         self._scheduled_at: Optional[float] = None
         self._stop = threading.Event()
         self._stream, self._stopped_by_us = None, False
+        self._streamed = 0  # bytes of the log's own lines the follower took (before the cap)
+        self.outputs_refused: Optional[str] = None  # why unpacking its outputs refused something
         self.pod = pods.create(body)
         self._follower = threading.Thread(target=self._follow, args=(echo,), daemon=True,
                                           name=f"log-{role.name}")
@@ -491,7 +532,8 @@ class RolePod:
     # logs
 
     def _follow(self, echo: bool):
-        """Stream the pod's log into roles/<role>.log until it ends (a pod still pending has none)."""
+        """Stream the pod's log into roles/<role>.log (capped) until it ends (a pod still pending has
+        none); workers' lines are echoed to the task log, up to half the cap."""
         try:
             while not self._stop.is_set():
                 pod = self.pods.status(self.name)
@@ -502,21 +544,20 @@ class RolePod:
                 return
             self._stream = self.pods.client.read_namespaced_pod_log(
                 self.name, self.pods.namespace, container=CONTAINER, follow=True, _preload_content=False)
-            inside, pending = False, b""
-            with open(self.log_path, "w") as out:
-                for chunk in self._stream.stream(decode_content=True):
-                    *lines, pending = (pending + chunk).split(b"\n")
-                    for raw in lines:
-                        line = raw.decode(errors="replace")
-                        inside, outside = _in_bundle(line, inside)
-                        if not outside or self._stop.is_set():
-                            continue
-                        out.write(line + "\n")
-                        if echo:
-                            print(f"[{self.role.name}] {line}", flush=True)
-                    out.flush()
-                if pending and not inside and not self._stop.is_set():
-                    out.write(pending.decode(errors="replace") + "\n")
+            block = OutputsBlock(max_chars=0)  # only to tell the block's lines from the log's: nothing kept
+            echoed = 0
+            with CappedLog(self.log_path) as log:
+                for raw in lines_of(self._stream.stream(decode_content=True)):
+                    line = raw.decode(errors="replace")
+                    if not block.feed(line) or self._stop.is_set():
+                        continue
+                    log.write(raw + b"\n")
+                    self._streamed += len(raw) + 1
+                    if echo and echoed <= log.head_max:
+                        line = line[:ECHO_LINE_CHARS]
+                        echoed += len(line) + 1
+                        print(f"[{self.role.name}] {line}" if echoed <= log.head_max else
+                              f"[{self.role.name}] (more output: only in {self.log_path})", flush=True)
         except Exception as exc:  # a broken stream: the full log is fetched again at the end
             if not self._stop.is_set():
                 print(f"mxbench: following the log of pod {self.name} stopped: {exc}", file=sys.stderr)
@@ -536,27 +577,52 @@ class RolePod:
     def fetch_log(self) -> None:
         """The ended pod's whole log, read again (streams have gaps): the rank logs and telemetry of
         its outputs block go into the run folder, and the rest replaces ``roles/<role>.log`` where it
-        holds at least what was streamed (a rotated log may not)."""
+        holds at least what was streamed (a rotated log may not). Read as a stream, at most
+        FETCH_MAX_BYTES, into a capped log: the block (at the end) is kept apart, so the cap never
+        cuts it off. Whatever unpacking refuses is kept in ``outputs_refused``: it fails the run."""
         try:  # the raw response: the client's own decoding turns the body into "b'...'"
-            text = self.pods.client.read_namespaced_pod_log(
+            response = self.pods.client.read_namespaced_pod_log(
                 self.name, self.pods.namespace, container=CONTAINER, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_S).data.decode(errors="replace")
+                _request_timeout=REQUEST_TIMEOUT_S)
         except Exception:
             return  # never started, or gone: what the follower streamed stays
         follower_done = self._end_stream(wait_s=5)
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        fetched = self.log_path.with_name(f".{self.log_path.name}.fetched")
+        block, kept, read, complete = OutputsBlock(), 0, 0, True
         try:
-            kept, data, skipped = split_log(lines)
+            with CappedLog(fetched) as log:
+                for raw in lines_of(response.stream(decode_content=True)):
+                    read += len(raw) + 1
+                    if read > FETCH_MAX_BYTES:
+                        complete = False
+                        print(f"mxbench: pod {self.name}: its log is over {FETCH_MAX_BYTES} bytes; read no further "
+                              "(its outputs block, at the end, is lost)", file=sys.stderr)
+                        break
+                    if block.feed(raw.decode(errors="replace")):
+                        log.write(raw + b"\n")
+                        kept += len(raw) + 1
+        except Exception as exc:  # the stream broke: what the follower streamed stays
+            complete = False
+            print(f"mxbench: reading the log of pod {self.name} again failed: {exc}", file=sys.stderr)
+        finally:
+            response.close()  # not drained when cut short: never back into the pool
+        if follower_done and complete and kept >= self._streamed:
+            os.replace(fetched, self.log_path)
+        else:
+            fetched.unlink(missing_ok=True)
+        if not complete:
+            return
+        try:
+            data, skipped = block.result()
         except BundleError as exc:
-            kept, data, skipped = without_bundle(lines), None, []
             print(f"mxbench: pod {self.name}: {exc}", file=sys.stderr)
-        streamed = _line_count(self.log_path)
-        if follower_done and len(kept) >= streamed:
-            self.log_path.write_text("".join(f"{line}\n" for line in kept))
+            return
         if data:
-            unpack(data, self.run_dir, keep=LOCAL_ONLY | {"roles", "kubernetes.json"})
+            try:
+                unpack(data, self.run_dir, keep=LOCAL_ONLY | {"roles", "kubernetes.json"})
+            except BundleError as exc:
+                self.outputs_refused = f"role {self.role.name}: the outputs of pod {self.name}: {exc}"
+                print(f"mxbench: {self.outputs_refused}", file=sys.stderr)
         if skipped:
             print(f"mxbench: pod {self.name} left out of its outputs (too big for the log): {', '.join(skipped)}",
                   file=sys.stderr)
@@ -587,30 +653,27 @@ class RolePod:
         return {"pod": self.name, "namespace": self.pods.namespace}
 
 
-def _line_count(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return 0
+def lines_of(chunks, max_line: int = MAX_LINE_BYTES):
+    """The lines of a byte stream, without their newline; a line longer than ``max_line`` comes in
+    pieces of ``max_line`` bytes, so that what waits for a newline stays bounded."""
+    pending = b""
+    for chunk in chunks:
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield from _pieces(line, max_line)
+        while len(pending) > max_line:
+            yield pending[:max_line]
+            pending = pending[max_line:]
+    if pending:
+        yield pending
 
 
-def _in_bundle(line: str, inside: bool):
-    """(inside the outputs block after this line, is this line outside it)."""
-    if line == BEGIN:
-        return True, False
-    if inside:
-        return not line.startswith(END), False
-    return False, True
-
-
-def without_bundle(lines):
-    kept, inside = [], False
-    for line in lines:
-        inside, outside = _in_bundle(line, inside)
-        if outside:
-            kept.append(line)
-    return kept
+def _pieces(line: bytes, size: int):
+    if len(line) <= size:
+        yield line
+        return
+    for i in range(0, len(line), size):
+        yield line[i:i + size]
 
 
 def failure_of(pod):
@@ -711,7 +774,8 @@ class KubernetesLauncher:
         if here:
             notes.append(f"the nodes {', '.join(here)} are the machine Airflow runs on: they share its cores")
         return Target(self.name, hosts=len(nodes), gpus_per_host=min(n.gpus for n in nodes),
-                      on_this_machine=bool(here), notes=tuple(notes))
+                      on_this_machine=bool(here), notes=tuple(notes),
+                      host_network=self.settings.allow_host_network)
 
     # a run
 
@@ -723,6 +787,9 @@ class KubernetesLauncher:
         run, attempt = run_id(run_dir), uuid.uuid4().hex[:6]
         steps = Steps(run_dir / "kubernetes.json")
         host_network = variant.host_network or self.settings.host_network
+        if host_network and not self.settings.allow_host_network:  # expand_variants refuses it first
+            raise MxbenchError(f"variant {variant.id} runs its pods on the host network, which kubernetes connection "
+                               f"{self.settings.conn_id!r} does not allow (mxbench_pod.allow_host_network)")
         with steps("setup_s"):
             nodes = self.nodes()[:variant.hosts]
             if len(nodes) < variant.hosts:
@@ -738,7 +805,7 @@ class KubernetesLauncher:
         pods = RunPods(self.client, self.settings.namespace, run, attempt, self.pod_manager, self.should_stop)
         if self.on_pods:
             self.on_pods(pods)
-        scheduler_ip = {}
+        scheduler_ip, handles = {}, []
 
         def start(role: Role, log_path):
             body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_dir.name,
@@ -746,6 +813,7 @@ class KubernetesLauncher:
                             host_network=host_network, scheduler_ip=scheduler_ip.get("ip"), deadline_s=deadline_s)
             handle = RolePod(pods, role, body, log_path, run_dir, self.settings.startup_timeout_s,
                              echo=role.kind == "worker")
+            handles.append(handle)
             if role.kind == "scheduler":  # the others need its address
                 scheduler_ip["ip"] = handle.wait_running(deadline)
                 steps.record["scheduler_ip"] = scheduler_ip["ip"]
@@ -763,6 +831,9 @@ class KubernetesLauncher:
             raise
         with steps("cleanup_s"):
             pods.delete_all()
+        refused = [h.outputs_refused for h in handles if h.outputs_refused]
+        if refused:  # a pod that sends names outside the run folder or past the caps: its numbers are not kept
+            raise MxbenchError("; ".join(refused))
         return plan, results
 
     def reap(self, run_dir) -> List:

@@ -10,7 +10,15 @@ running there. ``run_plan`` drives the roles exactly as it drives local processe
 
 On each host: ``<workdir>/data/<data set>/`` (copied over SFTP, skipped when its manifest already
 matches) or a shared ``mxbench_data_dir``, and ``<workdir>/runs/<dag run>/<run>/``, the roles'
-working folder, whose rank logs and telemetry come back into the local run folder at the end.
+working folder, whose rank logs and telemetry come back into the local run folder at the end;
+then it is removed (a failed run's stays where the connection says ``mxbench_keep_failed_runs``).
+
+A host is not trusted (a compromised GPU host must not become a compromised Airflow worker), nor
+are its other local users: the work folder (default ``~/.cache/mxbench``) must be the SSH
+user's own and closed to others (``mxbench_train.host_workdir`` checks it there before each
+run); no interpreter runs with a host-writable folder on ``sys.path`` (``-I`` for set-up
+commands; roles ``-P``, or ``-I`` before Python 3.11); what comes back is capped and lands only
+as new plain files in the run folder (``fetch_outputs``); streamed role logs are capped.
 """
 import hashlib
 import ipaddress
@@ -27,12 +35,13 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchInterrupted, describe_exit, run_plan
+from mxbench_train.role_log import CappedLog
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
@@ -40,11 +49,17 @@ from ..variants import Target, Variant
 
 DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifar10_val.idx")
 MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
-DEFAULT_WORKDIR = "/var/tmp/mxbench"
+DEFAULT_WORKDIR = "~/.cache/mxbench"  # under the SSH user's home, resolved there; never shared territory
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
 HEARTBEAT_S = 2.0  # the launcher writes a byte to each role's channel this often...
 HEARTBEAT_TIMEOUT_S = 30.0  # ...and its supervisor stops the role after this long without one
 LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"}
+# what a run brings back from its hosts: rank logs and GPU CSVs of a 300-epoch, 8-GPU run are
+# tens of MB; these only stop a host that sends without end (env overrides, in bytes)
+FETCH_FILE_MAX_BYTES = 256 << 20  # MXBENCH_FETCH_FILE_MAX_BYTES
+FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one run together
+FETCH_CHUNK = 1 << 16
+ECHO_LINE_MAX_BYTES = 1 << 16  # a worker line shown in the task log is cut here (a line may never end)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -59,6 +74,7 @@ class SshHost:
     data_dir: Optional[str] = None  # a shared folder with the prepared files: used as is
     env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment there
     checks_host_key: bool = True  # False only where the connection turns checking off explicitly
+    keep_failed_runs: bool = False  # mxbench_keep_failed_runs: a failed run's folder stays there, to look into
     # opens an authenticated paramiko SSHClient (SSHHook.get_conn); holds the credentials
     connect: Optional[Callable] = field(default=None, repr=False, compare=False)
 
@@ -81,7 +97,7 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_hos
     python = str(extra.get("mxbench_python") or "python3")
     if python.startswith("-") or "=" in python or not _plain(python):
         raise MxbenchError(f"{where}: mxbench_python {python!r} is not an interpreter path")
-    workdir = _absolute(extra.get("mxbench_workdir") or DEFAULT_WORKDIR, f"{where}: mxbench_workdir")
+    workdir = _workdir(extra.get("mxbench_workdir") or DEFAULT_WORKDIR, f"{where}: mxbench_workdir")
     data_dir = extra.get("mxbench_data_dir")
     data_dir = _absolute(data_dir, f"{where}: mxbench_data_dir") if data_dir else None
     env = extra.get("mxbench_env") or {}
@@ -93,8 +109,11 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_hos
     if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and _plain(str(v))
                                             for k, v in env.items()):
         raise MxbenchError(f"{where}: mxbench_env must be an object of variable names to one-line values")
+    keep = extra.get("mxbench_keep_failed_runs", False)
+    if str(keep).strip().lower() not in ("true", "false", "1", "0", "yes", "no", ""):
+        raise MxbenchError(f"{where}: mxbench_keep_failed_runs must be true or false, not {keep!r}")
     return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
-                   checks_host_key, connect)
+                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect)
 
 
 def _plain(text: str) -> bool:
@@ -108,6 +127,14 @@ def _absolute(path, what) -> str:
     return posixpath.normpath(path)
 
 
+def _workdir(path, what) -> str:
+    """An absolute path, or one under the SSH user's home (``~/...``, resolved on the host)."""
+    path = str(path)
+    if path.startswith("~/") and _plain(path):
+        return "~/" + posixpath.normpath(path[2:]).lstrip("/")
+    return _absolute(path, what + " (absolute, or ~/...)")
+
+
 # --- commands: pure, every value quoted ------------------------------------------------------
 
 def cores_per_host(probes: Dict[str, dict]) -> int:
@@ -117,38 +144,57 @@ def cores_per_host(probes: Dict[str, dict]) -> int:
     return max(1, min(p["cores"] // per_machine[p.get("machine") or conn_id] for conn_id, p in probes.items()))
 
 
-def role_command(host: SshHost, role: Role, remote_run_dir: str) -> str:
-    """The one shell line that runs ``role`` under the supervisor, in the run's folder."""
+def isolation_flag(python_version) -> str:
+    """How a role's interpreter keeps its working folder (the run folder) off ``sys.path``, where
+    ``python -m`` puts it first: ``-P`` from Python 3.11; before, ``-I``, which also ignores
+    PYTHON* variables (mxbench_env's too; PYTHONUNBUFFERED becomes -u) and the user's site-packages."""
+    return "-P" if tuple(python_version) >= (3, 11) else "-I"
+
+
+def role_command(host: SshHost, role: Role, remote_run_dir: str, isolation: str = "-P") -> str:
+    """The one shell line that runs ``role`` under the supervisor, in the run's folder; the
+    supervisor and the role's own interpreter both run with ``isolation`` (see isolation_flag)."""
     variables = {**host.env, **role.env}  # the plan's DMLC_* and thread counts win
     bad = [k for k in variables if not _ENV_NAME.match(k)]
     if bad:
         raise MxbenchError(f"role {role.name}: environment names {bad} cannot be passed to a remote shell")
     env = [f"{k}={v}" for k, v in sorted(variables.items())]
-    supervise = [host.python, "-m", "mxbench_train", "supervise", "--role", role.name,
+    argv = list(role.argv)
+    if argv[:1] == [host.python]:  # the plan's roles: python -m mxbench_train train|serve
+        # -I drops PYTHONUNBUFFERED too: the streamed log needs it, as -u
+        argv[1:1] = [isolation, "-u"] if isolation == "-I" and variables.get("PYTHONUNBUFFERED") else [isolation]
+    supervise = [host.python, isolation, "-m", "mxbench_train", "supervise", "--role", role.name,
                  "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"),
-                 "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}", "--", *role.argv]
+                 "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}", "--", *argv]
     return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
 
 
-def setup_command(host: SshHost, remote_run_dir: str) -> str:
-    """A fresh run folder, then what the host offers and a free port on its address (binding it
-    proves the host owns the address its roles will bind)."""
-    probe = [host.python, "-m", "mxbench_train", "probe", "--address", host.address]
-    return (f"rm -rf -- {shlex.quote(remote_run_dir)} && mkdir -p -- {shlex.quote(remote_run_dir + '/pids')} "
-            f"&& {shlex.join(probe)}")
+# set-up commands run isolated (-I): they need nothing but the interpreter's own packages, and the
+# login folder they start in must not be able to shadow them
+
+def setup_command(host: SshHost, run_dir: Path) -> str:
+    """The work folder made and checked, and a fresh run folder in it (mxbench_train.host_workdir):
+    one JSON line, {workdir, run_dir, python}."""
+    return shlex.join([host.python, "-I", "-m", "mxbench_train.host_workdir", "--workdir", host.workdir,
+                       "--dag-run", Path(run_dir).parent.name, "--run", Path(run_dir).name])
 
 
-def probe_command(host: SshHost) -> str:
-    return shlex.join([host.python, "-m", "mxbench_train", "probe"])
+def probe_command(host: SshHost, address: Optional[str] = None) -> str:
+    """What the host offers; with ``address``, also a free port there (binding it proves the host
+    owns the address its roles will bind)."""
+    return shlex.join([host.python, "-I", "-m", "mxbench_train", "probe",
+                       *(["--address", address] if address else [])])
 
 
 def reap_command(host: SshHost, remote_run_dir: str) -> str:
-    return shlex.join([host.python, "-m", "mxbench_train", "reap", "--pids-dir",
+    return shlex.join([host.python, "-I", "-m", "mxbench_train", "reap", "--pids-dir",
                        posixpath.join(remote_run_dir, "pids")])
 
 
-def remote_run_dir(host: SshHost, run_dir: Path) -> str:
-    return posixpath.join(host.workdir, "runs", Path(run_dir).parent.name, Path(run_dir).name)
+def remove_command(remote_run_dir: str) -> str:
+    """The run's folder on the host, then its DAG run's folder if that is left empty."""
+    return (f"rm -rf -- {shlex.quote(remote_run_dir)} && "
+            f"{{ rmdir -- {shlex.quote(posixpath.dirname(remote_run_dir))} 2>/dev/null || true; }}")
 
 
 def remote_data_dir(host: SshHost, data_dir: Path) -> str:
@@ -158,7 +204,9 @@ def remote_data_dir(host: SshHost, data_dir: Path) -> str:
 # --- a role on a host: the handle run_plan drives ----------------------------------------------
 
 class RemoteRole:
-    """A role running on a host through one SSH channel; its output streams into its log.
+    """A role running on a host through one SSH channel; its output streams into its log, capped
+    (``CappedLog``: head and tail kept, MXBENCH_ROLE_LOG_MAX_BYTES), and a worker's into the task
+    log too, up to as much again.
 
     It sends the supervisor a heartbeat byte every HEARTBEAT_S: a connection that dies without
     a word (a partition; stock sshd never notices) stops the role after HEARTBEAT_TIMEOUT_S.
@@ -182,7 +230,7 @@ class RemoteRole:
                     if isinstance(exc, paramiko.ChannelException) else "")
             raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__}{hint}"
                                ) from None
-        self._log = open(log_path, "wb")
+        self._log = CappedLog(log_path)
         self._reader = threading.Thread(target=self._copy, args=(echo,), daemon=True,
                                          name=f"ssh-{role.name}")
         self._reader.start()
@@ -190,6 +238,7 @@ class RemoteRole:
     def _copy(self, echo):
         prefix = f"[{self.role.name}@{self.host.conn_id}] "
         pending = b""
+        echo_left = self._log.limit
         while True:
             try:
                 data = self.chan.recv(65536)
@@ -198,12 +247,20 @@ class RemoteRole:
             if not data:
                 break
             self._log.write(data)
-            self._log.flush()
-            if echo:  # the workers' progress in the Airflow task log
+            if echo and echo_left > 0:  # the workers' progress in the Airflow task log
                 pending += data
                 *lines, pending = pending.split(b"\n")
+                if len(pending) > ECHO_LINE_MAX_BYTES:  # a line without end: shown cut, in pieces
+                    lines.append(pending[:ECHO_LINE_MAX_BYTES] + b" [line cut]")
+                    pending = b""
                 for line in lines:
                     print(prefix + line.decode(errors="replace"), flush=True)
+                    echo_left -= len(prefix) + len(line) + 1
+                    if echo_left <= 0:
+                        break
+                if echo_left <= 0:
+                    print(f"{prefix}[mxbench: more output than the task log takes from a role: the rest is in "
+                          f"roles/{self.role.name}.log only]", flush=True)
 
     @property
     def returncode(self) -> Optional[int]:
@@ -214,6 +271,8 @@ class RemoteRole:
             # sshd may send the status before the last output: let the log catch up first, so
             # that an error quoting the log's last line quotes the right one
             self._reader.join(timeout=2)
+            if not self._reader.is_alive():
+                self._log.flush()  # a capped log writes its tail now and then: all of it, for the error
             self._code = self.chan.recv_exit_status()  # -1: the channel closed without a status
         elif self._code is None and time.monotonic() - self._beat > HEARTBEAT_S:
             self._beat = time.monotonic()
@@ -336,14 +395,15 @@ class SshLauncher:
         folder says how long each step took and which hosts the data was copied to."""
         run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
-        remote = {h.conn_id: remote_run_dir(h, run_dir) for h in hosts}
-        (run_dir / "remote.json").write_text(json.dumps(
-            [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
+        remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
         steps, ran, interrupted = Steps(run_dir / "ssh.json"), False, False
         try:
-            with steps("setup_s"):  # connect, fresh run folders, cores and a port: all hosts at once
-                probes = self._on_each(hosts, lambda h: self._probe(
-                    h, setup_command(h, remote[h.conn_id]), "preparing the run folder"))
+            with steps("setup_s"):  # connect, checked folders, cores and a port: all hosts at once
+                ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote))
+            hosts = [replace(h, workdir=ready[h.conn_id]["workdir"]) for h in hosts]  # ~ resolved there
+            (run_dir / "remote.json").write_text(json.dumps(
+                [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
+            probes = {conn_id: r["probe"] for conn_id, r in ready.items()}
             with steps("data_s"):
                 data_arg, steps.record["data_copied_to"] = self._stage_data(hosts, Path(data_dir))
             job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
@@ -356,8 +416,8 @@ class SshLauncher:
 
             def start(role, log_path):
                 host = by_address[role.host]
-                return RemoteRole(self._client(host), host, role, role_command(host, role, remote[host.conn_id]),
-                                  log_path, echo=role.kind == "worker")
+                command = role_command(host, role, remote[host.conn_id], isolation_flag(ready[host.conn_id]["python"]))
+                return RemoteRole(self._client(host), host, role, command, log_path, echo=role.kind == "worker")
 
             with steps("roles_s"):
                 results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
@@ -370,13 +430,21 @@ class SshLauncher:
                 if not interrupted:
                     # a failed run's rank logs tell why: bring back what there is, keep the first error
                     with steps("fetch_s"):
-                        self._fetch(hosts, remote, run_dir)
+                        self._fetch(hosts, remote, run_dir, run_ok=ran)
             except Exception:
                 if ran:
                     raise
             finally:
                 self.close()
         return plan, results
+
+    def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str]) -> dict:
+        """The host's work folder checked and a fresh run folder made (recorded in ``remote``), then
+        what the host offers: {workdir, run_dir, python (its version), probe}."""
+        folders = self._probe(host, setup_command(host, run_dir), "preparing the run folder")
+        remote[host.conn_id] = folders["run_dir"]
+        probe = self._probe(host, probe_command(host, host.address), "probing the training env")
+        return {**folders, "probe": probe}
 
     def _stage_data(self, hosts, data_dir: Path):
         """Put the data set on every host: (the path the trainer gets, the same on each host;
@@ -404,17 +472,31 @@ class SshLauncher:
         # relative to the run folder, so hosts with different workdirs share one command line
         return posixpath.join("..", "..", "..", "data", data_dir.name), copied
 
-    def _fetch(self, hosts, remote, run_dir: Path):
-        """Every host's rank logs and telemetry; a host that fails does not stop the others."""
-        errors = []
+    def _fetch(self, hosts, remote, run_dir: Path, run_ok: bool = True):
+        """Every host's rank logs and telemetry (a host that fails does not stop the others), then
+        the run's folder there is removed, unless the run failed and the connection keeps failed
+        runs (mxbench_keep_failed_runs). A folder that could not be fetched whole stays."""
+        errors, budget = [], ByteBudget(fetch_run_max_bytes())
         for host in hosts:
+            if host.conn_id not in remote:
+                continue  # it never got a run folder
             try:
                 with self._sftp(host, "fetching the run's logs") as sftp:
-                    fetch_outputs(sftp, remote[host.conn_id], run_dir)
+                    fetch_outputs(sftp, remote[host.conn_id], run_dir, str(host), budget)
             except MxbenchError as exc:
                 errors.append(exc)
+                continue
+            if run_ok or not host.keep_failed_runs:
+                self._remove_run_folder(host, remote[host.conn_id])
         if errors:
             raise errors[0]
+
+    def _remove_run_folder(self, host: SshHost, folder: str):
+        """A folder left behind costs only disk: a failure to remove it is a warning, not the run's."""
+        try:
+            self._run(host, remove_command(folder), f"removing the run folder {folder}")
+        except MxbenchError as exc:
+            print(f"mxbench: warning: {exc}", file=sys.stderr)
 
     @contextmanager
     def _sftp(self, host: SshHost, what: str):
@@ -626,7 +708,7 @@ def sha256_command(host: SshHost, remote_dir: str) -> str:
               "        for b in iter(lambda: f.read(1 << 20), b''): h.update(b)\n"
               "    return h.hexdigest()\n"
               "print(json.dumps({n: sha(os.path.join(sys.argv[1], n)) for n in sys.argv[2:]}))\n")
-    return shlex.join([host.python, "-c", script, remote_dir, *DATA_FILES])
+    return shlex.join([host.python, "-I", "-c", script, remote_dir, *DATA_FILES])
 
 
 def _size(sftp, path: str) -> Optional[int]:
@@ -649,10 +731,92 @@ def _makedirs(sftp, path: str):
                 raise
 
 
-def fetch_outputs(sftp, remote_dir: str, run_dir: Path):
-    """Bring the rank logs and telemetry files back (not ``pids/``, never a local bookkeeping file)."""
+def fetch_file_max_bytes() -> int:
+    return _env_bytes("MXBENCH_FETCH_FILE_MAX_BYTES", FETCH_FILE_MAX_BYTES)
+
+
+def fetch_run_max_bytes() -> int:
+    return _env_bytes("MXBENCH_FETCH_RUN_MAX_BYTES", FETCH_RUN_MAX_BYTES)
+
+
+def _env_bytes(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else default
+
+
+class ByteBudget:
+    """Bytes one run may still bring back, over all its hosts."""
+
+    def __init__(self, total: int):
+        self.total = self.left = total
+
+
+def output_name_ok(name) -> bool:
+    """A name a host lists may become a file in the run folder only as a plain name of its own:
+    no folder part, not . or .., no NUL or control character, not a local record's name."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and name.isprintable()
+            and name not in LOCAL_ONLY)
+
+
+def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
+                  budget: Optional[ByteBudget] = None):
+    """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
+
+    What a host lists is untrusted: a name is taken only when ``output_name_ok``; a file is only
+    ever created, never written over an existing one or through a symlink (O_EXCL, O_NOFOLLOW);
+    at most fetch_file_max_bytes() a file and ``budget`` a run are read. Whatever was refused or
+    cut, the rest is still fetched, then one error names ``where`` and each file.
+    """
     import stat
 
-    for entry in sftp.listdir_attr(remote_dir):
-        if stat.S_ISREG(entry.st_mode) and entry.filename not in LOCAL_ONLY:
-            sftp.get(posixpath.join(remote_dir, entry.filename), str(run_dir / entry.filename))
+    budget = budget or ByteBudget(fetch_run_max_bytes())
+    file_max = fetch_file_max_bytes()
+    problems = []
+    try:
+        entries = sftp.listdir_attr(remote_dir)
+    except UnicodeDecodeError:
+        raise MxbenchError(f"{where}: the run folder {remote_dir} lists a name that is not UTF-8") from None
+    for entry in entries:
+        name = entry.filename
+        if not stat.S_ISREG(entry.st_mode or 0):
+            continue
+        shown = repr(name)[:80]
+        if not output_name_ok(name):
+            problems.append(f"refused {shown}: not a plain name of a run output")
+            continue
+        if budget.left <= 0:
+            problems.append(f"{shown} not fetched: the run's {budget.total} bytes (MXBENCH_FETCH_RUN_MAX_BYTES) "
+                            "are used up")
+            continue
+        limit = min(file_max, budget.left)
+        try:
+            written, cut = _fetch_file(sftp, posixpath.join(remote_dir, name), run_dir / name, limit, entry.st_size)
+        except FileExistsError:
+            problems.append(f"refused {shown}: the run folder has a file of that name already")
+            continue
+        budget.left -= written
+        if cut:
+            cap = "MXBENCH_FETCH_FILE_MAX_BYTES" if limit == file_max else "MXBENCH_FETCH_RUN_MAX_BYTES"
+            problems.append(f"{shown} cut at {limit} bytes ({cap}); the rest was not read")
+    if problems:
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise MxbenchError(f"{where}: fetching the run folder {remote_dir}: {'; '.join(problems[:10])}{more}")
+
+
+def _fetch_file(sftp, remote_path: str, local_path: Path, limit: int, size_hint=None):
+    """At most ``limit`` bytes of a remote file into a new local one: (bytes written, whether more
+    was there). Raises FileExistsError where the local name is taken (a symlink included)."""
+    fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    written = 0
+    with os.fdopen(fd, "wb") as out, sftp.open(remote_path, "rb") as src:
+        if size_hint:
+            src.prefetch(min(size_hint, limit))  # requests in flight together, as sftp.get does
+        while True:
+            chunk = src.read(min(FETCH_CHUNK, limit + 1 - written))
+            if not chunk:
+                return written, False
+            if written + len(chunk) > limit:
+                out.write(chunk[:limit - written])
+                return limit, True
+            out.write(chunk)
+            written += len(chunk)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import urllib.parse
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -46,25 +47,45 @@ def default_url() -> str:
 def url_of_connection(uri: str) -> str:
     """An Airflow connection URI as SQLAlchemy takes it: ``postgres://`` (Airflow's spelling) and
     ``postgresql://`` become ``postgresql+psycopg2://``; Airflow's ``__extra__`` query is dropped."""
-    url = sa.engine.make_url(uri)
+    try:
+        url = sa.engine.make_url(uri)
+    except (sa.exc.ArgumentError, ValueError):
+        raise StoreError(f"the results connection's URI is not a database URL: {UNSHOWN}") from None
     if url.drivername in ("postgres", "postgresql"):
         url = url.set(drivername="postgresql+psycopg2")
     return url.difference_update_query(["__extra__"]).render_as_string(hide_password=False)
+
+
+UNSHOWN = "it is not shown, since it may hold a password"
 
 
 def shown(url: str) -> str:
     """The URL without its password, for messages."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return "<an invalid URL>"
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        return f"<an invalid URL: {UNSHOWN}>"
+
+
+def without_password(text: str, url: str) -> str:
+    """``text`` (an error message, say) with ``url`` and its password nowhere in it: for messages
+    that quote what a driver or another library said about the URL."""
+    text = text.replace(url, shown(url))
+    try:
+        password = sa.engine.make_url(url).password
+    except (sa.exc.ArgumentError, ValueError):
+        password = None
+    if password:
+        for spelling in {password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)}:
+            text = text.replace(spelling, "***")
+    return text
 
 
 def engine_name(url: str) -> str:
     """The kind of database only (sqlite, postgresql), for pages that must not show where it is."""
     try:
         return sa.engine.make_url(url).get_backend_name()
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):
         return "an invalid URL"
 
 
@@ -73,14 +94,14 @@ def engine(url: str) -> sa.engine.Engine:
     """One engine per URL for the process (its pool makes repeated queries cheap)."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise StoreError(f"not a database URL: {url!r}") from None
+    except (sa.exc.ArgumentError, ValueError):
+        raise StoreError(f"the results store's URL is not a database URL ({UNSHOWN})") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     try:
         made = sa.create_engine(parsed)
     except Exception as exc:  # an unknown dialect or a missing driver
-        raise StoreError(f"cannot use the results store at {shown(url)}: {exc}") from None
+        raise StoreError(without_password(f"cannot use the results store at {shown(url)}: {exc}", url)) from None
     if parsed.get_backend_name() == "sqlite":
         @sa.event.listens_for(made, "connect")
         def _enforce_foreign_keys(dbapi_connection, _record):  # SQLite ignores them unless asked
@@ -108,7 +129,8 @@ def migrate(url: str) -> str:
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, "head")
     except sa.exc.OperationalError as exc:
-        raise StoreError(f"cannot reach the results store at {shown(url)}: {_first_line(exc)}") from None
+        raise StoreError(without_password(f"cannot reach the results store at {shown(url)}: {_first_line(exc)}",
+                                          url)) from None
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
@@ -215,13 +237,14 @@ def _read_runs_csv(path: Path) -> List[dict]:
 
 def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str, build: Optional[dict] = None,
                    logical_date=None, data_interval=None) -> dict:
-    """Store one DAG run from its folder, replacing whatever was stored for ``run_id`` (one
-    transaction: a rerun task or DAG run never duplicates, and a reader never sees half of one).
+    """Store one DAG run from its folder, replacing whatever was stored for ``run_id`` of ``dag_id``
+    (one transaction: a rerun task or DAG run never duplicates, and a reader never sees half of
+    one; another DAG's run of the same id is left alone).
 
     Every run of ``request.json`` becomes a repeat row: measured, failed (with its cause) or, when
     ``tables/runs.csv`` lacks it, "not run". ``build``: ``{"package", "commit", "image"}``; None:
-    request.json's ``build``, if any. Returns ``{"run_id", "repeats", "fingerprint"}`` (the first
-    measured run's machine) and ``"fingerprints"``: launcher -> its runs' machine.
+    request.json's ``build``, if any. Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}``
+    (the first measured run's machine) and ``"fingerprints"``: launcher -> its runs' machine.
     """
     dag_dir = Path(dag_dir)
     if trigger not in TRIGGERS:
@@ -254,7 +277,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
                                                           "first_seen": _time((row or {}).get("started_at"))})
         launcher = run.get("launcher") or row["launcher"]
         repeat_rows.append({
-            "dag_run": run_id, "run_key": key, "variant": variant["id"], "launcher": launcher,
+            "dag_id": dag_id, "dag_run": run_id, "run_key": key, "variant": variant["id"], "launcher": launcher,
             "machine_set": machine_set_of.get(launcher), "repeat": int(run.get("repeat") or row["repeat"]),
             "environment": env_fingerprint, "status": status,
             "cause": (row or {}).get("cause") if row else "the run never started: tables/runs.csv has no row for it",
@@ -294,9 +317,11 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
                 connection.execute(environments.update().where(
                     (environments.c.fingerprint == fp) & (environments.c.first_seen > e["first_seen"])
                 ).values(first_seen=e["first_seen"]))
-        # this run id's earlier record, and an import of this folder under its folder name
-        replaced = (dag_runs.c.run_id == run_id) | (dag_runs.c.folder == dag_run_row["folder"])
-        connection.execute(repeats.delete().where(repeats.c.dag_run.in_(sa.select(dag_runs.c.run_id).where(replaced))))
+        # this DAG run's earlier record, and an import of this folder under its folder name
+        replaced = (((dag_runs.c.dag_id == dag_id) & (dag_runs.c.run_id == run_id))
+                    | (dag_runs.c.folder == dag_run_row["folder"]))
+        connection.execute(repeats.delete().where(sa.exists().where(
+            replaced & (dag_runs.c.dag_id == repeats.c.dag_id) & (dag_runs.c.run_id == repeats.c.dag_run))))
         connection.execute(dag_runs.delete().where(replaced))
         connection.execute(dag_runs.insert(), dag_run_row)
         if repeat_rows:
@@ -306,13 +331,14 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     for row in repeat_rows:
         if row["environment"]:
             by_launcher.setdefault(row["launcher"], row["environment"])
-    return {"run_id": run_id, "repeats": len(repeat_rows), "fingerprint": dag_run_row["environment"],
-            "fingerprints": by_launcher}
+    return {"dag_id": dag_id, "run_id": run_id, "repeats": len(repeat_rows),
+            "fingerprint": dag_run_row["environment"], "fingerprints": by_launcher}
 
 
 def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:
     """Record run folders made before the store existed (``$MXBENCH_HOME/runs/*``), as manual
-    runs of ``mxbench_benchmark``. One result per folder: ``record_dag_run``'s, or
+    runs of the DAG their request.json names (``mxbench_benchmark`` where it names none: folders
+    older than that field were all its). One result per folder: ``record_dag_run``'s, or
     ``{"folder", "skipped": why}`` for a folder without ``tables/runs.csv``."""
     results = []
     for dag_dir in map(Path, dag_dirs):
@@ -327,14 +353,15 @@ def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:
             results.append({"folder": str(dag_dir), "skipped": f"{dag_dir} is already recorded as {recorded['run_id']}"})
             continue
         run_id = request.get("run_id") or (recorded or {}).get("run_id") or dag_dir.name
+        dag_id = request.get("dag_id") or (recorded or {}).get("dag_id") or "mxbench_benchmark"
         results.append({"folder": str(dag_dir), **record_dag_run(
-            url, dag_dir, dag_id=request.get("dag_id") or "mxbench_benchmark", run_id=run_id, trigger="manual")})
+            url, dag_dir, dag_id=dag_id, run_id=run_id, trigger="manual")})
     return results
 
 
 def _recorded_run_of(url: str, dag_dir: Path) -> Optional[dict]:
     with _ready(url).connect() as connection:
-        row = connection.execute(sa.select(dag_runs.c.run_id, dag_runs.c.trigger)
+        row = connection.execute(sa.select(dag_runs.c.dag_id, dag_runs.c.run_id, dag_runs.c.trigger)
                                  .where(dag_runs.c.folder == str(dag_dir.resolve()))).first()
     return dict(row._mapping) if row else None
 
@@ -353,10 +380,13 @@ def _frame(connection, query) -> pd.DataFrame:
     return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
 
 
+OF_ITS_DAG_RUN = (repeats.c.dag_id == dag_runs.c.dag_id) & (repeats.c.dag_run == dag_runs.c.run_id)
+
+
 def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None):
-    query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, repeats.c.dag_run == dag_runs.c.run_id)
-             .order_by(dag_runs.c.measured_at, dag_runs.c.run_id, repeats.c.variant, repeats.c.launcher,
-                       repeats.c.repeat))
+    query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+             .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.variant,
+                       repeats.c.launcher, repeats.c.repeat))
     if variant:
         query = query.where(repeats.c.variant == variant)
     if dag_ids is not None:
@@ -382,8 +412,8 @@ def read_history(url: str) -> pd.DataFrame:
     empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS])
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise StoreError("not a database URL") from None
+    except (sa.exc.ArgumentError, ValueError):
+        raise StoreError(f"the results store's URL is not a database URL ({UNSHOWN})") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
         return empty
     try:
@@ -392,35 +422,36 @@ def read_history(url: str) -> pd.DataFrame:
                 return empty
             return _frame(connection, _history_query())
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(_first_line(exc)) from None
+        raise StoreError(without_password(_first_line(exc), url)) from None
 
 
-def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, str],
+def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, Tuple[str, str]],
              runs: int = 5) -> pd.DataFrame:
     """The successful repeats of ``variant`` on ``launcher`` and this kind of machine in the last
-    ``runs`` DAG runs that measured it, strictly before ``before``: a datetime, or a run id (that
-    run's time, the run itself excluded; a run id not stored yet excludes nothing but itself).
-    Ordered oldest first, as ``history``."""
+    ``runs`` DAG runs that measured it (of any DAG), strictly before ``before``: a datetime, or a
+    DAG run, ``(dag_id, run_id)`` (that run's time, the run itself excluded; a DAG run not stored
+    yet excludes nothing but itself). Ordered oldest first, as ``history``."""
     measured = ((repeats.c.variant == variant) & (repeats.c.launcher == launcher)
                 & (repeats.c.environment == fingerprint) & (repeats.c.status == "ok")
                 & repeats.c.samples_per_sec.is_not(None))
     with _ready(url).connect() as connection:
-        if isinstance(before, str):
-            cutoff = connection.execute(sa.select(dag_runs.c.measured_at)
-                                        .where(dag_runs.c.run_id == before)).scalar()
-            earlier = dag_runs.c.run_id != before
+        if isinstance(before, tuple):
+            itself = (dag_runs.c.dag_id == before[0]) & (dag_runs.c.run_id == before[1])
+            cutoff = connection.execute(sa.select(dag_runs.c.measured_at).where(itself)).scalar()
+            earlier = ~itself
             if cutoff is not None:
                 earlier = earlier & (dag_runs.c.measured_at < cutoff)
         else:
             earlier = dag_runs.c.measured_at < _time(before)
         # newest first through the measured_at index, each probed in ix_repeats_baseline
-        chosen = (sa.select(dag_runs.c.run_id).where(earlier)
-                  .where(sa.exists().where(measured & (repeats.c.dag_run == dag_runs.c.run_id)))
-                  .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.run_id.desc()).limit(runs)
-                  .subquery())
-        query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, repeats.c.dag_run == dag_runs.c.run_id)
-                 .where(measured & repeats.c.dag_run.in_(sa.select(chosen.c.run_id)))
-                 .order_by(dag_runs.c.measured_at, dag_runs.c.run_id, repeats.c.repeat))
+        chosen = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id).where(earlier)
+                  .where(sa.exists().where(measured & OF_ITS_DAG_RUN))
+                  .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.dag_id.desc(), dag_runs.c.run_id.desc())
+                  .limit(runs).subquery())
+        query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+                 .join(chosen, (chosen.c.dag_id == repeats.c.dag_id) & (chosen.c.run_id == repeats.c.dag_run))
+                 .where(measured)
+                 .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.repeat))
         return _frame(connection, query)
 
 

@@ -42,9 +42,11 @@ environments = sa.Table(
     sa.Column("first_seen", UTCDateTime, nullable=False),
 )
 
+# One row per DAG run. Run ids are unique per DAG only (a manual run may take the id of another
+# DAG's scheduled run), so the key is both (revision 0003).
 dag_runs = sa.Table(
     "dag_runs", metadata,
-    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("run_id", sa.String(250), nullable=False),
     sa.Column("dag_id", sa.String(250), nullable=False),
     sa.Column("trigger", sa.String(20), nullable=False),  # manual | scheduled | backfill
     sa.Column("logical_date", UTCDateTime),
@@ -66,6 +68,7 @@ dag_runs = sa.Table(
     sa.Column("runs_failed", sa.Integer, nullable=False),
     sa.Column("environment", sa.String(16), sa.ForeignKey("environments.fingerprint")),
     sa.Column("recorded_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("dag_id", "run_id"),
 )
 
 variants = sa.Table(
@@ -87,7 +90,8 @@ variants = sa.Table(
 repeats = sa.Table(
     "repeats", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("dag_run", sa.String(250), sa.ForeignKey("dag_runs.run_id", ondelete="CASCADE"), nullable=False),
+    sa.Column("dag_id", sa.String(250), nullable=False),  # revision 0003: with dag_run, the DAG run's key
+    sa.Column("dag_run", sa.String(250), nullable=False),  # its run id
     sa.Column("run_key", sa.String(300), nullable=False),
     sa.Column("variant", sa.String(200), sa.ForeignKey("variants.id"), nullable=False),
     sa.Column("launcher", sa.String(50), nullable=False),
@@ -106,9 +110,10 @@ repeats = sa.Table(
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("duration_s", sa.Float),
-    sa.UniqueConstraint("dag_run", "run_key", name="uq_repeats_dag_run_run_key"),
-    # revision 0002: baseline() finds a variant's runs on one launcher and machine without a scan
-    sa.Index("ix_repeats_baseline", "variant", "launcher", "environment", "dag_run"),
+    sa.ForeignKeyConstraint(["dag_id", "dag_run"], ["dag_runs.dag_id", "dag_runs.run_id"], ondelete="CASCADE"),
+    sa.UniqueConstraint("dag_id", "dag_run", "run_key", name="uq_repeats_dag_id_dag_run_run_key"),
+    # baseline() finds a variant's runs on one launcher and machine without a scan
+    sa.Index("ix_repeats_baseline", "variant", "launcher", "environment", "dag_id", "dag_run"),
 )
 
 
