@@ -69,7 +69,7 @@ run_id=$(grep -oE "run_id=[^,]+" <<<"$finished" | cut -d= -f2-)
 state=$(grep -oE "state=[a-z]+$" <<<"$finished" | cut -d= -f2)
 echo "mxbench: DAG run ${run_id:-?} finished: ${state:-unknown}"
 if [[ -n $run_id ]]; then
-  report=$(python -c 'import sys; from mxbench import config; print(config.dag_run_dir(sys.argv[1]) / "report")' "$run_id")
+  report=$(python -c 'import sys; from mxbench import config; print(config.dag_run_dir("mxbench_benchmark", sys.argv[1]) / "report")' "$run_id")
   if [[ -f $report/report.md ]]; then
     for section in "Results" "Launcher speed ratio"; do
       sed -n "/^## $section/,/^## /p" "$report/report.md" | head -n -1
