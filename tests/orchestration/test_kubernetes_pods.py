@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 
 from mxbench.jobs import job_for
-from mxbench.launchers.kubernetes import (DATA_MOUNT, RUN_DIR, lines_of, pod_data_dir, pod_settings, pod_template,
+from mxbench.launchers.kubernetes import (DATA_MOUNT, RUN_DIR, pod_data_dir, pod_settings, pod_template,
                                           role_pod, run_id)
 from mxbench.launchers.ssh import LOCAL_ONLY
 from mxbench.metrics import kubernetes_gap
 from mxbench.variants import Target, VariantError, expand_runs, preset
+from mxbench_train.role_log import lines_of
 from mxbench_train.errors import MxbenchError
 from mxbench_train.pod_outputs import BEGIN, END, BundleError, OutputsBlock, split_log, unpack
 from mxbench_train.roles import plan_roles

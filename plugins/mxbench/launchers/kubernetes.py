@@ -49,7 +49,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import describe_exit, run_plan
 from mxbench_train.pod_outputs import BundleError, OutputsBlock, unpack
-from mxbench_train.role_log import CappedLog
+from mxbench_train.role_log import CappedLog, TaskLogEcho, lines_of
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
@@ -71,8 +71,6 @@ API_GRACE_S = 60.0
 # a pod's log is untrusted: lines longer than this are cut into pieces of it (the reader's pending
 # line stays bounded, an endless line included); the fetch after the pod ends reads at most
 # FETCH_MAX_BYTES (past it, the outputs block at the end is lost and the streamed log stays)
-MAX_LINE_BYTES = 64 << 10
-ECHO_LINE_CHARS = 1000  # a worker line echoed to the task log is cut here
 FETCH_MAX_BYTES = 1 << 30
 
 
@@ -545,19 +543,18 @@ class RolePod:
             self._stream = self.pods.client.read_namespaced_pod_log(
                 self.name, self.pods.namespace, container=CONTAINER, follow=True, _preload_content=False)
             block = OutputsBlock(max_chars=0)  # only to tell the block's lines from the log's: nothing kept
-            echoed = 0
             with CappedLog(self.log_path) as log:
-                for raw in lines_of(self._stream.stream(decode_content=True)):
-                    line = raw.decode(errors="replace")
-                    if not block.feed(line) or self._stop.is_set():
-                        continue
-                    log.write(raw + b"\n")
-                    self._streamed += len(raw) + 1
-                    if echo and echoed <= log.head_max:
-                        line = line[:ECHO_LINE_CHARS]
-                        echoed += len(line) + 1
-                        print(f"[{self.role.name}] {line}" if echoed <= log.head_max else
-                              f"[{self.role.name}] (more output: only in {self.log_path})", flush=True)
+                echo = TaskLogEcho(f"[{self.role.name}]", log.head_max, str(self.log_path)) if echo else None
+                try:
+                    for raw in lines_of(self._stream.stream(decode_content=True)):
+                        line = raw.decode(errors="replace")
+                        if not block.feed(line) or self._stop.is_set():
+                            continue
+                        log.write(raw + b"\n")
+                        if echo:
+                            echo.line(line)
+                finally:
+                    self._streamed = log.written
         except Exception as exc:  # a broken stream: the full log is fetched again at the end
             if not self._stop.is_set():
                 print(f"mxbench: following the log of pod {self.name} stopped: {exc}", file=sys.stderr)
@@ -651,29 +648,6 @@ class RolePod:
 
     def record(self) -> Optional[dict]:
         return {"pod": self.name, "namespace": self.pods.namespace}
-
-
-def lines_of(chunks, max_line: int = MAX_LINE_BYTES):
-    """The lines of a byte stream, without their newline; a line longer than ``max_line`` comes in
-    pieces of ``max_line`` bytes, so that what waits for a newline stays bounded."""
-    pending = b""
-    for chunk in chunks:
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            yield from _pieces(line, max_line)
-        while len(pending) > max_line:
-            yield pending[:max_line]
-            pending = pending[max_line:]
-    if pending:
-        yield pending
-
-
-def _pieces(line: bytes, size: int):
-    if len(line) <= size:
-        yield line
-        return
-    for i in range(0, len(line), size):
-        yield line[i:i + size]
 
 
 def failure_of(pod):

@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchInterrupted, describe_exit, run_plan
-from mxbench_train.role_log import CappedLog
+from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
@@ -59,7 +59,6 @@ LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.jso
 FETCH_FILE_MAX_BYTES = 256 << 20  # MXBENCH_FETCH_FILE_MAX_BYTES
 FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one run together
 FETCH_CHUNK = 1 << 16
-ECHO_LINE_MAX_BYTES = 1 << 16  # a worker line shown in the task log is cut here (a line may never end)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -206,7 +205,7 @@ def remote_data_dir(host: SshHost, data_dir: Path) -> str:
 class RemoteRole:
     """A role running on a host through one SSH channel; its output streams into its log, capped
     (``CappedLog``: head and tail kept, MXBENCH_ROLE_LOG_MAX_BYTES), and a worker's into the task
-    log too, up to as much again.
+    log too (``TaskLogEcho``: lines cut short, half the cap in all).
 
     It sends the supervisor a heartbeat byte every HEARTBEAT_S: a connection that dies without
     a word (a partition; stock sshd never notices) stops the role after HEARTBEAT_TIMEOUT_S.
@@ -236,9 +235,9 @@ class RemoteRole:
         self._reader.start()
 
     def _copy(self, echo):
-        prefix = f"[{self.role.name}@{self.host.conn_id}] "
-        pending = b""
-        echo_left = self._log.limit
+        echo = TaskLogEcho(f"[{self.role.name}@{self.host.conn_id}]", self._log.head_max,
+                           f"roles/{self.role.name}.log") if echo else None
+        lines = LineSplitter()
         while True:
             try:
                 data = self.chan.recv(65536)
@@ -247,20 +246,9 @@ class RemoteRole:
             if not data:
                 break
             self._log.write(data)
-            if echo and echo_left > 0:  # the workers' progress in the Airflow task log
-                pending += data
-                *lines, pending = pending.split(b"\n")
-                if len(pending) > ECHO_LINE_MAX_BYTES:  # a line without end: shown cut, in pieces
-                    lines.append(pending[:ECHO_LINE_MAX_BYTES] + b" [line cut]")
-                    pending = b""
-                for line in lines:
-                    print(prefix + line.decode(errors="replace"), flush=True)
-                    echo_left -= len(prefix) + len(line) + 1
-                    if echo_left <= 0:
-                        break
-                if echo_left <= 0:
-                    print(f"{prefix}[mxbench: more output than the task log takes from a role: the rest is in "
-                          f"roles/{self.role.name}.log only]", flush=True)
+            if echo:  # the workers' progress in the Airflow task log
+                for line in lines.feed(data):
+                    echo.line(line.decode(errors="replace"))
 
     @property
     def returncode(self) -> Optional[int]:
