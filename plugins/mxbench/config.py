@@ -61,9 +61,10 @@ def legacy_dag_run_dir(run_id: str) -> Path:
 
 
 def existing_dag_run_dir(dag_id: str, run_id: str) -> Path:
-    """Where a reader finds a DAG run's folder: ``dag_run_dir``, else a folder under the legacy
-    name that does not belong to another DAG (its request.json names its DAG; one written before
-    request.json did is taken as it is). ``dag_run_dir`` when neither exists."""
+    """A DAG run's folder, for every stage that writes it and every reader: ``dag_run_dir``, else
+    a folder under the legacy name that does not belong to another DAG (its request.json names its
+    DAG; one written before request.json did is taken as it is). ``dag_run_dir`` when neither
+    exists. So a DAG run begun before the rename, or an old one cleared, keeps its folder."""
     folder = dag_run_dir(dag_id, run_id)
     legacy = legacy_dag_run_dir(run_id)
     if folder.is_dir() or not legacy.is_dir():

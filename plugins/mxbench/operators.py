@@ -39,7 +39,8 @@ class RunVariantOperator(KubernetesPodOperator):
 
         from mxbench import config, connections, pipeline
 
-        params, dag_dir = context["params"], config.dag_run_dir(context["dag_run"].dag_id, context["run_id"])
+        params = context["params"]
+        dag_dir = config.existing_dag_run_dir(context["dag_run"].dag_id, context["run_id"])  # as the stages do
 
         def launcher_for(name):
             if name == "kubernetes":

@@ -247,6 +247,9 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
         with caches.in_use(data["dir"], run.get("train_python")):  # pruning skips them meanwhile
+            gone = pruned_since_made(data, run.get("train_python"))
+            if gone:
+                raise MxbenchError(gone)
             _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],
@@ -271,6 +274,24 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     if meta["status"] != "ok":
         raise RunFailed(f"run {run['key']} failed: {meta['cause']}")
     return summary_of(meta)
+
+
+def pruned_since_made(data: dict, train_python: Optional[str]) -> Optional[str]:
+    """Why a run cannot train when its prepared data set or its build's venv was pruned
+    (``caches``) after prepare_data or resolve_build made it: a cleared or retried run task of an
+    older DAG run. None when both are there (or lie outside the caches). Asked while the run holds
+    them, so that they stay."""
+    def pruned(path) -> bool:
+        entry = caches.entry_of(path) if path else None
+        return entry is not None and not entry.is_dir()
+
+    if pruned(data["dir"]):
+        return (f"the prepared data {data['dir']} was pruned since prepare_data ran "
+                f"({caches.PREPARED_DATA.setting}): clear prepare_data too")
+    if pruned(train_python):
+        return (f"the MXNet build's training interpreter {train_python} was pruned since resolve_build ran "
+                f"({caches.BUILD_VENVS.setting}): clear resolve_build too")
+    return None
 
 
 def _command_from_plan(run_dir: Path):

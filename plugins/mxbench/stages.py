@@ -2,8 +2,9 @@
 
 Each task wraps a function of ``mxbench.pipeline`` or ``mxbench.store``, which need no Airflow;
 their imports sit inside the tasks, so that parsing a DAG file stays fast. A DAG run's folder is
-``config.dag_run_dir(dag_id, run_id)`` (run ids are unique per DAG only): every stage reads what
-the earlier ones wrote there.
+``config.existing_dag_run_dir(dag_id, run_id)`` (run ids are unique per DAG only): every stage,
+and the run task, reads what the earlier ones wrote there. A DAG run begun before folders were
+keyed by DAG keeps its legacy folder, so that any of its stages can still be cleared and rerun.
 """
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from .operators import RunVariantOperator
 from .variants import machine_sets
 
 
+def dag_dir_of(dag_run, run_id: str):
+    """The DAG run's folder, as every stage finds it (``config.existing_dag_run_dir``; the run task
+    too): a DAG run begun before folders were keyed by DAG, or an old one cleared, keeps its own."""
+    from mxbench import config
+
+    return config.existing_dag_run_dir(dag_run.dag_id, run_id)
+
+
 @task
 def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run=None) -> list[dict]:
     """Params -> one run per (variant, launcher, repeat); a misfit fails the DAG run here. With a
@@ -20,14 +29,14 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     naming why the build cannot train."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import config, connections, pipeline
+    from mxbench import connections, pipeline
     from mxbench.variants import VariantError
     from mxbench_train.errors import MxbenchError
 
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         connections.results_url(params)
     except MxbenchError as exc:
-        cause = pipeline.stage_failed(config.dag_run_dir(dag_run.dag_id, run_id), "expand", exc)
+        cause = pipeline.stage_failed(dag_dir_of(dag_run, run_id), "expand", exc)
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
@@ -36,7 +45,7 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     for reason in unavailable.values():
         print(f"mxbench: {reason}")
     try:
-        return pipeline.expand(dict(params), config.dag_run_dir(dag_run.dag_id, run_id), targets, unavailable,
+        return pipeline.expand(dict(params), dag_dir_of(dag_run, run_id), targets, unavailable,
                                build=build, dag_id=dag_run.dag_id)
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
@@ -46,7 +55,7 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
 def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
     from mxbench import config, pipeline
 
-    return pipeline.prepare_data(dict(params), config.dag_run_dir(dag_run.dag_id, run_id), config.data_dir())
+    return pipeline.prepare_data(dict(params), dag_dir_of(dag_run, run_id), config.data_dir())
 
 
 @task
@@ -72,39 +81,35 @@ def launch_runs(runs, data) -> list:
 
 @task(trigger_rule="all_done")
 def parse_logs(params=None, run_id=None, dag_run=None) -> dict:
-    from mxbench import config, connections, pipeline
+    from mxbench import connections, pipeline
 
     # a run whose task died mid-run is reaped here, on its hosts too
-    return pipeline.parse_all(config.dag_run_dir(dag_run.dag_id, run_id),
-                              lambda name: connections.launcher_for(name, params))
+    return pipeline.parse_all(dag_dir_of(dag_run, run_id), lambda name: connections.launcher_for(name, params))
 
 
 @task
 def join_results(tables: dict, run_id=None, dag_run=None) -> dict:
-    from mxbench import config, pipeline
+    from mxbench import pipeline
 
-    return pipeline.join(config.dag_run_dir(dag_run.dag_id, run_id))
+    return pipeline.join(dag_dir_of(dag_run, run_id))
 
 
 @task
 def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
     """This DAG run's runs into the results database, replacing what an earlier try wrote."""
-    from mxbench import config, connections, pipeline, store
+    from mxbench import connections, pipeline, store
 
-    dag_dir = config.dag_run_dir(dag_run.dag_id, run_id)
-    url = None
+    dag_dir = dag_dir_of(dag_run, run_id)
     try:
         url = connections.results_url(params)
-        store.migrate(url)
-        stored = store.record_dag_run(
-            url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
-            logical_date=dag_run.logical_date, data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
+        with store.errors_without_password(url):  # a driver's message may quote the URL
+            store.migrate(url)
+            stored = store.record_dag_run(
+                url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
+                logical_date=dag_run.logical_date,
+                data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
     except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
-        error = f"{type(exc).__name__}: {exc}"
-        shown = store.without_password(error, url) if url else error  # a driver's message may quote the URL
-        pipeline.write_json(dag_dir / "stored.json", {"error": shown})
-        if shown != error:  # the task log shows the exception, its chain too: only the redacted one
-            raise store.StoreError(shown) from None
+        pipeline.write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     pipeline.write_json(dag_dir / "stored.json", stored)
     print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
@@ -120,10 +125,9 @@ def trigger_of(dag_run) -> str:
 
 @task(trigger_rule="all_done")  # a report of what there is, whatever failed before it
 def report(tables: dict, run_id=None, dag_run=None) -> dict:
-    from mxbench import config
     from mxbench.report import build_report
 
-    built = build_report(config.dag_run_dir(dag_run.dag_id, run_id))
+    built = build_report(dag_dir_of(dag_run, run_id))
     print(built.pop("text"))
     print(f"report: {built['html']}")
     return built
@@ -135,9 +139,9 @@ def check_runs(run_id=None, dag_run=None) -> None:
     Airflow's callbacks and alerting see it; after the report, which is built either way."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import config, pipeline
+    from mxbench import pipeline
 
-    problem = pipeline.verdict_of(config.dag_run_dir(dag_run.dag_id, run_id))
+    problem = pipeline.verdict_of(dag_dir_of(dag_run, run_id))
     if problem:
         raise AirflowFailException(problem)
 
@@ -170,11 +174,12 @@ def resolve_build(dag_run=None) -> dict:
 def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> list:
     """Each variant against its baseline (the last DAG runs on the same hardware): findings for the
     report; ``check_runs`` fails the DAG run on a regression."""
-    from mxbench import config, connections, pipeline
+    from mxbench import connections, pipeline, store
 
-    findings = pipeline.check_regressions(config.dag_run_dir(dag_run.dag_id, run_id), connections.results_url(params),
-                                          dag_run.dag_id, run_id,
-                                          stored["fingerprints"], params["baseline_runs"], params["min_drop"])
+    url = connections.results_url(params)
+    with store.errors_without_password(url):  # a driver's message may quote the URL
+        findings = pipeline.check_regressions(dag_dir_of(dag_run, run_id), url, dag_run.dag_id, run_id,
+                                              stored["fingerprints"], params["baseline_runs"], params["min_drop"])
     for finding in findings:
         print(f"mxbench: {finding['message']}")
     return findings

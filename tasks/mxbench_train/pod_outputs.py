@@ -6,8 +6,9 @@ wrapper prints that folder as one framed block (a base64 tar.gz between two mark
 stdout, so it lands in the pod log, which the launcher reads again once the pod has ended and
 unpacks into the run folder. The launcher trusts none of it: the block is read with a size
 limit, and unpacking writes only regular files inside the run folder, never over the launcher's
-own records, within size caps counted while extracting. The role's exit status is passed on (128 + n for signal n, as a
-shell and the kubelet report it). Stdlib only.
+own records, within size caps counted while extracting (the decompressed stream and tar's header
+records included). The role's exit status is passed on (128 + n for signal n, as a shell and the
+kubelet report it). Stdlib only.
 """
 import base64
 import hashlib
@@ -20,7 +21,7 @@ import sys
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 BEGIN = "=== mxbench outputs v1 begin ==="
 END = "=== mxbench outputs v1 end sha256="
@@ -92,6 +93,14 @@ MAX_BLOCK_CHARS = 2 * MAX_BYTES
 MAX_MEMBER_BYTES = 64 << 20  # one file (a rank log of a long run is a few MiB)
 MAX_UNPACKED_BYTES = 256 << 20  # every file of one pod together
 MAX_MEMBERS = 1000
+# tarfile reads a header record (a GNU long name, pax attributes) whole into memory before unpack
+# sees the member it describes: one longer than any real path needs is refused from its declared
+# size, and what the whole stream decompresses to is capped too (the files, plus this much of
+# headers and padding for each)
+MAX_HEADER_RECORD_BYTES = 64 << 10
+HEADER_RECORD_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                       tarfile.SOLARIS_XHDTYPE)
+HEADER_BYTES_PER_MEMBER = 8 << 10
 
 
 class OutputsBlock:
@@ -156,15 +165,6 @@ class OutputsBlock:
         return self._data, self._skipped
 
 
-def split_log(lines: Iterable[str]) -> Tuple[List[str], Optional[bytes], List[str]]:
-    """(the log without the bundle, the bundle's bytes or None, files it left out). A bundle that
-    is cut off or whose checksum fails raises BundleError."""
-    block = OutputsBlock()
-    kept = [line for line in lines if block.feed(line)]
-    data, skipped = block.result()
-    return kept, data, skipped
-
-
 def member_path(name: str) -> Optional[str]:
     """A member's name as a path inside the folder it is unpacked into (``./a`` and ``x/../a`` are
     ``a``); None when it names the folder itself or anything outside it."""
@@ -180,13 +180,16 @@ def unpack(data: bytes, dest: Path, keep: Iterable[str] = (), max_member: int = 
     first path part (after normalising) is in ``keep`` (the launcher's own records), each file at
     most ``max_member`` bytes and all of them ``max_total``. Returns the names written; raises
     BundleError naming what it refused (after writing the rest), or at once when the sizes the
-    members declare pass ``max_total`` (nothing more is decompressed)."""
+    members declare pass ``max_total``, when the whole stream decompresses past ``max_total`` and
+    HEADER_BYTES_PER_MEMBER for each member, or on a header record over MAX_HEADER_RECORD_BYTES
+    or a sparse file (nothing more is decompressed)."""
     dest = Path(dest).resolve()
     keep = set(keep)
     written, refused, declared = [], [], 0
+    stream = _CappedGunzip(data, max_total + max_members * HEADER_BYTES_PER_MEMBER + tarfile.RECORDSIZE)
     try:
-        # streamed ("r|gz"): the archive is decompressed as it is read, never listed first
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as tar:
+        # streamed ("r|"): the archive is decompressed as it is read, never listed first
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BundleMember) as tar:
             for count, member in enumerate(tar, 1):
                 if count > max_members:
                     raise BundleError(f"the outputs hold more than {max_members} files")
@@ -208,12 +211,66 @@ def unpack(data: bytes, dest: Path, keep: Iterable[str] = (), max_member: int = 
                 target.parent.mkdir(parents=True, exist_ok=True)
                 _copy_capped(tar.extractfile(member), target, max_member)
                 written.append(name)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+    except BundleError:
+        raise
+    # tarfile reads a chain of header records by recursion, and some malformed headers raise ValueError
+    except (tarfile.TarError, OSError, EOFError, zlib.error, RecursionError, ValueError) as exc:
         raise BundleError(f"the outputs bundle cannot be unpacked: {exc}") from None
     if refused:
         more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
         raise BundleError(f"files of the outputs were refused: {'; '.join(refused[:3])}{more}")
     return written
+
+
+class _CappedGunzip:
+    """The bundle's gzip, decompressed as tarfile reads it, ``limit`` bytes at most: past that it raises."""
+
+    def __init__(self, data: bytes, limit: int):
+        self._data = memoryview(data)
+        self._read_to = 0
+        self._pending = b""  # input fed to zlib that it has not decompressed yet
+        self._inflate = zlib.decompressobj(31)  # 31: a gzip wrapper
+        self.limit = limit
+        self.total = 0
+
+    def read(self, size: int) -> bytes:
+        out = b""
+        while not out and not self._inflate.eof:
+            if not self._pending:  # fed in small pieces: zlib copies what is left of its input on each call
+                self._pending = self._data[self._read_to:self._read_to + (64 << 10)]
+                self._read_to += len(self._pending)
+                if not self._pending:
+                    break  # cut off: tarfile says so
+            out = self._inflate.decompress(self._pending, size)
+            self._pending = self._inflate.unconsumed_tail
+        self.total += len(out)
+        if self.total > self.limit:
+            raise BundleError(f"the outputs bundle decompresses past {self.limit} bytes (its files and their tar "
+                              "headers together): nothing more was unpacked")
+        return out
+
+
+class _BundleMember(tarfile.TarInfo):
+    """tarfile's member, refusing what tarfile would read whole into memory before unpack sees it."""
+
+    @classmethod
+    def frombuf(cls, buf, encoding, errors):
+        info = super().frombuf(buf, encoding, errors)
+        if info.type in HEADER_RECORD_TYPES and info.size > MAX_HEADER_RECORD_BYTES:
+            raise BundleError(f"the outputs bundle holds a tar header record (a long name or pax attributes) of "
+                              f"{info.size} bytes, over the {MAX_HEADER_RECORD_BYTES} allowed: nothing more was "
+                              "unpacked")
+        if info.type == tarfile.GNUTYPE_SPARSE:
+            raise _sparse(info.name)
+        return info
+
+    def _proc_gnusparse_10(self, next, pax_headers, tarfile):  # a sparse file announced by pax attributes
+        raise _sparse(next.name)
+
+
+def _sparse(name: str) -> BundleError:
+    # tarfile reads a sparse file's map whole into memory, unbounded for GNU sparse 1.0; pack never writes one
+    return BundleError(f"the outputs bundle holds a sparse file ({_shown(name)}): nothing more was unpacked")
 
 
 def _inside(folder: Path, root: Path) -> bool:
@@ -241,8 +298,3 @@ def _copy_capped(source, target: Path, limit: int) -> None:
     if copied > limit:
         target.unlink()
         raise BundleError(f"{_shown(target.name)} is over {limit} bytes")
-
-
-def files_of(data: bytes) -> Dict[str, int]:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return {m.name: m.size for m in tar.getmembers() if m.isfile()}

@@ -49,7 +49,7 @@ def test_ssh_runs_used_both_hosts_and_brought_their_logs_back(ssh_dag_run, ssh_h
         # each host ran its roles in its own work folder, which was removed once its files were fetched
         remote = {r["conn_id"]: r["run_dir"] for r in json.loads((run_dir / "remote.json").read_text())}
         for conn_id, host in zip(("mxbench_ssh_1", "mxbench_ssh_2"), ssh_hosts.hosts):
-            assert remote[conn_id] == str(host.workdir / "runs" / dag_dir.name / run_dir.name)
+            assert remote[conn_id] == str(host.workdir / "runs" / dag_dir.name / run_dir.name / conn_id)
             assert not Path(remote[conn_id]).exists()
     local_plan = json.loads((dag_dir / "cpu2h-bs64__local__r1" / "plan.json").read_text())
     assert sorted({p["host"] for p in local_plan}) == ["127.0.0.1", "127.0.0.2"]  # loopback stand-ins

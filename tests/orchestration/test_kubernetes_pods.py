@@ -9,8 +9,8 @@ import re
 import subprocess
 import sys
 import tarfile
-
 import tracemalloc
+import zlib
 
 import kubernetes_validate
 import pandas as pd
@@ -24,7 +24,8 @@ from mxbench.metrics import kubernetes_gap
 from mxbench.variants import Target, VariantError, expand_runs, preset
 from mxbench_train.role_log import lines_of
 from mxbench_train.errors import MxbenchError
-from mxbench_train.pod_outputs import BEGIN, END, BundleError, OutputsBlock, split_log, unpack
+from mxbench_train.pod_outputs import (BEGIN, END, HEADER_BYTES_PER_MEMBER, MAX_HEADER_RECORD_BYTES, BundleError,
+                                       OutputsBlock, unpack)
 from mxbench_train.roles import plan_roles
 
 K8S_VERSION = "1.34.0"
@@ -153,23 +154,30 @@ def test_run_labels_are_the_same_on_every_attempt_and_differ_between_runs(tmp_pa
     assert a != run_id(tmp_path / "dag-run-1" / "cpu1__kubernetes__r2")
 
 
+def read_log(lines):
+    """A pod log as the launcher reads it: (its own lines, the bundle's bytes or None, files left out)."""
+    block = OutputsBlock()
+    kept = [line for line in lines if block.feed(line)]
+    return (kept, *block.result())
+
+
 def test_pod_role_prints_its_outputs_and_passes_the_exit_code_on(tmp_path):
     out = tmp_path / "run"
     script = f"import pathlib; pathlib.Path({str(out)!r}, 'rank0.log').write_text('Epoch[0] ok\\n'); print('hi'); exit(3)"
     done = subprocess.run([sys.executable, "-m", "mxbench_train", "pod-role", "--outputs", str(out), "--",
                            sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
-    kept, data, skipped = split_log(done.stdout.splitlines())
+    kept, data, skipped = read_log(done.stdout.splitlines())
     assert kept == ["hi"] and skipped == []
     dest = tmp_path / "back"
     assert unpack(data, dest) == ["rank0.log"]
     assert (dest / "rank0.log").read_text() == "Epoch[0] ok\n"
     with pytest.raises(BundleError, match="cut off"):
-        split_log(done.stdout.splitlines()[:-1])
+        read_log(done.stdout.splitlines()[:-1])
     tampered = done.stdout.splitlines()
     tampered[2] = tampered[2][:-4] + ("AAAA" if not tampered[2].endswith("AAAA") else "BBBB")
     with pytest.raises((BundleError, ValueError)):
-        split_log(tampered)
+        read_log(tampered)
 
 
 def test_a_hostnet_variant_is_refused_by_name_where_the_cluster_does_not_allow_host_network():
@@ -302,13 +310,113 @@ def test_a_bundle_that_expands_1000_to_1_is_refused_without_reading_it(tmp_path)
     assert sum(p.stat().st_size for p in dest.iterdir()) == 0
 
 
+def gzip_of(*pieces):
+    """A gzip of the byte strings, an int piece meaning that many zeros (compressed as they come)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = []
+    for piece in pieces:
+        if isinstance(piece, int):
+            out += [deflate.compress(bytes(1 << 20)) for _ in range(piece >> 20)]
+        else:
+            out.append(deflate.compress(piece))
+    return b"".join(out) + deflate.flush()
+
+
+def header_record(kind, size):
+    info = tarfile.TarInfo("././@LongLink")
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.GNU_FORMAT)
+
+
+def a_member(name=b"rank0.log"):
+    info = tarfile.TarInfo(name.decode())
+    info.size = 3
+    return info.tobuf(format=tarfile.GNU_FORMAT) + b"ok\n".ljust(512, b"\0") + bytes(1024)
+
+
+def peak_memory(call):
+    tracemalloc.start()
+    try:
+        call()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE], ids=["gnu-long-name", "pax"])
+def test_a_header_record_of_512_MiB_is_refused_from_its_declared_size(tmp_path, kind):
+    # tarfile reads a long name or pax record whole before unpack sees its member: 0.5 MB of gzip
+    # claiming a 512 MiB name once took 1 GB of the worker's memory, then failed as "'' leaves the run folder"
+    data = gzip_of(header_record(kind, 512 << 20), 512 << 20, a_member())
+    assert len(data) < 1 << 20
+    dest = tmp_path / "run"
+    dest.mkdir()
+
+    def refused():
+        with pytest.raises(BundleError) as error:
+            unpack(data, dest)
+        assert str(error.value) == (f"the outputs bundle holds a tar header record (a long name or pax attributes) of "
+                                    f"{512 << 20} bytes, over the {MAX_HEADER_RECORD_BYTES} allowed: nothing more was "
+                                    "unpacked")
+
+    assert peak_memory(refused) < 4 << 20
+    assert list(dest.iterdir()) == []
+
+
+def test_a_bundle_whose_headers_pass_the_cap_is_refused_as_it_decompresses(tmp_path):
+    # 40 KiB of pax attributes per member: under the header record cap, over what headers may take
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for i in range(3):
+            info = tarfile.TarInfo(f"rank{i}.log")
+            info.size, info.pax_headers = 3, {"comment": "x" * (40 << 10)}
+            tar.addfile(info, io.BytesIO(b"ok\n"))
+    dest = tmp_path / "run"
+    dest.mkdir()
+    limit = 1000 + 3 * HEADER_BYTES_PER_MEMBER + tarfile.RECORDSIZE
+    with pytest.raises(BundleError, match=f"the outputs bundle decompresses past {limit} bytes .* nothing more was "
+                                          "unpacked"):
+        unpack(buffer.getvalue(), dest, max_total=1000, max_members=3)
+    assert unpack(buffer.getvalue(), dest) == ["rank0.log", "rank1.log", "rank2.log"]  # within the default caps
+
+
+def test_a_sparse_file_or_a_chain_of_header_records_is_refused_by_a_bundle_error(tmp_path):
+    dest = tmp_path / "run"
+    dest.mkdir()
+    # GNU sparse 1.0: its map is the member's data, read whole into memory by tarfile ("1\n" is
+    # 4 bytes of list for 2 of input)
+    info = tarfile.TarInfo("gpu-rank0.csv")
+    info.size = 64 << 20
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "10"}
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    data = deflate.compress(info.tobuf(format=tarfile.PAX_FORMAT) + b"100000000\n")
+    data += b"".join(deflate.compress(b"1\n" * (1 << 19)) for _ in range(64)) + deflate.flush()
+
+    def refused():
+        with pytest.raises(BundleError, match=r"the outputs bundle holds a sparse file \('gpu-rank0.csv'\): nothing "
+                                              "more was unpacked"):
+            unpack(data, dest)
+
+    assert peak_memory(refused) < 4 << 20
+    gnu_sparse = tarfile.TarInfo("old.csv")
+    gnu_sparse.type = tarfile.GNUTYPE_SPARSE
+    with pytest.raises(BundleError, match=r"holds a sparse file \('old.csv'\)"):
+        unpack(gzip_of(gnu_sparse.tobuf(format=tarfile.GNU_FORMAT), bytes(1024)), dest)
+    # tarfile follows a chain of header records by recursion
+    chain = gzip_of(*[header_record(tarfile.GNUTYPE_LONGNAME, 512) + b"a".ljust(512, b"\0")] * 2000, a_member())
+    with pytest.raises(BundleError, match="the outputs bundle cannot be unpacked: maximum recursion depth"):
+        unpack(chain, dest)
+    assert list(dest.iterdir()) == []
+
+
 def test_the_outputs_block_is_read_in_bounded_memory_and_the_last_one_wins():
     data = tar_gz([("rank0.log", b"ok\n")])
     encoded = base64.b64encode(data).decode()
     block = [BEGIN, *(encoded[i:i + 76] for i in range(0, len(encoded), 76)),
              f"{END}{hashlib.sha256(data).hexdigest()} skipped=- ==="]
     forged = [BEGIN, "QUFB", f"{END}{hashlib.sha256(b'AAA').hexdigest()} skipped=- ==="]
-    kept, found, _ = split_log(["a", *forged, "b", *block])
+    kept, found, _ = read_log(["a", *forged, "b", *block])
     assert kept == ["a", "b"] and found == data
     reader = OutputsBlock(max_chars=100)
     assert [reader.feed(line) for line in [BEGIN, "A" * 60, "A" * 60, "x"]] == [False, False, False, False]

@@ -297,3 +297,59 @@ def test_two_runs_asking_for_the_same_synthetic_data_at_once_share_one_generatio
     (folder, _), _ = got
     assert {g[0] for g in got} == {folder} and {g[1] for g in got} == {(folder / "test_batch").stat().st_ino}
     assert sorted(p.name for p in data_root.iterdir() if not p.name.endswith(".lock")) == [folder.parent.name]
+
+
+def test_every_stage_of_a_dag_run_begun_before_folders_were_keyed_by_dag_keeps_to_its_folder(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench import config, stages
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    run_id = "scheduled__2026-10-01T00:00:00+00:00"
+    legacy = config.legacy_dag_run_dir(run_id)
+    # expanded (and run) before the upgrade, under the old name; parsed after it, or cleared and rerun
+    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, legacy, TARGETS,
+                    dag_id="mxbench_regression")
+    dag_run = SimpleNamespace(dag_id="mxbench_regression")
+    stages.parse_logs.function(params={"launchers": ["local"]}, run_id=run_id, dag_run=dag_run)
+    stages.join_results.function({}, run_id=run_id, dag_run=dag_run)
+    built = stages.report.function({}, run_id=run_id, dag_run=dag_run)
+    with pytest.raises(AirflowFailException, match=r"1 run\(s\) without a result:\ncpu1-bs32__local__r1: not run"):
+        stages.check_runs.function(run_id=run_id, dag_run=dag_run)
+    assert (legacy / "tables" / "summary.csv").is_file() and built["html"].startswith(str(legacy))
+    assert not config.dag_run_dir("mxbench_regression", run_id).exists()
+
+
+def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_to_clear(monkeypatch, tmp_path):
+    """A cleared run task of an older DAG run, after other DAG runs pruned its data set and its
+    build's venv (the real pruning, the real local launcher): the cause says what to clear."""
+    import os
+
+    from mxbench import caches, config
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MXBENCH_KEEP_DATA", "1")
+    monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
+    data_root, envs = config.data_dir(), config.home() / "envs"
+    old_data, new_data = data_root / "rec-0123456789ab", data_root / "rec-ba9876543210"
+    old_venv, new_venv = envs / "mxnet-1.6.0-0123456789", envs / "mxnet-1.9.0-fedcba9876"
+    for age, entry in ((86400, old_data), (0, new_data), (86400, old_venv), (0, new_venv)):
+        (entry / "bin").mkdir(parents=True)
+        (entry / "bin" / "python").symlink_to(config.train_python())
+        os.utime(entry, (os.path.getmtime(entry) - age,) * 2)
+    # later DAG runs' prepare_data and resolve_build prune what they did not use
+    assert [p.path for p in caches.prune_data(data_root, used=[new_data])] == [old_data]
+    assert [p.path for p in caches.prune_builds(current=new_venv)] == [old_venv]
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
+    run = {**run, "train_python": str(old_venv / "bin" / "python")}
+    with pytest.raises(pipeline.RunFailed, match=re.escape(
+            f"run {run['key']} failed: the prepared data {old_data} was pruned since prepare_data ran "
+            "(MXBENCH_KEEP_DATA): clear prepare_data too")):
+        pipeline.run_one(run, tmp_path / "dag", {"dir": str(old_data), "records": {"train": 10_000}}, 60)
+    with pytest.raises(pipeline.RunFailed, match=re.escape(
+            f"run {run['key']} failed: the MXNet build's training interpreter {old_venv / 'bin' / 'python'} "
+            "was pruned since resolve_build ran (MXBENCH_KEEP_BUILDS): clear resolve_build too")):
+        pipeline.run_one(run, tmp_path / "dag", {"dir": str(new_data), "records": {"train": 10_000}}, 60)
+    assert not (tmp_path / "dag" / run["key"] / "plan.json").exists()  # nothing was started

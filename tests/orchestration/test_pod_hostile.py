@@ -7,6 +7,8 @@ keep its records, write nothing outside the run folder, hold every cap, and fail
 the pod and the cause.
 """
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from mxbench.launchers.kubernetes import KubernetesLauncher, pod_settings
 from mxbench.variants import Variant
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchTimeout
+from mxbench_train.role_log import ECHO_LINE_CHARS, MAX_LINE_BYTES
 
 HOSTILE_PYTHON = Path(__file__).parents[1] / "fixtures" / "bin" / "python-hostile-pod"
 ROLE_LOG_CAP = 512 << 10
@@ -32,7 +35,7 @@ def pods_left(standin):
     return [p.metadata.name for p in core_api(standin).list_pod_for_all_namespaces().items]
 
 
-def run_hostile(standin, tmp_path, mode, deadline_s=120):
+def run_hostile(standin, tmp_path, mode, deadline_s=120, on_pods=None):
     """Run the one-worker variant as a pod whose python is hostile in ``mode``; (run folder, outcome)."""
     data = tmp_path / "data"
     (data / "rec").mkdir(parents=True)
@@ -43,8 +46,8 @@ def run_hostile(standin, tmp_path, mode, deadline_s=120):
     run_dir.mkdir(parents=True)
     (run_dir / "meta.json").write_text('{"status": "running"}')  # as the pipeline writes it first
     try:
-        outcome = KubernetesLauncher(settings, core_api(standin)).execute(ONE_WORKER, data / "rec", run_dir,
-                                                                          deadline_s=deadline_s)
+        launcher = KubernetesLauncher(settings, core_api(standin), on_pods=on_pods)
+        outcome = launcher.execute(ONE_WORKER, data / "rec", run_dir, deadline_s=deadline_s)
     except MxbenchError as exc:
         outcome = exc
     assert pods_left(standin) == []
@@ -94,7 +97,7 @@ def test_an_endless_line_is_capped_and_the_outputs_block_at_the_end_still_comes_
     assert b"mxbench outputs" not in text
     assert "Speed: 100.0" in (run_dir / "rank0.log").read_text()  # unpacked from behind 8 MiB of log
     out, _ = capfd.readouterr()
-    assert max(map(len, out.splitlines())) <= len("[worker-0] ") + kubernetes.ECHO_LINE_CHARS  # the task log's lines
+    assert max(map(len, out.splitlines())) <= len("[worker-0] ") + ECHO_LINE_CHARS + 100  # cut, saying so
 
 
 def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, small_role_logs, monkeypatch, capfd):
@@ -108,12 +111,30 @@ def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, s
 
 
 def test_a_line_that_never_ends_is_streamed_within_the_cap(kube_standin, tmp_path, small_role_logs, capfd):
-    run_dir, outcome = run_hostile(kube_standin, tmp_path, "forever", deadline_s=6)
-    assert isinstance(outcome, LaunchTimeout), outcome
-    out, _ = capfd.readouterr()
+    # stopped as the operator's on_kill stops a run (its pods deleted), once the task log has taken
+    # all it takes from the role: by then the role log has had many times its cap (a fixed deadline
+    # would count the pod's start too, and on loaded cores end the run before that)
+    role_log = tmp_path / "dag-run" / "cpu1-bs64__kubernetes__r1" / "roles" / "worker-0.log"
+    run_pods, echoed = [], []
+
+    def stop_once_the_echo_points_to_the_role_log():
+        until = time.monotonic() + 240
+        while str(role_log) not in "".join(echoed) and time.monotonic() < until:
+            time.sleep(0.2)
+            echoed.append(capfd.readouterr().out)
+        run_pods[0].delete_all()
+
+    stopper = threading.Thread(target=stop_once_the_echo_points_to_the_role_log)
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "forever", deadline_s=300,
+                                   on_pods=lambda pods: (run_pods.append(pods), stopper.start()))
+    stopper.join()
+    assert isinstance(outcome, MxbenchError) and not isinstance(outcome, LaunchTimeout), outcome
+    assert "worker-0" in str(outcome)
+    out = "".join(echoed) + capfd.readouterr().out
     assert len(out) < ROLE_LOG_CAP  # the task log got half the cap at most, then a pointer to the role log
-    assert out.endswith(f"[worker-0] (more output: only in {run_dir / 'roles' / 'worker-0.log'})\n")
-    text = assert_capped(run_dir / "roles" / "worker-0.log")
+    last = out.splitlines()[-1]
+    assert last.startswith("[worker-0] ") and str(role_log) in last
+    text = assert_capped(role_log)
     # the line comes in pieces of MAX_LINE_BYTES, each a line of the log
     assert text.startswith(b"hostile pod: forever\nyyyy") and text.endswith(b"yyyy\n")
-    assert max(map(len, text.split(b"\n"))) <= kubernetes.MAX_LINE_BYTES
+    assert max(map(len, text.split(b"\n"))) <= MAX_LINE_BYTES

@@ -19,13 +19,14 @@ import paramiko
 import pytest
 
 from conftest import train_python
+from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
 
 from mxbench import connections
 from mxbench.launchers import ssh as ssh_launcher
-from mxbench.launchers.ssh import (ByteBudget, RemoteRole, SshHost, SshLauncher, fetch_outputs, host_settings,
-                                   isolation_flag, role_command)
+from mxbench.launchers.ssh import (FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, RemoteRole, SshHost,
+                                   SshLauncher, fetch_outputs, host_settings, isolation_flag, role_command)
 from mxbench.variants import Variant
 
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
@@ -48,8 +49,34 @@ class RemoteFile:
         return self.content[offset:offset + length] or paramiko.SFTP_EOF
 
 
+def attributes(name, f):
+    attrs = paramiko.SFTPAttributes()
+    attrs.filename, attrs.st_mode, attrs.st_size = name, f.mode, f.size
+    attrs.st_uid = attrs.st_gid = 0
+    attrs.st_atime = attrs.st_mtime = int(time.time())
+    return attrs
+
+
+class EndlessEmptyFiles(list):
+    """A folder that lists empty files without end. Paramiko's server sends a listing 16 names a
+    reply, slicing it (``[:16]``, then ``[16:]`` for the rest): here the rest is always as long."""
+
+    def __init__(self):
+        super().__init__()
+        self.listed = 0
+
+    def __getitem__(self, index):
+        if index.start:
+            return self
+        self.listed += 16
+        return [attributes(f"empty-{n:09d}.log", RemoteFile()) for n in range(self.listed - 16, self.listed)]
+
+    def get(self, name, default=None):
+        return RemoteFile() if name.startswith("empty-") else default
+
+
 class HostileSftp(paramiko.SFTPServerInterface):
-    folders = {}  # path: {name as listed: RemoteFile}; set by the fixture
+    folders = {}  # path: {name as listed: RemoteFile} or EndlessEmptyFiles; set by the fixture
 
     def _find(self, path):
         folder, _, name = path.rpartition("/")
@@ -58,15 +85,13 @@ class HostileSftp(paramiko.SFTPServerInterface):
             name = f"{rest}/{name}"
         return self.folders.get(folder, {}).get(name)
 
-    def _attrs(self, name, f):
-        attrs = paramiko.SFTPAttributes()
-        attrs.filename, attrs.st_mode, attrs.st_size = name, f.mode, f.size
-        attrs.st_uid = attrs.st_gid = 0
-        attrs.st_atime = attrs.st_mtime = int(time.time())
-        return attrs
+    _attrs = staticmethod(attributes)
 
     def list_folder(self, path):
-        return [self._attrs(name, f) for name, f in self.folders.get(path.rstrip("/"), {}).items()]
+        listing = self.folders.get(path.rstrip("/"), {})
+        if isinstance(listing, EndlessEmptyFiles):
+            return listing
+        return [self._attrs(name, f) for name, f in listing.items()]
 
     def stat(self, path):
         f = self._find(path)
@@ -228,8 +253,9 @@ def test_fetching_stops_at_the_caps_per_file_and_per_run(hostile_sftp, tmp_path,
         ssh._fetch(ssh.hosts, {"h1": "/a", "h2": "/b"}, run_dir)
     assert time.monotonic() - started < 60
     sizes = {p.name: p.stat().st_size for p in run_dir.iterdir()}
-    assert sizes == {"rank0.log": 3, "huge.csv": MiB, "liar.log": MiB, "rank1.log": MiB - 3}
-    assert sum(sizes.values()) == 3 * MiB  # the run's cap holds over both hosts
+    overhead = FETCH_FILE_OVERHEAD  # what each file costs besides its bytes
+    assert sizes == {"rank0.log": 3, "huge.csv": MiB, "liar.log": MiB, "rank1.log": MiB - 3 - 4 * overhead}
+    assert sum(sizes.values()) + 4 * overhead == 3 * MiB  # the run's cap holds over both hosts
     assert str(cut.value).startswith("host h1 (127.0.0.1): fetching the run folder /a: 'huge.csv' cut at "
                                      f"{MiB} bytes (MXBENCH_FETCH_FILE_MAX_BYTES)")
     assert "'liar.log' cut at" in str(cut.value)
@@ -237,10 +263,51 @@ def test_fetching_stops_at_the_caps_per_file_and_per_run(hostile_sftp, tmp_path,
     run_dir2 = tmp_path / "run2"
     run_dir2.mkdir()
     budget = ByteBudget(3 * MiB)
-    budget.left = MiB - 3
+    budget.left = MiB - 3 - 3 * FETCH_FILE_OVERHEAD
     with pytest.raises(MxbenchError, match=r"host h2 \(127\.0\.0\.2\): .*'rank1\.log' cut at \d+ bytes "
                                            r"\(MXBENCH_FETCH_RUN_MAX_BYTES\).*'gpu-rank1\.csv' not fetched"):
         fetch_outputs(client.open_sftp(), "/b", run_dir2, "host h2 (127.0.0.2)", budget)
+    assert budget.left == 0
+
+
+def test_a_listing_without_end_is_read_only_up_to_a_cap(hostile_sftp, tmp_path):
+    """Empty files cost no bytes, yet each is an inode on the worker: a host listing them without
+    end must neither keep the fetch reading nor fill the run folder."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    listing = EndlessEmptyFiles()
+    sftp = paramiko.SFTPClient.from_transport(hostile_sftp({"/run": listing}))
+    outcome = {}
+
+    def fetch():
+        try:
+            fetch_outputs(sftp, "/run", run_dir, "host evil (127.0.0.1)")
+        except MxbenchError as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), f"still reading the listing after {listing.listed} names"
+    assert len(list(run_dir.iterdir())) == FETCH_HOST_MAX_NAMES
+    assert listing.listed < 2 * FETCH_HOST_MAX_NAMES  # read ahead a little, never on and on
+    assert outcome["error"] == (f"host evil (127.0.0.1): fetching the run folder /run: it lists more than "
+                                f"{FETCH_HOST_MAX_NAMES} names: the rest were not read")
+    # the session still works after a listing stopped early (its replies in flight drained)
+    assert sftp.stat("/run/empty-000000000.log").st_size == 0
+
+
+def test_each_file_costs_the_run_budget_more_than_its_bytes(hostile_sftp, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    listing = {f"empty-{i:03d}.log": RemoteFile() for i in range(40)}
+    sftp = paramiko.SFTPClient.from_transport(hostile_sftp({"/run": listing}))
+    budget = ByteBudget(10 * FETCH_FILE_OVERHEAD)
+    with pytest.raises(MxbenchError, match=rf"host h \(127\.0\.0\.1\): fetching the run folder /run: 'empty-010\.log' "
+                                           rf"not fetched: the run's {10 * FETCH_FILE_OVERHEAD} bytes "
+                                           rf"\(MXBENCH_FETCH_RUN_MAX_BYTES\) are used up .*; and 20 more"):
+        fetch_outputs(sftp, "/run", run_dir, "host h (127.0.0.1)", budget)
+    assert sorted(p.name for p in run_dir.iterdir()) == [f"empty-{i:03d}.log" for i in range(10)]
     assert budget.left == 0
 
 
@@ -307,7 +374,7 @@ def test_an_endless_line_is_shown_cut_not_buffered(ssh_hosts, monkeypatch, tmp_p
     finally:
         ssh.close()
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[worker-1@")]
-    assert lines and all(len(l) <= ssh_launcher.ECHO_LINE_MAX_BYTES + 100 for l in lines)
+    assert lines and all(len(l) <= role_log.ECHO_LINE_CHARS + 100 for l in lines)
     assert lines[0].endswith("[line cut]")
 
 
@@ -321,6 +388,7 @@ def use_host1(monkeypatch, fleet, **extra):
 
 
 NOBODY = 65534
+SHARED_GROUP = 100  # "users": a group of many, unlike the test user's own private group (root's "root")
 
 
 def unsafe_workdir(tmp_path, kind):
@@ -329,11 +397,13 @@ def unsafe_workdir(tmp_path, kind):
         folder = tmp_path / "shared"
         folder.mkdir()
         folder.chmod(0o777)
+        os.chown(folder, -1, SHARED_GROUP)
         return folder, r"work folder .*/shared is writable by its group and others \(mode 0777\)"
     if kind == "group-writable":
         folder = tmp_path / "team"
         folder.mkdir()
         folder.chmod(0o770)
+        os.chown(folder, -1, SHARED_GROUP)
         return folder, r"work folder .*/team is writable by its group \(mode 0770\)"
     if kind == "someone else's":
         folder = tmp_path / "theirs"
@@ -350,8 +420,7 @@ def unsafe_workdir(tmp_path, kind):
         above = tmp_path / "open"
         above.mkdir()
         above.chmod(0o777)  # not sticky: anyone may rename what is in it
-        return above / "mine", r"work folder .*/open/mine: .*/open above it is writable by its group and others " \
-                               r"and not sticky"
+        return above / "mine", r"work folder .*/open/mine: .*/open above it is writable by others and not sticky"
     raise ValueError(kind)
 
 
@@ -397,11 +466,11 @@ def test_the_default_work_folder_is_under_the_ssh_users_home(ssh_hosts, monkeypa
         home = pwd.getpwnam(ssh_hosts.user).pw_dir
         assert ready["workdir"] == os.path.realpath(f"{home}/.cache/mxbench")
         assert stat.S_IMODE(os.stat(ready["workdir"]).st_mode) & 0o022 == 0
-        assert remote["mxbench_ssh_1"] == f"{ready['workdir']}/runs/dagrun-{tmp_path.name}/run"
+        assert remote["mxbench_ssh_1"] == f"{ready['workdir']}/runs/dagrun-{tmp_path.name}/run/mxbench_ssh_1"
     finally:
         ssh._remove_run_folder(ssh.hosts[0], remote["mxbench_ssh_1"])
         ssh.close()
-    assert not Path(remote["mxbench_ssh_1"]).parent.exists()
+    assert not Path(remote["mxbench_ssh_1"]).parent.parent.exists()  # the run's and the DAG run's, left empty
 
 
 def test_workdir_preparation_on_the_host_resolves_home_and_makes_folders_0700(monkeypatch, tmp_path):
@@ -409,19 +478,109 @@ def test_workdir_preparation_on_the_host_resolves_home_and_makes_folders_0700(mo
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir(mode=0o755)
-    run = tmp_path / "home/.cache/mxbench/runs/d/r"
-    done = prepare("~/.cache/mxbench", "d", "r")
+    run = tmp_path / "home/.cache/mxbench/runs/d/r/h1"
+    done = prepare("~/.cache/mxbench", "d", "r", "h1")
     assert done == {"workdir": str(tmp_path / "home/.cache/mxbench"), "run_dir": str(run),
                     "python": list(sys.version_info[:2])}
     for name in ("home/.cache/mxbench", "home/.cache/mxbench/runs", "home/.cache/mxbench/runs/d",
-                 "home/.cache/mxbench/runs/d/r", "home/.cache/mxbench/runs/d/r/pids"):
+                 "home/.cache/mxbench/runs/d/r", "home/.cache/mxbench/runs/d/r/h1", "home/.cache/mxbench/runs/d/r/h1/pids"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o700, name
     (run / "stale.log").write_text("an earlier attempt's")
-    assert prepare("~/.cache/mxbench", "d", "r") == done
+    other = prepare("~/.cache/mxbench", "d", "r", "h2")["run_dir"]  # another host, the same (NFS) home
+    (Path(other) / "rank1.log").write_text("host 2's")
+    assert prepare("~/.cache/mxbench", "d", "r", "h1") == done
     assert sorted(p.name for p in run.iterdir()) == ["pids"]  # made afresh
+    assert (Path(other) / "rank1.log").read_text() == "host 2's"  # and the other host's left alone
     for bad in ("..", "a/b", ""):
         with pytest.raises(MxbenchError, match="not a plain folder name"):
-            prepare("~/.cache/mxbench", bad, "r")
+            prepare("~/.cache/mxbench", bad, "r", "h1")
+        with pytest.raises(MxbenchError, match="not a plain folder name"):
+            prepare("~/.cache/mxbench", "d", "r", bad)
+
+
+def test_a_folder_only_the_users_private_group_may_write_is_fine(ssh_hosts, monkeypatch, tmp_path):
+    """Debian/Ubuntu give each user a group of their own (USERGROUPS_ENAB); under umask 002 the
+    user's ~/.cache, or a work folder they made, is then 0775/0770: no one else can write it."""
+    import grp
+    import pwd
+
+    user = pwd.getpwnam(ssh_hosts.user)
+    assert grp.getgrgid(user.pw_gid).gr_name == user.pw_name, "the test needs a user with a private group"
+    cache = tmp_path / "home" / ".cache"
+    cache.mkdir(parents=True)
+    workdir = cache / "mxbench"
+    workdir.mkdir()
+    for folder, mode in ((cache, 0o775), (workdir, 0o770)):
+        os.chown(folder, user.pw_uid, user.pw_gid)
+        folder.chmod(mode)
+    ssh = use_host1(monkeypatch, ssh_hosts, mxbench_workdir=str(workdir))
+    remote = {}
+    try:
+        ready = ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+    finally:
+        ssh.close()
+    assert ready["workdir"] == str(workdir) and Path(remote["mxbench_ssh_1"]).is_dir()
+
+
+def test_a_group_named_after_the_user_but_with_another_member_is_not_private(monkeypatch, tmp_path):
+    import grp
+
+    from mxbench_train import host_workdir
+
+    real = grp.getgrgid
+    monkeypatch.setattr(host_workdir.grp, "getgrgid",  # as if another account were listed in the group
+                        lambda gid: grp.struct_group((real(gid).gr_name, "x", gid, ["postgres"])))
+    cache = tmp_path / "home" / ".cache"
+    cache.mkdir(parents=True)
+    cache.chmod(0o775)
+    with pytest.raises(MxbenchError, match=r"work folder .*/\.cache/mxbench: .*/\.cache above it is writable by its "
+                                           r"group and not sticky"):
+        host_workdir.prepare(str(cache / "mxbench"), "d", "r", "h1")
+
+
+# --- a training env installed with pip install --user ---------------------------------------------
+
+def user_site_python(tmp_path):
+    """This project's base interpreter (not a venv: venvs ignore the user's site-packages), seeing
+    mxbench_train only through its user site-packages, where ``pip install --user -e`` puts a .pth
+    (PYTHONUSERBASE puts that user site here rather than in the SSH user's real home)."""
+    python = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
+    site = tmp_path / "userbase" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "mxbench_train.pth").write_text(str(Path(__file__).resolve().parents[2] / "tasks") + "\n")
+    wrapper = tmp_path / "python-user-site"
+    wrapper.write_text(f"#!/bin/sh\nexec env PYTHONUSERBASE={tmp_path / 'userbase'} {python} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.parametrize("flag", ["the interpreter's own", "-I"])
+def test_a_user_site_install_is_set_up_from_python_3_11_and_named_before(ssh_hosts, monkeypatch, tmp_path, flag):
+    """From 3.11 every command runs with -P, which keeps the user's site-packages; -I (older
+    interpreters, forced here) hides them, and the error says what the training env must be."""
+    if flag == "-I":
+        monkeypatch.setattr(ssh_launcher, "isolation_flag", lambda version: "-I")
+    python = user_site_python(tmp_path)
+    conn = ssh_hosts.connection(0, mxbench_python=python, mxbench_workdir=str(tmp_path / "work"))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_IDS[0].upper()}", json.dumps(conn))
+    ssh = connections.launcher_for("ssh", {"ssh_connections": [CONN_IDS[0]]})
+    remote = {}
+    try:
+        if flag == "-I":
+            with pytest.raises(MxbenchError) as refused:
+                ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+            assert str(refused.value).startswith(
+                f"host mxbench_ssh_1 (127.0.0.1): preparing the run folder failed: the training interpreter "
+                f"{python!r} there cannot run mxbench_train (set the connection's extra mxbench_python) (its Python "
+                "is older than 3.11, so mxbench runs it with -I, which ignores the user's site-packages: the "
+                "training env must be a venv or a system install, not pip install --user): ")
+        else:
+            assert sys.version_info >= (3, 11), "this project's interpreter is older than 3.11"
+            ready = ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+            assert ready["probe"]["cores"] > 0 and Path(remote["mxbench_ssh_1"]).is_dir()
+            assert ssh.target().hosts == 1  # the probe alone, as the DAG asks it first
+    finally:
+        ssh.close()
 
 
 # --- nothing a host's user plants in the run folder is imported ----------------------------------
@@ -444,7 +603,7 @@ def test_a_planted_mxbench_train_in_the_run_folder_is_not_imported(ssh_hosts, mo
     stage = SshLauncher._stage_data
 
     def plant_then_stage(self, hosts, data_dir):  # after the run folder is made, before any role starts
-        for folder in (host_dir / "runs" / run_dir.parent.name / run_dir.name, host_dir):
+        for folder in (host_dir / "runs" / run_dir.parent.name / run_dir.name / CONN_IDS[0], host_dir):
             (folder / "mxbench_train").mkdir()
             (folder / "mxbench_train" / "__init__.py").write_text(PLANTED.format(marker=str(marker)))
             (folder / "mxbench_train" / "__main__.py").write_text("")

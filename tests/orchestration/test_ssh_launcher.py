@@ -55,14 +55,15 @@ def remote_pids(fleet, run_dir):
     """{role@host: pid} from the supervisors' pid files on every host."""
     found = {}
     for host in fleet.hosts:
-        for pid_file in (remote_folder(host, run_dir) / "pids").glob("*.json"):
+        for pid_file in (remote_folder(fleet, host, run_dir) / "pids").glob("*.json"):
             for role, record in json.loads(pid_file.read_text()).items():
                 found[f"{role}@{host.name}"] = record["pid"]
     return found
 
 
-def remote_folder(host, run_dir):
-    return host.workdir / "runs" / run_dir.parent.name / run_dir.name
+def remote_folder(fleet, host, run_dir):
+    """``host``'s folder of the run: its connection's own in the run's folder in its work folder."""
+    return host.workdir / "runs" / run_dir.parent.name / run_dir.name / CONN_IDS[fleet.hosts.index(host)]
 
 
 def before_removal(monkeypatch, fleet, run_dir):
@@ -122,8 +123,8 @@ def test_role_command_quotes_every_value(payload):
                           f"/w/{payload}/runs/d/r/pids/worker-0.json", "--heartbeat-timeout", "30", "--",
                           host.python, "-P", *role.argv[1:]]
     assert shlex.split(setup_command(host, Path(f"/local/{payload}/r"))) == [
-        host.python, "-I", "-m", "mxbench_train.host_workdir", "--workdir", f"/w/{payload}", "--dag-run", payload,
-        "--run", "r"]
+        host.python, "-P", "-m", "mxbench_train.host_workdir", "--workdir", f"/w/{payload}", "--dag-run", payload,
+        "--run", "r", "--host", "h"]
 
 
 def test_connection_extras_are_checked_before_anything_runs():
@@ -162,7 +163,7 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     assert copied.read_bytes() == (cifar_rec / "cifar10_train.rec").read_bytes()
     assert list(pids) == ["worker-0@host1"] and not alive(pids["worker-0@host1"])
     # its files fetched, the run's folder on the host is gone (and its DAG run's, left empty)
-    assert not remote_folder(ssh_hosts.hosts[0], first).parent.exists()
+    assert not remote_folder(ssh_hosts, ssh_hosts.hosts[0], first).parent.parent.exists()
 
     second = run_dir_for(tmp_path, "second")
     launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)
@@ -186,8 +187,26 @@ def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, c
         assert "Speed:" in (run_dir / f"rank{rank}.log").read_text()
     # each host's work folder had one worker's rank log (ps-lite numbers ranks as workers register)
     assert [len(seen["rank_logs"][c]) for c in CONN_IDS] == [1, 1]
-    assert not any(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)
+    assert not any(remote_folder(ssh_hosts, host, run_dir).exists() for host in ssh_hosts.hosts)
     assert plan[-1].env["DMLC_NODE_HOST"] == "127.0.0.2"
+
+
+def test_hosts_sharing_one_work_folder_each_keep_their_own_run_folder(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    """Homes on one NFS mount: every host resolves the same work folder (here both hosts are given
+    host 1's); set-up, training, fetch and removal on one host must not touch another's files."""
+    shared = {"mxbench_workdir": str(ssh_hosts.hosts[0].workdir)}
+    run_dir = run_dir_for(tmp_path)
+    seen = before_removal(monkeypatch, ssh_hosts, run_dir)
+    plan, results = launcher(use_hosts(monkeypatch, ssh_hosts, (shared, shared))).execute(TWO_HOSTS, cifar_rec,
+                                                                                          run_dir, 300)
+    assert all(r.returncode == 0 for r in results)
+    for rank in (0, 1):
+        assert "Speed:" in (run_dir / f"rank{rank}.log").read_text()
+    assert [len(seen["rank_logs"][c]) for c in CONN_IDS] == [1, 1]  # each host's own, fetched from its folder
+    remote = {r["conn_id"]: r["run_dir"] for r in json.loads((run_dir / "remote.json").read_text())}
+    dag_run_folder = ssh_hosts.hosts[0].workdir / "runs" / run_dir.parent.name
+    assert remote == {c: str(dag_run_folder / run_dir.name / c) for c in CONN_IDS}
+    assert not dag_run_folder.exists()  # both removed, then the folders above them, left empty
 
 
 def crashing_python(tmp_path, after_s):
@@ -220,7 +239,7 @@ def test_a_worker_crashing_on_host_2_stops_every_role_on_both_hosts(ssh_hosts, m
                      str(failed.value))
     pids = remote_pids(ssh_hosts, run_dir)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
-    assert all(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)  # kept, as asked
+    assert all(remote_folder(ssh_hosts, host, run_dir).exists() for host in ssh_hosts.hosts)  # kept, as asked
 
 
 def test_the_deadline_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
@@ -231,7 +250,7 @@ def test_the_deadline_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cif
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
     # failed, and no connection keeps failed runs: fetched, then removed all the same
     assert (run_dir / "rank1.log").exists() or (run_dir / "rank0.log").exists()
-    assert not any(remote_folder(host, run_dir).exists() for host in ssh_hosts.hosts)
+    assert not any(remote_folder(ssh_hosts, host, run_dir).exists() for host in ssh_hosts.hosts)
     assert "channel closed, stopping the role" in (run_dir / "roles" / "worker-1.log").read_text()
 
 
@@ -280,7 +299,7 @@ def test_reap_kills_what_an_earlier_attempt_left_on_a_host(ssh_hosts, monkeypatc
     """A host that never saw the channel drop (a partition): the retry reaps by the pid files there."""
     ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
     run_dir = run_dir_for(tmp_path)
-    remote = ssh_hosts.hosts[1].workdir / "runs" / run_dir.parent.name / run_dir.name
+    remote = remote_folder(ssh_hosts, ssh_hosts.hosts[1], run_dir)
     (remote / "pids").mkdir(parents=True)
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:

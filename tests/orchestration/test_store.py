@@ -498,3 +498,45 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     assert SECRET not in stored and SECRET not in log
     failure = pipeline.verdict_of(dag_dir)  # what check_runs fails the DAG run with
     assert "storing the results in the results database failed" in failure and SECRET not in failure
+
+
+def test_a_short_password_is_redacted_only_where_it_stands_as_a_password():
+    url = "postgresql+psycopg2://alice:a@db.example/results"
+    text = (f"cannot reach {url}: a timeout at db.example (dsn user=alice password=a); "
+            "also tried postgresql://alice:a@db.example/results")
+    assert store.without_password(text, url) == (
+        "cannot reach postgresql+psycopg2://alice:***@db.example/results: a timeout at db.example "
+        "(dsn user=alice password=***); also tried postgresql://alice:***@db.example/results")
+
+
+def test_the_regression_check_quotes_no_password_of_a_store_that_fails_under_it(tmp_path, monkeypatch):
+    """A driver's error from the baseline query may quote the URL: check_regression redacts it as
+    store_results does (a failing driver is injected here; the store task, the redaction are real)."""
+    import traceback
+    from types import SimpleNamespace
+
+    from mxbench import config, stages
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    dag_run = SimpleNamespace(dag_id="mxbench_regression", run_type="scheduled", logical_date=T0,
+                              data_interval_start=T0, data_interval_end=T0)
+    dag_dir = config.dag_run_dir("mxbench_regression", "scheduled__1")
+    make_dag_dir(dag_dir.parent, dag_dir.name, ok_runs())
+    stored = stages.store_results.function({}, params={}, dag_run=dag_run, run_id="scheduled__1")
+    secret_url = f"postgresql+psycopg2://u:{SECRET}@db.example/results"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", secret_url)
+
+    def driver_failure(url, *args, **kwargs):
+        try:
+            raise ConnectionError(f"lost {url} mid-query")
+        except ConnectionError as lost:
+            raise sa.exc.OperationalError("SELECT ...", {}, lost) from lost
+
+    monkeypatch.setattr(store, "baseline", driver_failure)
+    with pytest.raises(store.StoreError) as raised:
+        stages.check_regression.function(stored, params={"baseline_runs": 3, "min_drop": 0.05},
+                                         run_id="scheduled__1", dag_run=dag_run)
+    log = "".join(traceback.format_exception(raised.value))
+    assert "lost postgresql+psycopg2://u:***@db.example/results mid-query" in log and SECRET not in log

@@ -9,19 +9,22 @@ when its channel closes: a launcher that stops, dies or loses the connection lea
 running there. ``run_plan`` drives the roles exactly as it drives local processes.
 
 On each host: ``<workdir>/data/<data set>/`` (copied over SFTP, skipped when its manifest already
-matches) or a shared ``mxbench_data_dir``, and ``<workdir>/runs/<dag run>/<run>/``, the roles'
-working folder, whose rank logs and telemetry come back into the local run folder at the end;
-then it is removed (a failed run's stays where the connection says ``mxbench_keep_failed_runs``).
+matches) or a shared ``mxbench_data_dir``, and ``<workdir>/runs/<dag run>/<run>/<conn id>/``, the
+roles' working folder there (one per host, even where homes are one NFS mount and every host has
+the same work folder), whose rank logs and telemetry come back into the local run folder at the
+end; then it is removed (a failed run's stays where the connection says ``mxbench_keep_failed_runs``).
 
 A host is not trusted (a compromised GPU host must not become a compromised Airflow worker), nor
 are its other local users: the work folder (default ``~/.cache/mxbench``) must be the SSH
 user's own and closed to others (``mxbench_train.host_workdir`` checks it there before each
-run); no interpreter runs with a host-writable folder on ``sys.path`` (``-I`` for set-up
-commands; roles ``-P``, or ``-I`` before Python 3.11); what comes back is capped and lands only
-as new plain files in the run folder (``fetch_outputs``); streamed role logs are capped.
+run); no interpreter runs with a host-writable folder on ``sys.path`` (``-P``, or ``-I`` before
+Python 3.11, which also hides a ``pip install --user``); what comes back is capped in bytes and
+files and lands only as new plain files in the run folder (``fetch_outputs``); streamed role logs
+are capped.
 """
 import hashlib
 import ipaddress
+import itertools
 import json
 import os
 import posixpath
@@ -58,6 +61,8 @@ LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.jso
 # tens of MB; these only stop a host that sends without end (env overrides, in bytes)
 FETCH_FILE_MAX_BYTES = 256 << 20  # MXBENCH_FETCH_FILE_MAX_BYTES
 FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one run together
+FETCH_HOST_MAX_NAMES = 1000  # names read from one host's run folder listing (a real one lists a few per role)
+FETCH_FILE_OVERHEAD = 4096  # what each file costs the run's byte budget besides its bytes: empty files are not free
 FETCH_CHUNK = 1 << 16
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -143,10 +148,17 @@ def cores_per_host(probes: Dict[str, dict]) -> int:
     return max(1, min(p["cores"] // per_machine[p.get("machine") or conn_id] for conn_id, p in probes.items()))
 
 
+def version_command(host: SshHost) -> str:
+    """The interpreter's version, before anything else runs there: ``-I``, and ``-c`` code that
+    imports nothing, so neither the login folder nor PYTHON* variables matter yet."""
+    return shlex.join([host.python, "-I", "-c", "import sys; print(list(sys.version_info[:2]))"])
+
+
 def isolation_flag(python_version) -> str:
     """How a role's interpreter keeps its working folder (the run folder) off ``sys.path``, where
     ``python -m`` puts it first: ``-P`` from Python 3.11; before, ``-I``, which also ignores
-    PYTHON* variables (mxbench_env's too; PYTHONUNBUFFERED becomes -u) and the user's site-packages."""
+    PYTHON* variables (mxbench_env's too; PYTHONUNBUFFERED becomes -u) and the user's site-packages
+    (so there the training env must be a venv or a system install, not ``pip install --user``)."""
     return "-P" if tuple(python_version) >= (3, 11) else "-I"
 
 
@@ -168,32 +180,34 @@ def role_command(host: SshHost, role: Role, remote_run_dir: str, isolation: str 
     return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
 
 
-# set-up commands run isolated (-I): they need nothing but the interpreter's own packages, and the
-# login folder they start in must not be able to shadow them
+# set-up commands run isolated like the roles (isolation_flag): the login folder they start in
+# must not shadow mxbench_train
 
-def setup_command(host: SshHost, run_dir: Path) -> str:
-    """The work folder made and checked, and a fresh run folder in it (mxbench_train.host_workdir):
-    one JSON line, {workdir, run_dir, python}."""
-    return shlex.join([host.python, "-I", "-m", "mxbench_train.host_workdir", "--workdir", host.workdir,
-                       "--dag-run", Path(run_dir).parent.name, "--run", Path(run_dir).name])
+def setup_command(host: SshHost, run_dir: Path, isolation: str = "-P") -> str:
+    """The work folder made and checked, and a fresh folder for this host's part of the run in it
+    (mxbench_train.host_workdir): one JSON line, {workdir, run_dir, python}."""
+    return shlex.join([host.python, isolation, "-m", "mxbench_train.host_workdir", "--workdir", host.workdir,
+                       "--dag-run", Path(run_dir).parent.name, "--run", Path(run_dir).name, "--host", host.conn_id])
 
 
-def probe_command(host: SshHost, address: Optional[str] = None) -> str:
+def probe_command(host: SshHost, address: Optional[str] = None, isolation: str = "-P") -> str:
     """What the host offers; with ``address``, also a free port there (binding it proves the host
     owns the address its roles will bind)."""
-    return shlex.join([host.python, "-I", "-m", "mxbench_train", "probe",
+    return shlex.join([host.python, isolation, "-m", "mxbench_train", "probe",
                        *(["--address", address] if address else [])])
 
 
-def reap_command(host: SshHost, remote_run_dir: str) -> str:
-    return shlex.join([host.python, "-I", "-m", "mxbench_train", "reap", "--pids-dir",
+def reap_command(host: SshHost, remote_run_dir: str, isolation: str = "-P") -> str:
+    return shlex.join([host.python, isolation, "-m", "mxbench_train", "reap", "--pids-dir",
                        posixpath.join(remote_run_dir, "pids")])
 
 
 def remove_command(remote_run_dir: str) -> str:
-    """The run's folder on the host, then its DAG run's folder if that is left empty."""
+    """This host's folder of the run, then the run's folder and its DAG run's, each if left empty
+    (other hosts' may still be there where homes are shared)."""
+    run = posixpath.dirname(remote_run_dir)
     return (f"rm -rf -- {shlex.quote(remote_run_dir)} && "
-            f"{{ rmdir -- {shlex.quote(posixpath.dirname(remote_run_dir))} 2>/dev/null || true; }}")
+            f"{{ rmdir -- {shlex.quote(run)} {shlex.quote(posixpath.dirname(run))} 2>/dev/null || true; }}")
 
 
 def remote_data_dir(host: SshHost, data_dir: Path) -> str:
@@ -323,6 +337,7 @@ class SshLauncher:
             seen[host.address] = host.conn_id
         self.hosts = list(hosts)
         self._clients: Dict[str, object] = {}
+        self._isolation: Dict[str, str] = {}  # conn_id: its interpreter's isolation_flag, asked once
 
     # connections
 
@@ -345,8 +360,16 @@ class SshLauncher:
         """Run a setup command on ``host``; its stdout, or an error naming host and cause."""
         code, out, err = run_command(self._client(host), command)
         if code != 0:
-            raise MxbenchError(f"{host}: {what} failed: {command_error(code, err, host)}")
+            raise MxbenchError(f"{host}: {what} failed: "
+                               f"{command_error(code, err, host, self._isolation.get(host.conn_id))}")
         return out
+
+    def _flag(self, host: SshHost) -> str:
+        """How every mxbench_train command on ``host`` runs isolated (isolation_flag of its version)."""
+        if host.conn_id not in self._isolation:
+            version = self._probe(host, version_command(host), "asking the training interpreter its version")
+            self._isolation[host.conn_id] = isolation_flag(version)
+        return self._isolation[host.conn_id]
 
     def _probe(self, host: SshHost, command: str, what: str) -> dict:
         out = self._run(host, command, what)
@@ -367,7 +390,8 @@ class SshLauncher:
         from mxbench_train.probe import machine_id
 
         try:
-            probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h), "probing the training env"))
+            probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h, isolation=self._flag(h)),
+                                                                     "probing the training env"))
         finally:
             self.close()
         here = [h.conn_id for h in self.hosts if probes[h.conn_id].get("machine") == machine_id()]
@@ -404,7 +428,7 @@ class SshLauncher:
 
             def start(role, log_path):
                 host = by_address[role.host]
-                command = role_command(host, role, remote[host.conn_id], isolation_flag(ready[host.conn_id]["python"]))
+                command = role_command(host, role, remote[host.conn_id], self._flag(host))
                 return RemoteRole(self._client(host), host, role, command, log_path, echo=role.kind == "worker")
 
             with steps("roles_s"):
@@ -427,11 +451,12 @@ class SshLauncher:
         return plan, results
 
     def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str]) -> dict:
-        """The host's work folder checked and a fresh run folder made (recorded in ``remote``), then
-        what the host offers: {workdir, run_dir, python (its version), probe}."""
-        folders = self._probe(host, setup_command(host, run_dir), "preparing the run folder")
+        """The host's work folder checked and a fresh folder for its part of the run made (recorded
+        in ``remote``), then what the host offers: {workdir, run_dir, python (its version), probe}."""
+        flag = self._flag(host)
+        folders = self._probe(host, setup_command(host, run_dir, flag), "preparing the run folder")
         remote[host.conn_id] = folders["run_dir"]
-        probe = self._probe(host, probe_command(host, host.address), "probing the training env")
+        probe = self._probe(host, probe_command(host, host.address, flag), "probing the training env")
         return {**folders, "probe": probe}
 
     def _stage_data(self, hosts, data_dir: Path):
@@ -457,8 +482,9 @@ class SshLauncher:
                                    f"other versions of {', '.join(wrong)} than this DAG run prepared")
         if hosts[0].data_dir:
             return hosts[0].data_dir, copied
-        # relative to the run folder, so hosts with different workdirs share one command line
-        return posixpath.join("..", "..", "..", "data", data_dir.name), copied
+        # relative to the host's run folder (<workdir>/runs/<dag run>/<run>/<conn id>), so hosts with
+        # different workdirs share one command line
+        return posixpath.join("..", "..", "..", "..", "data", data_dir.name), copied
 
     def _fetch(self, hosts, remote, run_dir: Path, run_ok: bool = True):
         """Every host's rank logs and telemetry (a host that fails does not stop the others), then
@@ -516,7 +542,8 @@ class SshLauncher:
                           "run's ssh connections", file=sys.stderr)
                     continue
                 try:
-                    out = self._run(host, reap_command(host, entry["run_dir"]), "reaping an earlier attempt")
+                    out = self._run(host, reap_command(host, entry["run_dir"], self._flag(host)),
+                                    "reaping an earlier attempt")
                 except MxbenchError as exc:
                     print(f"mxbench: {exc}", file=sys.stderr)
                     continue
@@ -589,15 +616,18 @@ def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
 
 
-def command_error(code: int, err: str, host: SshHost) -> str:
+def command_error(code: int, err: str, host: SshHost, isolation: Optional[str] = None) -> str:
     """The one line that says why a command on a host failed."""
     lines = [l.strip() for l in err.splitlines() if l.strip()]
     mine = [l for l in lines if l.startswith("error:")]  # mxbench_train's own one-line errors
     if mine:
         return mine[-1][len("error: "):]
-    if code == 127 or any("No module named mxbench_train" in l for l in lines):
+    if code == 127 or any(re.search(r"No module named '?mxbench_train\b", l) for l in lines):
+        hint = (" (its Python is older than 3.11, so mxbench runs it with -I, which ignores the user's "
+                "site-packages: the training env must be a venv or a system install, not pip install --user)"
+                if isolation == "-I" else "")
         return (f"the training interpreter {host.python!r} there cannot run mxbench_train (set the "
-                f"connection's extra mxbench_python): {lines[-1] if lines else 'not found'}")
+                f"connection's extra mxbench_python){hint}: {lines[-1] if lines else 'not found'}")
     return lines[-1] if lines else f"exit status {code}"
 
 
@@ -750,20 +780,30 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
                   budget: Optional[ByteBudget] = None):
     """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
 
-    What a host lists is untrusted: a name is taken only when ``output_name_ok``; a file is only
-    ever created, never written over an existing one or through a symlink (O_EXCL, O_NOFOLLOW);
-    at most fetch_file_max_bytes() a file and ``budget`` a run are read. Whatever was refused or
-    cut, the rest is still fetched, then one error names ``where`` and each file.
+    What a host lists is untrusted: only the first FETCH_HOST_MAX_NAMES names are read; a name is
+    taken only when ``output_name_ok``; a file is only ever created, never written over an existing
+    one or through a symlink (O_EXCL, O_NOFOLLOW); at most fetch_file_max_bytes() a file and
+    ``budget`` a run are read, each file costing FETCH_FILE_OVERHEAD more (so that empty files
+    cannot fill the worker's inodes). Whatever was refused or cut, the rest is still fetched, then
+    one error names ``where`` and each file.
     """
     import stat
 
     budget = budget or ByteBudget(fetch_run_max_bytes())
     file_max = fetch_file_max_bytes()
     problems = []
+    # read lazily, never past the cap: a host may list names without end. Stopped early, the
+    # listing leaves its folder handle open; it goes with the SFTP session, closed after the fetch.
+    listing = sftp.listdir_iter(remote_dir)
     try:
-        entries = sftp.listdir_attr(remote_dir)
+        entries = list(itertools.islice(listing, FETCH_HOST_MAX_NAMES + 1))
     except UnicodeDecodeError:
         raise MxbenchError(f"{where}: the run folder {remote_dir} lists a name that is not UTF-8") from None
+    finally:
+        listing.close()
+    if len(entries) > FETCH_HOST_MAX_NAMES:
+        entries.pop()
+        problems.append(f"it lists more than {FETCH_HOST_MAX_NAMES} names: the rest were not read")
     for entry in entries:
         name = entry.filename
         if not stat.S_ISREG(entry.st_mode or 0):
@@ -772,17 +812,17 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
         if not output_name_ok(name):
             problems.append(f"refused {shown}: not a plain name of a run output")
             continue
-        if budget.left <= 0:
+        if budget.left < FETCH_FILE_OVERHEAD:
             problems.append(f"{shown} not fetched: the run's {budget.total} bytes (MXBENCH_FETCH_RUN_MAX_BYTES) "
-                            "are used up")
+                            f"are used up (each file counts {FETCH_FILE_OVERHEAD} bytes more than its size)")
             continue
-        limit = min(file_max, budget.left)
+        limit = min(file_max, budget.left - FETCH_FILE_OVERHEAD)
         try:
             written, cut = _fetch_file(sftp, posixpath.join(remote_dir, name), run_dir / name, limit, entry.st_size)
         except FileExistsError:
             problems.append(f"refused {shown}: the run folder has a file of that name already")
             continue
-        budget.left -= written
+        budget.left -= FETCH_FILE_OVERHEAD + written
         if cut:
             cap = "MXBENCH_FETCH_FILE_MAX_BYTES" if limit == file_max else "MXBENCH_FETCH_RUN_MAX_BYTES"
             problems.append(f"{shown} cut at {limit} bytes ({cap}); the rest was not read")

@@ -8,15 +8,17 @@ per process, so a fresh or older database just works.
 No Airflow here: the DAG passes in what it knows (run id, trigger, dates), the rest is read from
 the DAG run's folder as the pipeline leaves it after ``join_results``.
 """
+import contextlib
 import hashlib
 import json
 import math
 import os
+import re
 import urllib.parse
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
 import pandas as pd
 import sqlalchemy as sa
@@ -67,18 +69,62 @@ def shown(url: str) -> str:
         return f"<an invalid URL: {UNSHOWN}>"
 
 
+# a password shorter than this is redacted only where it stands as a password (in a URL's
+# userinfo, after "password="): anywhere else it is likely a plain part of the message ("a")
+BARE_PASSWORD_MIN = 8
+
+
 def without_password(text: str, url: str) -> str:
     """``text`` (an error message, say) with ``url`` and its password nowhere in it: for messages
-    that quote what a driver or another library said about the URL."""
+    that quote what a driver or another library said about the URL. The password goes where it
+    stands as one (``user:<password>@``, ``password=<password>``), in any of its spellings (as is,
+    percent-encoded); elsewhere too when it is long enough to mean nothing else."""
     text = text.replace(url, shown(url))
     try:
         password = sa.engine.make_url(url).password
     except (sa.exc.ArgumentError, ValueError):
         password = None
-    if password:
-        for spelling in {password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)}:
+    if not password:
+        return text
+    spellings = sorted({password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)},
+                       key=len, reverse=True)
+    for spelling in spellings:
+        quoted = re.escape(spelling)
+        text = re.sub(rf"(://[^\s/@:]*:){quoted}@", r"\1***@", text)
+        text = re.sub(rf"(password[\s=:]+['\"]?){quoted}(?=$|[\s'\",;)\]}}])", r"\1***", text,
+                      flags=re.IGNORECASE)
+        if len(password) >= BARE_PASSWORD_MIN:
             text = text.replace(spelling, "***")
     return text
+
+
+def safe_error(exc: BaseException, url: Optional[str]) -> BaseException:
+    """``exc``, or, where its message or one in its chain quotes ``url`` or its password (a
+    driver's may), a StoreError with its message redacted and no chain: a task log shows the whole
+    chain."""
+    if not url:
+        return exc
+    chain, link = [], exc
+    while link is not None and all(link is not seen for seen, _ in chain):  # a chain may loop
+        chain.append((link, f"{type(link).__name__}: {link}"))
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    chain = [told for _, told in chain]
+    if all(without_password(told, url) == told for told in chain):
+        return exc
+    return StoreError(without_password(chain[0], url))
+
+
+@contextlib.contextmanager
+def errors_without_password(url: Optional[str]) -> Iterator[None]:
+    """Within the block, an error that quotes ``url``'s password is raised as ``safe_error``'s
+    StoreError instead: for tasks that hand the URL to the store (or anything else)."""
+    try:
+        yield
+    except Exception as exc:
+        safe = safe_error(exc, url)
+        if safe is exc:
+            raise
+        raise safe from None
 
 
 def engine_name(url: str) -> str:
@@ -455,5 +501,6 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
         return _frame(connection, query)
 
 
-__all__ = ["StoreError", "default_url", "url_of_connection", "engine", "migrate", "fingerprint",
+__all__ = ["StoreError", "default_url", "url_of_connection", "without_password", "errors_without_password",
+           "engine", "migrate", "fingerprint",
            "record_dag_run", "import_runs", "history", "read_history", "baseline", "metadata"]
