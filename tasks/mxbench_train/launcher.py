@@ -197,6 +197,8 @@ def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
         return RoleFailed(role, procs[role.name].describe(), logs[role.name])
 
     while True:
+        if INTERRUPTED:
+            raise interruption()
         now = time.monotonic()
         for role in plan:  # poll every role before judging any, so a worker's exit 0 is not missed
             if procs[role.name].poll() is not None:
@@ -325,15 +327,27 @@ def _raise_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
-    interrupted = []
-
     def handler(signum, _frame):
-        if not interrupted:  # a second SIGTERM must not cut the cleanup short
-            interrupted.append(signum)
-            raise LaunchInterrupted(f"launcher got {signal.Signals(signum).name}; stopped all roles")
+        if not INTERRUPTED:  # a second SIGTERM must not cut the cleanup short
+            INTERRUPTED.append(signum)
+            raise interruption()
 
+    def restore():
+        signal.signal(signal.SIGTERM, previous)
+        INTERRUPTED.clear()
+
+    INTERRUPTED.clear()
     previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    return restore
+
+
+# the SIGTERM that run_plan's handler turned into LaunchInterrupted: a launcher's handle may catch
+# the exception by accident (a broad except around an API call), so _wait also raises it from here
+INTERRUPTED: List[int] = []
+
+
+def interruption() -> LaunchInterrupted:
+    return LaunchInterrupted(f"launcher got {signal.Signals(INTERRUPTED[0]).name}; stopped all roles")
 
 
 def _tail(path: Path, limit: int = 300) -> str:

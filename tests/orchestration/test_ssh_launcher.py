@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,6 +152,8 @@ def test_target_asks_the_hosts(ssh_hosts, monkeypatch):
 def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_hosts, monkeypatch, cifar_rec,
                                                                         tmp_path, capsys):
     params = use_hosts(monkeypatch, ssh_hosts)
+    # the hosts live for the whole session: another test may have staged this data set there already
+    shutil.rmtree(ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name, ignore_errors=True)
     first = run_dir_for(tmp_path, "first")
     pids = before_removal(monkeypatch, ssh_hosts, first)["pids"]
     plan, results = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)

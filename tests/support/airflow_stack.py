@@ -96,12 +96,22 @@ class AirflowStack:
         self.airflow("dags", "reserialize")
 
     def start(self, processes=tuple(PROCESSES)):
+        # the api-server first, answering, then the rest: a scheduler that finds runs to do at once
+        # (a backfill made beforehand) would otherwise start tasks whose first call to the
+        # execution API times out while the api-server is still loading
+        first = [name for name in processes if name == "api-server"]
+        for name in first:
+            self._spawn(name)
+        if first:
+            self.wait_for(lambda: self.call("GET", "/api/v2/monitor/health").status == 200, 120, "the api-server")
         for name in processes:
-            args = PROCESSES[name]
-            with open(self.logs / f"{name}.log", "wb") as log:
-                self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.env, stdin=subprocess.DEVNULL,
-                                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        self.wait_for(lambda: self.call("GET", "/api/v2/monitor/health").status == 200, 120, "the api-server")
+            if name not in first:
+                self._spawn(name)
+
+    def _spawn(self, name: str):
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs.append(subprocess.Popen([AIRFLOW, *PROCESSES[name]], env=self.env, stdin=subprocess.DEVNULL,
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def stop(self) -> list:
         """SIGTERM each process group, SIGKILL what is left of it; the pids still alive after."""

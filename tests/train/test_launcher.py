@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -158,6 +159,30 @@ def test_lingering_scheduler_is_stopped_after_workers_succeed(tmp_path, monkeypa
     assert [r.returncode for r in results] == [-signal.SIGTERM, 0]
     assert [r.warning for r in results] == [None, None]  # killed by the teardown, not by itself
     assert not any(alive(r.pid) for r in results)
+
+
+def test_a_sigterm_that_a_role_handle_swallows_still_stops_the_job(tmp_path):
+    """A handle's poll may wrap an API call in a broad except (the Kubernetes one does): the
+    SIGTERM raised inside it must still end the job as interrupted, not let it run on."""
+    from mxbench_train.launcher import LaunchInterrupted, LocalProcess
+
+    class Swallowing(LocalProcess):
+        def poll(self):
+            try:
+                time.sleep(0.05)  # where SIGTERM lands: inside a call whose errors are kept for later
+            except Exception:
+                pass
+            return super().poll()
+
+    plan = [sleeper("scheduler", "scheduler", seconds=600), sleeper("worker-0", "worker", seconds=600)]
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(LaunchInterrupted, match="launcher got SIGTERM"):
+        run_plan(plan, tmp_path, deadline_s=60, start=lambda role, log: Swallowing(role, log))
+    assert time.monotonic() - started < 30
+    assert not any(alive(pid) for pid in pids(tmp_path).values())
+    assert signal.getsignal(signal.SIGTERM) is not None  # the handler before run_plan is back
 
 
 def role(name, kind, body):
