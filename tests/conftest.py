@@ -1,5 +1,6 @@
 """Shared fixtures. Tests run in the orchestration venv; anything that needs mxnet runs in
 the training venv as a subprocess, exactly as the pipeline runs it."""
+import json
 import os
 import subprocess
 import sys
@@ -145,6 +146,24 @@ def kubernetes_connection(standin, python=None, **pod) -> dict:
                 "data": {"host_path": str(config.data_dir())}, **pod}
     return {"conn_type": "kubernetes",
             "extra": {"kube_config_path": str(standin.kubeconfig), "namespace": "mxbench", "mxbench_pod": settings}}
+
+
+def core_api(standin):
+    """A CoreV1Api client of the stand-in, as the tests' own eyes on it."""
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+
+
+def pods_left(standin):
+    return [p.metadata.name for p in core_api(standin).list_pod_for_all_namespaces().items]
+
+
+def pods_created(standin) -> int:
+    """Pods the stand-in was ever asked to make (its manifests log)."""
+    manifests = Path(standin.root) / "manifests.jsonl"
+    lines = manifests.read_text().splitlines() if manifests.exists() else []
+    return sum(1 for line in lines if json.loads(line).get("kind") == "Pod")
 
 
 # --- a throwaway PostgreSQL server (the results store's tests) -------------------------------

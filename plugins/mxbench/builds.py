@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 from mxbench import caches, config
 from mxbench_train.cifar10 import redact
 from mxbench_train.errors import MxbenchError
+from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines, shown
 
 MANIFEST = config.REPO / "config" / "mxnet-builds.json"
 REQUIREMENTS = config.REPO / "requirements-train.txt"
@@ -37,8 +38,6 @@ ENV_FORMAT = 1  # bump when the way a venv is made changes: every cached venv is
 # mxnet @ https://host/mxnet-1.9.1-py3-none-any.whl#sha256=<64 hex digits> (see url_problem)
 _PINNED = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
 _WHEEL = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?) @ (?P<url>\S+/(?P<file>[^/\s?#]+\.whl)(?:\?[^\s#]*)?(?:#\S*)?)")
-# any PEP 508 direct reference, name[extras] @ URL: a package or a pin
-_DIRECT = re.compile(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*(?:\[[^\]]*\])?\s*@\s*(?P<url>[^\s;]+)")
 _SHA256 = re.compile(r"sha256=[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -76,15 +75,6 @@ class Build:
         return f"{shown(self.package)} (since {self.since})"
 
 
-def shown(requirement: str) -> str:
-    """``requirement`` as it may be written down: a URL's user, password and secret-looking query
-    values redacted."""
-    direct = _DIRECT.match(requirement)
-    if not direct:
-        return requirement
-    return requirement[:direct.start("url")] + redact(direct["url"]) + requirement[direct.end("url"):]
-
-
 def url_problem(requirement: str) -> Optional[str]:
     """Why pip may not install ``requirement`` (a build's package or a pin), or None.
 
@@ -93,7 +83,7 @@ def url_problem(requirement: str) -> Optional[str]:
     ``URL#sha256=<64 lowercase hex digits>``, which pip then checks: over plain http anyone on the
     path can swap it, and https vouches for the server, not the file (a re-uploaded wheel would
     change what a date measures). Other schemes (``git+https``, a bare path) are refused."""
-    direct = _DIRECT.match(requirement)
+    direct = DIRECT_REFERENCE.match(requirement)
     if not direct:
         return None
     url = direct["url"]
@@ -318,22 +308,9 @@ def _stamp_ok(venv: Path, spec: List[str]) -> bool:
     return stamp.get("spec") == spec and (venv / "bin" / "python").exists()
 
 
-def _clean_env() -> dict:
-    """The environment for venv/pip: no PYTHONPATH/PYTHONHOME (the orchestration side's) and no
-    DMLC_ROLE (importing mxnet with it set would start a kvstore role)."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("DMLC_")}
-
-
-def _last_error_lines(output: str, count: int = 3) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR")]
-    return " | ".join((errors or lines)[-count:]) or "(no output)"
-
-
 def _run(argv, what: str, build: Build, timeout: float) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_clean_env(),
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(),
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} took over "
@@ -342,7 +319,7 @@ def _run(argv, what: str, build: Build, timeout: float) -> str:
         raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what}: {exc}") from None
     if done.returncode:
         raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} failed "
-                           f"(exit {done.returncode}): {_last_error_lines(done.stdout + done.stderr)}")
+                           f"(exit {done.returncode}): {last_error_lines(done.stdout + done.stderr)}")
     return done.stdout
 
 
@@ -436,7 +413,7 @@ def check_trainer(python: str, timeout: float = 300) -> Optional[str]:
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return (f"cannot check MXNet with {python} (exit {done.returncode}): "
-                f"{_last_error_lines(done.stderr + done.stdout, 1)}")
+                f"{last_error_lines(done.stderr + done.stdout, 1)}")
     if "error" in result:
         return f"cannot import mxnet with {python}: {result['error']}"
     if not result.get("module_api"):

@@ -116,7 +116,8 @@ def cmd_history(args) -> int:
         print(f"error: no results for variant {args.variant}", file=sys.stderr)
         return 1
     shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")))
-    columns = ["measured_at", "dag_id", "run_id", "trigger", "mxnet_version", "mxnet_package", "launcher", "repeat",
+    # build: what ran (the version the trainer reported), which need not be the package asked for
+    columns = ["measured_at", "dag_id", "run_id", "trigger", "mxnet_package", "build", "runtime", "launcher", "repeat",
                "environment", "status", "samples_per_sec"]
     print(shown[columns].astype(object).where(shown[columns].notna(), "-").to_string(index=False))
     return 0
@@ -154,7 +155,9 @@ def build_parser():
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
     p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store)")
+    p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store), with "
+                                       "the build asked for (mxnet_package), the one that ran (build: the version "
+                                       "the trainer reported) and the interpreter or image (runtime)")
     p.add_argument("variant")
     p.add_argument("--launcher")
     p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")

@@ -3,9 +3,7 @@ import hashlib
 import json
 import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,23 +16,6 @@ def home() -> Path:
 def train_python() -> str:
     """The training environment's interpreter, which the local launcher runs."""
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
-
-
-@contextmanager
-def training_python(python: Optional[str]):
-    """Within the block, ``train_python()`` is ``python`` (when given): one run's MXNet build."""
-    if not python:
-        yield
-        return
-    saved = os.environ.get("MXBENCH_TRAIN_PYTHON")
-    os.environ["MXBENCH_TRAIN_PYTHON"] = python
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MXBENCH_TRAIN_PYTHON", None)
-        else:
-            os.environ["MXBENCH_TRAIN_PYTHON"] = saved
 
 
 def data_dir() -> Path:

@@ -24,8 +24,10 @@ import functools
 from mxbench_train.errors import MxbenchError
 
 from . import launchers
-from .launchers.kubernetes import KubernetesLauncher, PodSettings, pod_settings
-from .launchers.ssh import SshHost, SshLauncher, host_settings
+from .launchers.kubernetes import KubernetesLauncher
+from .launchers.kubernetes_pods import PodSettings, pod_settings
+from .launchers.ssh import SshLauncher
+from .launchers.ssh_commands import SshHost, host_settings
 from .variants import DEFAULT_KUBERNETES_CONNECTION
 
 # one attempt: Airflow's task retries are the retry policy, and a dead host is reported at once

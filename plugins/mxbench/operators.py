@@ -51,9 +51,8 @@ class RunVariantOperator(KubernetesPodOperator):
         if data is None:
             cause = pipeline.root_cause(dag_dir) or "no data.json: prepare_data has not run"
             raise AirflowException(f"run {self.run['key']}: {cause}")
-        with config.training_python(self.run.get("train_python")):  # a regression run's MXNet build
-            result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                      launcher_for=launcher_for)
+        result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
+                                  launcher_for=launcher_for)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")
@@ -63,7 +62,8 @@ class RunVariantOperator(KubernetesPodOperator):
         from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
         from mxbench import connections
-        from mxbench.launchers.kubernetes import KubernetesLauncher, pod_template
+        from mxbench.launchers.kubernetes import KubernetesLauncher
+        from mxbench.launchers.kubernetes_pods import pod_template
 
         from mxbench_train.errors import MxbenchError
 

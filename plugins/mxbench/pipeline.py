@@ -22,14 +22,17 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from mxbench_train.cifar10 import redact
+from mxbench_train.host_build import shown
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import RoleFailed
+from mxbench_train.roles import Role
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
 
 from . import caches, config, launchers
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
+from .launchers import RunBuild
 from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
 
 
@@ -96,20 +99,47 @@ def targets_for(names, launcher_for=None):
     return targets, unavailable
 
 
+def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str], build: Optional[dict],
+                   launcher_for=None) -> Dict[str, str]:
+    """Each launcher that could be asked gets ready to run ``build`` (an SSH host makes its venv);
+    returns the launchers that cannot honour it (launcher -> why: no image for it, no interpreter),
+    which expand refuses. One whose preparation failed (a host's pip cannot reach an index) joins
+    ``unavailable``: its runs fail with that cause, the other launchers' go on."""
+    run_build = RunBuild.from_record(build)
+    if run_build is None:
+        return {}
+    launcher_for = launcher_for or launchers.get
+    refused = {}
+    for name in names:
+        if name not in targets or name in unavailable:
+            continue
+        try:
+            launcher = launcher_for(name)
+            problem = launcher.build_problem(run_build)
+            if problem:
+                refused[name] = problem
+                continue
+            launcher.prepare_build(run_build)
+        except MxbenchError as exc:
+            unavailable[name] = f"the {name} target cannot run {run_build}: {exc}"
+    return refused
+
+
 def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None,
-           dag_id: Optional[str] = None) -> List[dict]:
+           dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is). ``build``: the
-    MXNet build a regression run measures ({"package", "python", ...}); its runs train with its
-    interpreter (``train_python``)."""
+    MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
+    run carries it, and its launcher runs it (``launchers.RunBuild``)."""
     unavailable = unavailable or {}
     try:
-        runs = expand_runs(params, targets, unavailable)
+        runs = expand_runs(params, targets, unavailable, refused=refused)
     except (VariantError, MxbenchError) as exc:
         stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
-    if build and build.get("python"):
-        runs = [{**run, "train_python": build["python"]} for run in runs]
+    if build:  # what each run must train with; its launcher runs that or nothing
+        asked = {k: build.get(k) for k in ("package", "version", "spec", "python", "image")}
+        runs = [{**run, "build": asked} for run in runs]
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
@@ -240,17 +270,28 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     variant = variant_from_dict(run["variant"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
-            "attempt": uuid.uuid4().hex}
+            "attempt": uuid.uuid4().hex, "build": {"asked": (run.get("build") or {}).get("package")}}
     write_json(run_dir / "meta.json", meta)
     try:
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        with caches.in_use(data["dir"], run.get("train_python")):  # pruning skips them meanwhile
-            gone = pruned_since_made(data, run.get("train_python"))
+        build = RunBuild.from_record(run.get("build"))
+        local_python = build.python if build and run["launcher"] == "local" else None
+        with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
+            gone = pruned_since_made(data, local_python)
             if gone:
                 raise MxbenchError(gone)
-            _, results = launcher.execute(variant, data["dir"], run_dir, deadline_s)
+            launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
+        meta["command"] = _worker_command(launched.plan)
+        meta["build"] = {"asked": build.package if build else None, "reported": reported_version(run_dir),
+                         "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
+        if build and not same_release(build.version, meta["build"]["reported"]):
+            where = launched.runtime.get("image") or launched.runtime.get("python")
+            raise MxbenchError(f"it asked for {build}, but its trainer imported MXNet "
+                               f"{meta['build']['reported'] or '(no version reported)'} ({where}): not kept as "
+                               f"{shown(build.package)}")
+        results = launched.results
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],
                     # first role's start to last role's exit: the trainer processes' own wall time
@@ -267,7 +308,10 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
             # this attempt hung, a newer one moved its folder away and owns the path now
             raise RunFailed(f"run {run['key']}: a newer attempt took over its folder; this attempt's "
                             "result is dropped") from None
-        meta["command"] = _command_from_plan(run_dir)  # the launcher wrote plan.json, if it got that far
+        if "command" not in meta:  # the launcher failed: its records, as far as it got
+            plan = [Role.from_dict(r) for r in read_json(run_dir / "plan.json", [])]
+            meta["command"] = _worker_command(plan)
+            meta["build"].update(ran_with(run_dir, plan))
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
         write_json(run_dir / "meta.json", meta)
@@ -294,10 +338,44 @@ def pruned_since_made(data: dict, train_python: Optional[str]) -> Optional[str]:
     return None
 
 
-def _command_from_plan(run_dir: Path):
-    plan = read_json(run_dir / "plan.json", [])
-    worker = next((r for r in plan if r["kind"] == "worker"), None)
-    return shlex.join(worker["argv"]) if worker else None
+def _worker_command(plan) -> Optional[str]:
+    worker = next((r for r in plan if r.kind == "worker"), None)
+    return shlex.join(worker.argv) if worker else None
+
+
+def reported_version(run_dir: Path) -> Optional[str]:
+    """The MXNet version the run's trainers imported (their run_start events), whatever was
+    asked for: one version, or each one they reported, joined, where hosts ran different ones."""
+    versions = []
+    for log in sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log")):
+        for event in parse_run_logs([log]).events:
+            version = (event.get("environment") or {}).get("mxnet_version")
+            if event.get("event") == "run_start" and version:
+                versions.append(str(version)[:20])  # a host's word: the store keeps 50 characters
+                break
+    return ", ".join(sorted(set(versions))) or None
+
+
+def ran_with(run_dir: Path, plan) -> dict:
+    """What a failed run trained with, from the records its launcher left: the version its
+    trainers reported, and its image (kubernetes.json) or interpreter (the plan's workers)."""
+    image = (read_json(run_dir / "kubernetes.json", {}) or {}).get("image")
+    worker = next((r for r in plan if r.kind == "worker"), None)
+    return {"reported": reported_version(run_dir), "image": image,
+            "python": None if image or worker is None else worker.argv[0]}
+
+
+def same_release(asked: str, reported: Optional[str]) -> bool:
+    """Whether the trainer's MXNet is the build asked for: the same release numbers (1.7.0.post2,
+    a rebuilt wheel, reports itself as 1.7.0)."""
+    from packaging.version import InvalidVersion, Version
+
+    if not reported:
+        return False
+    try:
+        return Version(asked).release == Version(reported).release
+    except InvalidVersion:
+        return asked == reported
 
 
 def summary_of(meta: dict) -> dict:
@@ -343,7 +421,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "samples_per_sec": None, "epoch_samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None,
            "warmup_excluded": None, "validation_accuracy": None, "gpu_util_pct": None, "gpu_mem_mib": None,
            "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
-           "reused": False, "warnings": None}
+           "reused": False, "warnings": None,
+           "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None}
     logs = sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log"))
     parsed = parse_run_logs(logs)
     tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
@@ -353,6 +432,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     row.update(status=meta["status"], cause=meta.get("cause"), duration_s=meta.get("duration_s"),
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")))
+    ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
+    row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))
     if meta["status"] == "running":
         # its task died mid-run (parse runs only once every run task has ended): stop what it left
         try:

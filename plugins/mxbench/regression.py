@@ -85,7 +85,8 @@ def check(variant: str, launcher: str, current: Sequence[float], baseline: Seque
 
 def find_step(history: pd.DataFrame, min_drop: float = MIN_DROP, alpha: float = verdict.ALPHA) -> Optional[dict]:
     """Which build first got slower: over ``history`` (one row per measured repeat, with
-    ``build`` and ``when``, and ``samples_per_sec``; one variant and launcher), each build's
+    ``build``, the build that ran (the store's ``what_ran``: the version the trainer reported, not
+    the package asked for), ``when`` and ``samples_per_sec``; one variant and launcher), each build's
     repeats are compared with the build before it, in the order the builds were first measured.
     The first boundary the rule calls a regression: {"build", "previous", "change", "ci_low",
     "ci_high", "p_value"}; None when no build is slower than the one before."""

@@ -261,8 +261,16 @@ def plot_history(history: pd.DataFrame, path: Path):
 
 
 def with_build(history: pd.DataFrame) -> pd.DataFrame:
-    """History rows named by their MXNet build: the package pin, else the version the trainer saw."""
-    return history.assign(build=history["mxnet_package"].fillna(history["mxnet_version"]).fillna("unknown"))
+    """History rows named by the MXNet build that ran (``store.what_ran``), the version the trainer
+    reported rather than the package asked for; a history.csv older than that column included."""
+    from .store import what_ran
+
+    return history.assign(build=what_ran(history))
+
+
+def _distinct(values: pd.Series) -> str:
+    """The values a group holds, once each, in order: a table cell."""
+    return ", ".join(dict.fromkeys(str(v) for v in values.dropna()))
 
 
 def step_table(history: pd.DataFrame) -> pd.DataFrame:
@@ -466,22 +474,29 @@ def history_page(history: pd.DataFrame, source: str) -> str:
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop) against the DAG runs before it on the same "
              "variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
-             "and count, driver, CUDA, CPU)."]
+             "and count, driver, CUDA, CPU). MXNet build: the version the trainer reported, which is what ran "
+             "whatever was asked for; runtime: the interpreter or image each run used."]
     if history.empty:
         return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
                            intro=intro)
     history = with_build(history).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
+    # each repeat's own build asked for; rows stored before the store kept it have their DAG run's
+    ok = ok.assign(asked=ok["mxnet_asked"].astype(object).fillna(ok["mxnet_package"].astype(object)))
     per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False,
                          dropna=False).agg(
-        when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
-    by_build = per_run.groupby(["variant", "launcher", "environment", "build"], as_index=False, dropna=False).agg(
+        when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
+        runtime=("runtime", _distinct))
+    group = ["variant", "launcher", "environment", "build"]
+    by_build = per_run.groupby(group, as_index=False, dropna=False).agg(
         dag_runs=("run_id", "nunique"), median=("samples_per_sec", "median"), low=("samples_per_sec", "min"),
         high=("samples_per_sec", "max"), last=("when", "max"),
         regressions=("verdict", lambda v: int((v == "regression").sum())))
+    by_build = by_build.merge(ok.groupby(group, as_index=False, dropna=False).agg(
+        asked=("asked", _distinct), runtime=("runtime", _distinct)), on=group, how="left")
     by_build = pd.DataFrame({
         "variant": by_build["variant"], "launcher": by_build["launcher"], "machine": by_build["environment"],
-        "MXNet build": by_build["build"],
+        "MXNet build": by_build["build"], "asked for": by_build["asked"], "runtime": by_build["runtime"],
         "DAG runs": by_build["dag_runs"],
         "samples/s (median of runs) [min–max]": [f"{_fmt(m)} [{_fmt(lo)}–{_fmt(hi)}]" for m, lo, hi in
                                                  zip(by_build["median"], by_build["low"], by_build["high"])],
@@ -490,7 +505,7 @@ def history_page(history: pd.DataFrame, source: str) -> str:
     flagged = pd.DataFrame({"when": flagged["when"].dt.strftime("%Y-%m-%d %H:%M"), "DAG": flagged["dag_id"],
                             "DAG run": flagged["run_id"], "variant": flagged["variant"],
                             "launcher": flagged["launcher"], "machine": flagged["environment"],
-                            "MXNet build": flagged["build"],
+                            "MXNet build": flagged["build"], "runtime": flagged["runtime"],
                             "samples/s (median)": flagged["samples_per_sec"].map(_fmt)})
     png = io.BytesIO()
     plot_history(history, png)

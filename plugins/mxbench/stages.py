@@ -25,11 +25,12 @@ def dag_dir_of(dag_run, run_id: str):
 @task
 def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run=None) -> list[dict]:
     """Params -> one run per (variant, launcher, repeat); a misfit fails the DAG run here. With a
-    ``build`` (the regression DAG's), every run trains with that build's interpreter, or fails
-    naming why the build cannot train."""
+    ``build`` (the regression DAG's), every run trains with that build (its interpreter, its venv
+    on each SSH host, its image in pods): a launcher with no way to run it is refused here, by
+    name; one whose hosts fail to make it has its runs fail with that cause."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import connections, pipeline
+    from mxbench import builds, connections, pipeline
     from mxbench.variants import VariantError
     from mxbench_train.errors import MxbenchError
 
@@ -40,13 +41,17 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
-    if build and build.get("unsupported"):
-        unavailable = {name: f"MXNet build {build['package']}: {build['unsupported']}" for name in params["launchers"]}
+    refused = {}
+    if build and build.get("unsupported"):  # this machine cannot run it: the local runs fail with that
+        unavailable["local"] = f"MXNet build {builds.shown(build['package'])}: {build['unsupported']}"
+    if build:  # each launcher gets ready to run the build (venvs on SSH hosts), or says why it cannot
+        refused = pipeline.prepare_builds(params["launchers"], targets, unavailable, build,
+                                          lambda name: connections.launcher_for(name, params))
     for reason in unavailable.values():
         print(f"mxbench: {reason}")
     try:
         return pipeline.expand(dict(params), dag_dir_of(dag_run, run_id), targets, unavailable,
-                               build=build, dag_id=dag_run.dag_id)
+                               build=build, dag_id=dag_run.dag_id, refused=refused)
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 
@@ -149,18 +154,22 @@ def check_runs(run_id=None, dag_run=None) -> None:
 # --- the regression DAG's own stages ---------------------------------------------------------
 
 @task
-def resolve_build(dag_run=None) -> dict:
+def resolve_build(params=None, dag_run=None) -> dict:
     """The MXNet build this DAG run measures: the versions manifest's entry for its data interval
-    (the same interval always measures the same build), and its training interpreter, made on
-    first use. A build that cannot be installed or trained is named here; its runs then fail with
-    that cause, never as a crash."""
+    (the same interval always measures the same build), its install spec (what SSH hosts install),
+    and, when the local launcher runs, its training interpreter on this machine, made on first
+    use. A build that cannot be installed or trained here is named (``unsupported``); the local
+    runs then fail with that cause, never as a crash; the other launchers run it where they run."""
     from mxbench import builds
     from mxbench_train.errors import MxbenchError
 
     when = dag_run.data_interval_start or dag_run.logical_date or dag_run.run_after
     build = builds.build_for(when)
     record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
-              "since": str(build.since), "unsupported": None}
+              "since": str(build.since), "spec": builds.install_spec(build), "python": None, "unsupported": None}
+    if "local" not in (params or {}).get("launchers", ["local"]):
+        print(f"mxbench: interval from {when} measures {builds.shown(build.package)} (no local runs: no venv here)")
+        return record
     try:
         record["python"] = builds.training_python(build)
     except MxbenchError as exc:

@@ -198,8 +198,9 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                               "section": "Machines"},
     "kubernetes_image": {"default": None, "type": ["null", "string"], "maxLength": 500,
                          "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "title": "Training image",
-                         "description": "Empty: the connection's mxbench_pod image. One image per MXNet build; "
-                                        "only images the connection's mxbench_pod.allowed_images match.",
+                         "description": "Empty: the connection's mxbench_pod image. Only images the connection's "
+                                        "mxbench_pod.allowed_images match. (The regression DAG runs each MXNet "
+                                        "build in the image mxbench_pod.images or image_template gives it.)",
                          "section": "Machines"},
     "results_connection": {"default": None, "type": ["null", "string"], "pattern": r"^[A-Za-z0-9_.-]{1,200}$",
                            "title": "Results database (connection id)",
@@ -307,12 +308,14 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
 
 
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
-                sets: Optional[Dict[str, Sequence[str]]] = None) -> List[dict]:
+                sets: Optional[Dict[str, Sequence[str]]] = None, refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
     All misfits are reported together, one line each, before anything starts. A launcher whose
     machines could not be asked (``unavailable``: launcher -> why) keeps its runs, each carrying
-    the reason, so that they fail with it while the other launchers' runs go on.
+    the reason, so that they fail with it while the other launchers' runs go on. A launcher that
+    cannot honour the MXNet build under test (``refused``: launcher -> why) is refused here, one
+    line per variant: its runs would measure another build.
     """
     variants = select_variants(params)
     launchers: Sequence[str] = params.get("launchers") or ["local"]
@@ -327,6 +330,9 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
             continue
         problems += [p for p in (check_fits(v, targets[launcher]) for v in variants
                                  if not v.launchers or launcher in v.launchers) if p]
+        if launcher in (refused or {}):
+            problems += [f"variant {v.id} under {launcher}: {refused[launcher]}" for v in variants
+                         if not v.launchers or launcher in v.launchers]
     sets = machine_sets() if sets is None else sets
     for launcher in launchers:
         target = targets.get(launcher)

@@ -16,7 +16,8 @@ run on the host as the SSH user, before a run:
   mount, every host of a run has the same work folder, and each must still have its own folder.
 
 ``python -P -m mxbench_train.host_workdir --workdir W --dag-run D --run R --host H`` (``-I``
-before Python 3.11) prints one JSON line, ``{"workdir", "run_dir", "python": [major, minor]}``; a
+before Python 3.11) prints one JSON line, ``{"workdir", "run_dir", "python": [major, minor]}``
+(with ``--build-json``, also ``"build"``: the MXNet build's venv there, ``host_build``'s answer); a
 refusal is one ``error:`` line naming the folder and why. Stdlib only.
 """
 import argparse
@@ -152,9 +153,17 @@ def main(argv=None) -> int:
     parser.add_argument("--dag-run", required=True, help="the DAG run's folder name")
     parser.add_argument("--run", required=True, help="the run's folder name")
     parser.add_argument("--host", required=True, help="this host's folder name in the run's (its connection id)")
+    parser.add_argument("--build-json", help="also find this MXNet build's venv in the work folder, made before "
+                                             "(mxbench_train.host_build --check-only, in the same process: a run "
+                                             "pays no extra round trip for its build)")
     args = parser.parse_args(argv)
     try:
-        print(json.dumps(prepare(args.workdir, args.dag_run, args.run, args.host)))
+        ready = prepare(args.workdir, args.dag_run, args.run, args.host)
+        if args.build_json:
+            from .host_build import ensure, parse_spec  # not at the top: host_build imports this module
+
+            ready["build"] = ensure(ready["workdir"], parse_spec(args.build_json), check_only=True)
+        print(json.dumps(ready))
     except MxbenchError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code

@@ -73,11 +73,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def describe_exit(returncode: int) -> str:
+    """How a role's exit status reads, for every launcher: a negative one (a local process) and
+    128 + n (a shell, sshd or a container runtime reporting a signal) name the signal."""
     if returncode < 0:
         try:
             return f"was killed by {signal.Signals(-returncode).name}"
         except ValueError:
             return f"was killed by signal {-returncode}"
+    if 128 < returncode < 128 + signal.NSIG:
+        try:
+            return f"was killed by {signal.Signals(returncode - 128).name} (exit status {returncode})"
+        except ValueError:
+            pass
     return f"exited with code {returncode}"
 
 

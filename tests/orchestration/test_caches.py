@@ -17,8 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from mxbench import builds, caches, config, pipeline
+from mxbench.launchers import Launched
 from mxbench.variants import Target, expand_runs
 from mxbench_train.errors import MxbenchError
+from mxbench_train.events import format_event
 from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 
 DAY = 86400
@@ -79,7 +81,7 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
     newest_data = entry(data, "rec-synthetic-v1-3000", 128, days_ago=1)
     (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
                          {"local": Target("local", 1, 0)})
-    run = {**run, "train_python": str(old_venv / "bin" / "python")}
+    run = {**run, "build": {"package": "mxnet==1.6.0", "version": "1.6.0", "python": str(old_venv / "bin" / "python")}}
     logs = []
 
     class PruneWhileRunning:
@@ -88,13 +90,15 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
         def reap(self, run_dir):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s):
+        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             # the run stamped its use; another DAG run then used the newest ones, so that the
             # run's are past the 1 to keep, and pruned everything else
             assert time.time() - caches.last_used(old_venv) < 60 and time.time() - caches.last_used(old_data) < 60
             logs.append(prune_in_another_process(home, keep_builds=1, keep_data=1,
                                                  using=(newest_venv / "bin" / "python", newest_data)))
-            return None, [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)]
+            # the trainer's word on what it imported, which the run checks against its build
+            (run_dir / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.6.0"}))
+            return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
     dag_dir = home / "runs" / "x"
     dag_dir.mkdir(parents=True)

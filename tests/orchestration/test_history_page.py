@@ -9,13 +9,14 @@ import pandas as pd
 from mxbench import store
 from mxbench.regression import judge_history
 from mxbench.report import history_page
-from test_store import make_dag_dir, ok_runs, variant
+from test_store import IMAGE_190, VENV_190, make_dag_dir, ok_runs, variant
 
 CV = 0.03
 
 
 def store_rows(rng, variant, launcher, environment, builds):
-    """Store history rows (as ``store.history`` gives them): one DAG run a day, 4 repeats each."""
+    """Store history rows (as ``store.history`` gives them): one DAG run a day, 4 repeats each,
+    each having run the build it asked for."""
     rows, day = [], 0
     for build, mean, runs in builds:
         for _ in range(runs):
@@ -23,7 +24,9 @@ def store_rows(rng, variant, launcher, environment, builds):
             for repeat, value in enumerate(mean * (1 + rng.normal(0, CV, 4))):
                 rows.append({"measured_at": when, "when": when, "run_id": f"{variant}-{launcher}-{day}",
                              "dag_id": "mxbench_regression", "trigger": "backfill", "mxnet_version": build,
-                             "mxnet_package": f"mxnet=={build}", "variant": variant, "launcher": launcher,
+                             "mxnet_package": f"mxnet=={build}", "mxnet_asked": f"mxnet=={build}",
+                             "mxnet_reported": build, "runtime": f"/opt/builds/{build}/bin/python", "build": build,
+                             "variant": variant, "launcher": launcher,
                              "repeat": repeat, "environment": environment, "status": "ok", "cause": None,
                              "samples_per_sec": value, "sec_per_epoch": 1000 / value})
             day += 1
@@ -80,13 +83,34 @@ def test_each_variant_launcher_and_machine_is_judged_on_its_own():
 def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
     page = history_page(judge_history(seeded()), "sqlite:///results.db")
     by_build, flagged, steps = Tables(page).frames
-    assert set(by_build["MXNet build"]) == {"mxnet==1.8.0", "mxnet==1.9.0"}
-    assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"mxnet==1.9.0"}
+    assert set(by_build["MXNet build"]) == {"1.8.0", "1.9.0"}
+    assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"1.9.0"}
+    assert set(flagged["runtime"]) == {"/opt/builds/1.9.0/bin/python"}
     step = steps.set_index(["variant", "launcher", "machine"])
-    assert step.loc[("cpu1-bs64", "local", "aaaa"), "first slower build"] == "mxnet==1.9.0"
+    assert step.loc[("cpu1-bs64", "local", "aaaa"), "first slower build"] == "1.9.0"
     assert step.loc[("cpu1-bs64", "local", "bbbb"), "first slower build"] == "none"  # its own hardware
     assert step.loc[("cpu2w-bs64", "ssh", "aaaa"), "first slower build"] == "none"
     assert page.count("data:image/png;base64,") == 1
+
+
+def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tmp_path):
+    """Stored DAG runs that all asked for mxnet==1.9.0: the local ones ran 1.9.1 from a venv, the
+    Kubernetes ones 1.9.0 in an image; the page reads them as the history route does."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.1", "runtime": VENV_190},
+           "kubernetes": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.0", "runtime": IMAGE_190}}
+    for day in range(2):
+        folder = make_dag_dir(tmp_path, f"day{day}", ok_runs(launchers=("local", "kubernetes")), ran=ran,
+                              started=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=day))
+        store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
+                             trigger="scheduled", build={"package": "mxnet==1.9.0", "commit": None})
+    rows = store.read_history(url)
+    page = history_page(judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True))), "test")
+    by_build = Tables(page).frames[0].set_index("launcher")
+    assert by_build.loc["local", ["MXNet build", "asked for", "runtime", "DAG runs"]].tolist() == [
+        "1.9.1", "mxnet==1.9.0", VENV_190, "2"]
+    assert by_build.loc["kubernetes", ["MXNet build", "asked for", "runtime"]].tolist() == [
+        "1.9.0", "mxnet==1.9.0", IMAGE_190]
 
 
 def test_rows_without_a_machine_are_shown_not_dropped():

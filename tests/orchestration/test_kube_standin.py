@@ -367,6 +367,40 @@ def test_volume_paths_are_translated(api, tmp_path):
     assert not empty_dir.exists()  # an emptyDir goes with its pod
 
 
+
+def fake_python(folder, marker):
+    """FOLDER/bin/python: a shell script printing MARKER and the first entry of its PATH."""
+    program = folder / "bin" / "python"
+    program.parent.mkdir(parents=True)
+    program.write_text(f'#!/bin/sh\necho "{marker}, PATH starts with ${{PATH%%:*}}"\n')
+    program.chmod(0o755)
+    return program
+
+
+def test_an_image_that_is_a_local_folder_provides_the_programs(tmp_path, monkeypatch):
+    image, host = tmp_path / "image", tmp_path / "host"
+    fake_python(image, "image python")
+    fake_python(host, "stand-in python")
+    # the stand-in inherits this PATH: a `python` of its own, whatever this machine has
+    monkeypatch.setenv("PATH", os.pathsep.join([str(host / "bin"), os.environ["PATH"]]))
+    for standin in _running_standin(tmp_path / "root"):
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+        images = {"folder-image": str(image), "registry-image": "registry/mxbench-train:1.9.0",
+                  "missing-folder-image": str(tmp_path / "no-such-image"), "relative-image": "image"}
+        for name, image_name in images.items():
+            manifest = pod(name, "")
+            manifest["spec"]["containers"][0] |= {"image": image_name, "command": ["python", "-c", "print(1)"]}
+            api.create_namespaced_pod("default", manifest)
+        logs = {}
+        for name in images:
+            done = wait_phase(api, name, "Succeeded", "Failed")
+            assert done.status.phase == "Succeeded", log_of(api, name)
+            logs[name] = log_of(api, name)
+        assert logs == {"folder-image": f"image python, PATH starts with {image / 'bin'}\n",
+                        "registry-image": f"stand-in python, PATH starts with {host / 'bin'}\n",
+                        "missing-folder-image": f"stand-in python, PATH starts with {host / 'bin'}\n",
+                        "relative-image": f"stand-in python, PATH starts with {host / 'bin'}\n"}
+
 KPO_DAG = """
 import pendulum
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator

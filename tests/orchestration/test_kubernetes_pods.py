@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 from mxbench.jobs import job_for
-from mxbench.launchers.kubernetes import (DATA_MOUNT, RUN_DIR, pod_data_dir, pod_settings, pod_template,
-                                          role_pod, run_id)
-from mxbench.launchers.ssh import LOCAL_ONLY
+from mxbench.launchers.base import LOCAL_ONLY
+from mxbench.launchers.kubernetes_pods import (DATA_MOUNT, RUN_DIR, pod_data_dir, pod_settings, pod_template,
+                                               role_pod, run_id)
 from mxbench.metrics import kubernetes_gap
 from mxbench.variants import Target, VariantError, expand_runs, preset
 from mxbench_train.role_log import lines_of

@@ -201,11 +201,11 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
         def reap(self, run_dir):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s):
+        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             # while this attempt hung, a retry moved its folder to attempts/ and started afresh
             run_dir.replace(tmp_path / "attempts-by-the-retry")
             pipeline.write_json(run_dir / "meta.json", newer)
-            return [], []
+            return launchers.Launched([], [])
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
     with pytest.raises(pipeline.RunFailed, match="a newer attempt took over its folder"):
@@ -343,7 +343,7 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     assert [p.path for p in caches.prune_data(data_root, used=[new_data])] == [old_data]
     assert [p.path for p in caches.prune_builds(current=new_venv)] == [old_venv]
     (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
-    run = {**run, "train_python": str(old_venv / "bin" / "python")}
+    run = {**run, "build": {"package": "mxnet==1.6.0", "version": "1.6.0", "python": str(old_venv / "bin" / "python")}}
     with pytest.raises(pipeline.RunFailed, match=re.escape(
             f"run {run['key']} failed: the prepared data {old_data} was pruned since prepare_data ran "
             "(MXBENCH_KEEP_DATA): clear prepare_data too")):

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import core_api, pods_left
 from mxbench.launchers import kubernetes
-from mxbench.launchers.kubernetes import KubernetesLauncher, pod_settings
+from mxbench.launchers.kubernetes import KubernetesLauncher
+from mxbench.launchers.kubernetes_pods import pod_settings
 from mxbench.variants import Variant
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchTimeout
@@ -23,16 +25,6 @@ from mxbench_train.role_log import ECHO_LINE_CHARS, MAX_LINE_BYTES
 HOSTILE_PYTHON = Path(__file__).parents[1] / "fixtures" / "bin" / "python-hostile-pod"
 ROLE_LOG_CAP = 512 << 10
 ONE_WORKER = Variant("cpu1-bs64", "1 worker", 64, num_layers=8, epochs=1)
-
-
-def core_api(standin):
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
-
-
-def pods_left(standin):
-    return [p.metadata.name for p in core_api(standin).list_pod_for_all_namespaces().items]
 
 
 def run_hostile(standin, tmp_path, mode, deadline_s=120, on_pods=None):
@@ -97,7 +89,7 @@ def test_an_endless_line_is_capped_and_the_outputs_block_at_the_end_still_comes_
     assert b"mxbench outputs" not in text
     assert "Speed: 100.0" in (run_dir / "rank0.log").read_text()  # unpacked from behind 8 MiB of log
     out, _ = capfd.readouterr()
-    assert max(map(len, out.splitlines())) <= len("[worker-0] ") + ECHO_LINE_CHARS + 100  # cut, saying so
+    assert max(map(len, out.splitlines())) <= len("[worker-0@standin-node-1] ") + ECHO_LINE_CHARS + 100  # cut, saying so
 
 
 def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, small_role_logs, monkeypatch, capfd):
@@ -133,7 +125,7 @@ def test_a_line_that_never_ends_is_streamed_within_the_cap(kube_standin, tmp_pat
     out = "".join(echoed) + capfd.readouterr().out
     assert len(out) < ROLE_LOG_CAP  # the task log got half the cap at most, then a pointer to the role log
     last = out.splitlines()[-1]
-    assert last.startswith("[worker-0] ") and str(role_log) in last
+    assert last.startswith("[worker-0@") and str(role_log) in last
     text = assert_capped(role_log)
     # the line comes in pieces of MAX_LINE_BYTES, each a line of the log
     assert text.startswith(b"hostile pod: forever\nyyyy") and text.endswith(b"yyyy\n")

@@ -93,3 +93,24 @@ def test_the_alert_names_variant_baseline_change_builds_and_runs():
     assert "this build: mxnet==1.9.1" in text and "baseline builds: mxnet==1.9.0" in text
     assert "baseline runs: run0, run1, run2, run3, run4" in text
     assert alert([{**finding.to_dict(), "status": "ok"}], "x") is None
+
+
+def test_the_step_finder_groups_a_history_csv_by_what_ran():
+    """A history.csv as check_regressions writes it: every DAG run asked for mxnet==1.9.0, the
+    last two ran 1.9.1 and were slower. One written before runs said what they ran (no
+    mxnet_reported, no build) is grouped by its DAG runs' versions instead."""
+    from mxbench.report import step_table, with_build
+
+    rng = np.random.default_rng(8)
+    rows = []
+    for day, (reported, mean) in enumerate([("1.9.0", 1000), ("1.9.0", 1000), ("1.9.1", 850), ("1.9.1", 850)]):
+        for value in current(rng, mean):
+            rows.append({"variant": "cpu1-bs64", "launcher": "local", "environment": "aaaa", "status": "ok",
+                         "when": pd.Timestamp("2026-11-01") + pd.Timedelta(days=day), "samples_per_sec": value,
+                         "mxnet_package": "mxnet==1.9.0", "mxnet_version": reported, "mxnet_reported": reported})
+    history = pd.DataFrame(rows)
+    (step,) = step_table(with_build(history)).to_dict("records")
+    assert (step["first slower build"], step["vs"]) == ("1.9.1", "1.9.0")
+    older = history.drop(columns=["mxnet_reported"])
+    assert with_build(older)["build"].tolist() == history["mxnet_reported"].tolist()
+    assert set(with_build(older.drop(columns=["mxnet_version"]))["build"]) == {"mxnet==1.9.0"}

@@ -25,8 +25,9 @@ from mxbench_train.roles import Role
 
 from mxbench import connections
 from mxbench.launchers import ssh as ssh_launcher
-from mxbench.launchers.ssh import (FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, RemoteRole, SshHost,
-                                   SshLauncher, fetch_outputs, host_settings, isolation_flag, role_command)
+from mxbench.launchers.ssh import (FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, RemoteRole, SshLauncher,
+                                   fetch_outputs)
+from mxbench.launchers.ssh_commands import SshHost, host_settings, isolation_flag, role_command
 from mxbench.variants import Variant
 
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
@@ -354,7 +355,7 @@ def test_a_role_that_floods_keeps_a_capped_log_and_bounded_memory(ssh_hosts, mon
     assert f"[mxbench: {sent - 65536} bytes of this log were dropped here".encode() in data
     shown = "".join(l for l in capsys.readouterr().out.splitlines(True) if l.startswith("[worker-0@"))
     assert "[worker-0@mxbench_ssh_1] HEAD: the P2P notice" in shown
-    assert "the rest is in roles/worker-0.log only" in shown
+    assert f"the rest is in {log} only" in shown
     assert len(shown) < 2 * 65536 + 1000  # the task log got about as much as the role log keeps
 
 
@@ -571,7 +572,8 @@ def test_a_user_site_install_is_set_up_from_python_3_11_and_named_before(ssh_hos
                 ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
             assert str(refused.value).startswith(
                 f"host mxbench_ssh_1 (127.0.0.1): preparing the run folder failed: the training interpreter "
-                f"{python!r} there cannot run mxbench_train (set the connection's extra mxbench_python) (its Python "
+                f"{python!r} there cannot run mxbench_train (the connection's extra mxbench_python, or its "
+                "mxbench_builds entry, must name one that has it) (its Python "
                 "is older than 3.11, so mxbench runs it with -I, which ignores the user's site-packages: the "
                 "training env must be a venv or a system install, not pip install --user): ")
         else:
@@ -611,7 +613,8 @@ def test_a_planted_mxbench_train_in_the_run_folder_is_not_imported(ssh_hosts, mo
 
     monkeypatch.setattr(SshLauncher, "_stage_data", plant_then_stage)
     try:
-        plan, results = ssh.execute(ONE_HOST, cifar_rec, run_dir, 300)
+        launched = ssh.execute(ONE_HOST, cifar_rec, run_dir, 300)
+        results = launched.results
     finally:
         import shutil
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, alive, train_python
+from conftest import alive, train_python
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchTimeout, RoleFailed
 from mxbench_train.roles import Role
 
 from mxbench import connections
-from mxbench.launchers.ssh import SshHost, host_settings, role_command, setup_command
+from mxbench.launchers.ssh_commands import SshHost, host_settings, role_command, setup_command
 from mxbench.variants import Variant
 
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
@@ -156,7 +156,8 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     shutil.rmtree(ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name, ignore_errors=True)
     first = run_dir_for(tmp_path, "first")
     pids = before_removal(monkeypatch, ssh_hosts, first)["pids"]
-    plan, results = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)
+    launched = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)
+    results = launched.results
     assert [(r.name, r.host, r.returncode) for r in results] == [("worker-0", "127.0.0.1", 0)]
     assert "Speed:" in (first / "rank0.log").read_text()  # brought back from host 1's work folder
     assert "Speed:" in (first / "roles" / "worker-0.log").read_text()  # streamed while it ran
@@ -178,7 +179,8 @@ def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, c
     run_dir = run_dir_for(tmp_path)
     seen = before_removal(monkeypatch, ssh_hosts, run_dir)
     pids = seen["pids"]
-    plan, results = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, run_dir, 300)
+    launched = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, run_dir, 300)
+    plan, results = launched.plan, launched.results
     assert [(r.name, r.host) for r in plan] == [("scheduler", "127.0.0.1"), ("server-0", "127.0.0.1"),
                                                ("server-1", "127.0.0.2"), ("worker-0", "127.0.0.1"),
                                                ("worker-1", "127.0.0.2")]
@@ -200,8 +202,9 @@ def test_hosts_sharing_one_work_folder_each_keep_their_own_run_folder(ssh_hosts,
     shared = {"mxbench_workdir": str(ssh_hosts.hosts[0].workdir)}
     run_dir = run_dir_for(tmp_path)
     seen = before_removal(monkeypatch, ssh_hosts, run_dir)
-    plan, results = launcher(use_hosts(monkeypatch, ssh_hosts, (shared, shared))).execute(TWO_HOSTS, cifar_rec,
+    launched = launcher(use_hosts(monkeypatch, ssh_hosts, (shared, shared))).execute(TWO_HOSTS, cifar_rec,
                                                                                           run_dir, 300)
+    results = launched.results
     assert all(r.returncode == 0 for r in results)
     for rank in (0, 1):
         assert "Speed:" in (run_dir / f"rank{rank}.log").read_text()
@@ -373,12 +376,12 @@ def test_a_shell_payload_in_a_connection_extra_runs_nothing(ssh_hosts, monkeypat
 
 
 def test_hosts_that_are_one_machine_share_its_cores():
-    from mxbench.launchers.ssh import cores_per_host
+    from mxbench.launchers.base import cores_per_host
 
-    assert cores_per_host({"a": {"cores": 8, "machine": "m1"}, "b": {"cores": 8, "machine": "m2"}}) == 8
-    assert cores_per_host({"a": {"cores": 8, "machine": "m1"}, "b": {"cores": 8, "machine": "m1"}}) == 4
-    assert cores_per_host({"a": {"cores": 2, "machine": "m1"}, "b": {"cores": 2, "machine": "m1"},
-                           "c": {"cores": 2, "machine": "m1"}}) == 1
+    assert cores_per_host({"a": (8, "m1"), "b": (8, "m2")}) == 8
+    assert cores_per_host({"a": (8, "m1"), "b": (8, "m1")}) == 4
+    assert cores_per_host({"a": (2, "m1"), "b": (2, "m1"), "c": (2, "m1")}) == 1
+    assert cores_per_host({"a": (6, None), "b": (6, None)}) == 6  # no machine id: each host its own
 
 
 def test_a_connection_lost_mid_run_fails_the_run_naming_the_host_and_stops_everything(ssh_hosts, monkeypatch,
@@ -438,7 +441,8 @@ def test_a_shared_data_folder_is_used_as_is_and_checked(ssh_hosts, monkeypatch, 
     params = use_hosts(monkeypatch, ssh_hosts, ({"mxbench_data_dir": str(shared), "mxbench_env": {"MXBENCH_MARK": "a b"}},
                                                 {"mxbench_data_dir": str(shared)}))
     run_dir = run_dir_for(tmp_path)
-    plan, results = launcher(params).execute(ONE_HOST, cifar_rec, run_dir, 300)
+    launched = launcher(params).execute(ONE_HOST, cifar_rec, run_dir, 300)
+    plan, results = launched.plan, launched.results
     assert results[0].returncode == 0
     assert f"{shared}/cifar10_train.rec" in plan[0].argv
     assert json.loads((run_dir / "ssh.json").read_text())["data_copied_to"] == []

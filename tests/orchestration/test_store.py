@@ -19,6 +19,7 @@ OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "c
 GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
                               "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
 CPU_FP = store.fingerprint(CPU_BOX)[0]
+HEAD = "0004"  # the newest migration
 OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
 _databases = itertools.count()
 
@@ -29,9 +30,11 @@ def variant(id="cpu2-bs32", workers=2, batch_size=32):
             "epochs": 3, "disp_batches": 5, "host_network": False, "launchers": []}
 
 
-def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None):
+def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None, ran=None):
     """A DAG run folder as join_results leaves it. ``runs``: (variant dict, launcher, repeat,
-    status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv."""
+    status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv.
+    ``ran``: launcher -> the runs.csv columns saying what its runs ran on (``mxnet_asked``,
+    ``mxnet_reported``, ``runtime``); None: a folder from before those columns."""
     dag_dir = root / name
     dag_dir.mkdir(parents=True)
     request_runs, rows = [], []
@@ -48,7 +51,7 @@ def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, u
                      "sec_per_epoch": speed and 3000 / speed, "first_epoch_s": None, "warmup_excluded": True,
                      "validation_accuracy": 0.1 if speed else None, "gpu_util_pct": None, "gpu_mem_mib": None,
                      "p2p_pairs": None, "started_at": start, "ended_at": start + 50, "duration_s": 50.0,
-                     "trainer_wall_s": 45.0, "reused": False, "warnings": None})
+                     "trainer_wall_s": 45.0, "reused": False, "warnings": None, **(ran or {}).get(launcher, {})})
         (dag_dir / key).mkdir()
         if status == "ok":
             (dag_dir / key / "metrics.json").write_text(json.dumps(
@@ -116,8 +119,11 @@ def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
     assert {t: count(url, t) for t in counts} == counts
     (dag_run,) = rows(url, "dag_runs")
     assert (dag_run["state"], dag_run["runs_ok"], dag_run["runs_failed"]) == ("ok", 4, 0)
-    assert (dag_run["mxnet_version"], dag_run["mxnet_package"], dag_run["image"]) == ("1.9.1", "mxnet==1.9.1",
-                                                                                       "mxbench:1.9.1")
+    # the build named an image, but local and ssh runs use none
+    assert (dag_run["mxnet_version"], dag_run["mxnet_package"], dag_run["image"]) == ("1.9.1", "mxnet==1.9.1", None)
+    # a runs.csv older than its what-ran columns: the build asked for, each run's metrics.json version
+    assert {(r["mxnet_asked"], r["mxnet_reported"], r["runtime"]) for r in rows(url, "repeats")} == {
+        ("mxnet==1.9.1", "1.9.1", None)}
     assert dag_run["preset"] == "cpu-demo" and dag_run["environment"] == CPU_FP
     speeds = {r["run_key"]: r["samples_per_sec"] for r in rows(url, "repeats")}
     assert speeds["cpu2-bs32__local__r1"] == 150.0
@@ -146,6 +152,44 @@ def test_failed_and_unstarted_runs_are_kept_and_siblings_lose_nothing(url, tmp_p
     assert dag_run["trigger"] == "scheduled"
 
 
+VENV_190 = "/opt/mxbench/builds/mxnet-1.9.0/bin/python"
+IMAGE_190 = "registry.example/mxbench-train:1.9.0"
+
+
+def test_each_repeat_records_what_it_ran_on_and_the_dag_run_the_image_its_pods_used(url, tmp_path):
+    ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.1", "runtime": VENV_190},
+           "kubernetes": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.0", "runtime": IMAGE_190}}
+    runs = ok_runs(launchers=("local", "kubernetes")) + [
+        (variant(), "kubernetes", 3, "failed", None, "the pod was never scheduled")]
+    dag_dir = make_dag_dir(tmp_path, "run1", runs, ran=ran)
+    runs_csv = dag_dir / "tables" / "runs.csv"  # a run that never started reports nothing and used nothing
+    table = pd.read_csv(runs_csv)
+    table.loc[table["status"] == "failed", ["mxnet_reported", "runtime"]] = None
+    table.to_csv(runs_csv, index=False)
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id="scheduled__1", trigger="scheduled",
+                         build={"package": "mxnet==1.9.0", "commit": None, "image": IMAGE_190})
+    by_run = {(r["launcher"], r["repeat"]): (r["mxnet_asked"], r["mxnet_reported"], r["runtime"])
+              for r in rows(url, "repeats")}
+    # runs.csv wins over metrics.json (whose environment says 1.9.1 for every run here)
+    assert by_run == {("local", 1): ("mxnet==1.9.0", "1.9.1", VENV_190),
+                      ("local", 2): ("mxnet==1.9.0", "1.9.1", VENV_190),
+                      ("kubernetes", 1): ("mxnet==1.9.0", "1.9.0", IMAGE_190),
+                      ("kubernetes", 2): ("mxnet==1.9.0", "1.9.0", IMAGE_190),
+                      ("kubernetes", 3): ("mxnet==1.9.0", None, None)}
+    (dag_run,) = rows(url, "dag_runs")
+    assert (dag_run["mxnet_package"], dag_run["image"]) == ("mxnet==1.9.0", IMAGE_190)
+
+
+def test_a_local_only_dag_run_records_no_image_whatever_its_build_names(url, tmp_path):
+    ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.0", "runtime": VENV_190}}
+    dag_dir = make_dag_dir(tmp_path, "run1", ok_runs(), ran=ran)
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id="scheduled__1", trigger="scheduled",
+                         build={"package": "mxnet==1.9.0", "commit": None, "image": IMAGE_190})
+    (dag_run,) = rows(url, "dag_runs")
+    assert dag_run["image"] is None and dag_run["mxnet_package"] == "mxnet==1.9.0"
+    assert {r["runtime"] for r in rows(url, "repeats")} == {VENV_190}
+
+
 def test_a_trigger_outside_the_three_is_refused(url, tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs())
     with pytest.raises(store.StoreError, match="trigger must be one of"):
@@ -162,8 +206,8 @@ def test_fingerprint_is_the_hardware_not_the_host():
 # --- migrations --------------------------------------------------------------------------------
 
 def test_migrate_an_empty_database_twice(url):
-    assert store.migrate(url) == "0003"
-    assert store.migrate(url) == "0003"
+    assert store.migrate(url) == HEAD
+    assert store.migrate(url) == HEAD
     with store.engine(url).connect() as connection:
         inspector = sa.inspect(connection)
         assert {"dag_runs", "repeats", "variants", "environments", "alembic_version"} <= set(inspector.get_table_names())
@@ -197,12 +241,76 @@ def test_upgrade_a_0001_database_keeps_its_data(url, tmp_path):
         connection.execute(sa.text(
             "INSERT INTO repeats (dag_run, run_key, variant, launcher, repeat, environment, status, samples_per_sec) "
             "VALUES ('old', 'cpu1-bs32__local__r1', 'cpu1-bs32', 'local', 1, 'abc', 'ok', 123.5)"))
-    assert store.migrate(url) == "0003"
+    assert store.migrate(url) == HEAD
     (repeat,) = rows(url, "repeats")
     assert repeat["samples_per_sec"] == 123.5 and repeat["machine_set"] is None
     assert rows(url, "dag_runs")[0]["image"] is None
     found = store.baseline(url, "cpu1-bs32", "local", "abc", before=datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert found["samples_per_sec"].tolist() == [123.5]
+
+
+def test_upgrade_a_0003_database_adds_what_each_run_ran_on_and_old_rows_read_back(url):
+    upgrade_to(url, "0003")
+    with store.engine(url).begin() as connection:  # as the 0003 code wrote them
+        connection.execute(sa.text(
+            "INSERT INTO environments (fingerprint, gpu_count, host_class, first_seen) VALUES (:fp, 0, 'cpu', :now)"),
+            {"fp": CPU_FP, "now": T0})
+        connection.execute(sa.text("INSERT INTO variants (id, workers) VALUES ('cpu1-bs32', 1)"))
+        for day, (version, package, image) in enumerate([("1.8.0", "mxnet==1.8.0", "old:1.8.0"),
+                                                         (None, "mxnet==1.7.0", None), (None, None, None)]):
+            run_id = f"scheduled__day{day}"
+            connection.execute(sa.text(
+                "INSERT INTO dag_runs (run_id, dag_id, trigger, measured_at, mxnet_version, mxnet_package, image, "
+                "state, runs_ok, runs_failed, environment, recorded_at) VALUES (:run, 'mxbench_regression', "
+                "'scheduled', :when, :version, :package, :image, 'ok', 1, 0, :fp, :when)"),
+                {"run": run_id, "when": T0 + timedelta(days=day), "version": version, "package": package,
+                 "image": image, "fp": CPU_FP})
+            connection.execute(sa.text(
+                "INSERT INTO repeats (dag_id, dag_run, run_key, variant, launcher, repeat, environment, status, "
+                "samples_per_sec) VALUES ('mxbench_regression', :run, 'cpu1-bs32__local__r1', 'cpu1-bs32', 'local', "
+                "1, :fp, 'ok', :speed)"), {"run": run_id, "fp": CPU_FP, "speed": 100.0 + day})
+
+    # the history page reads a store no task has upgraded yet: what it lacks reads as NULL
+    unupgraded = store.read_history(url)
+    assert unupgraded["build"].tolist() == ["1.8.0", "mxnet==1.7.0", "unknown"]
+    assert unupgraded[["mxnet_asked", "mxnet_reported", "runtime"]].isna().all().all()
+
+    assert store.migrate(url) == HEAD
+    with store.engine(url).connect() as connection:
+        columns = {c["name"]: c for c in sa.inspect(connection).get_columns("repeats")}
+    assert all(columns[name]["nullable"] for name in ("mxnet_asked", "mxnet_reported", "runtime"))
+    old = rows(url, "repeats")
+    assert [(r["samples_per_sec"], r["mxnet_asked"], r["mxnet_reported"], r["runtime"]) for r in old] == [
+        (100.0, None, None, None), (101.0, None, None, None), (102.0, None, None, None)]
+    assert [r["image"] for r in rows(url, "dag_runs")] == ["old:1.8.0", None, None]  # left as recorded
+    history = store.history(url, "cpu1-bs32")
+    # what ran, for rows without their own report: the DAG run's version, else the package asked for
+    assert history["build"].tolist() == ["1.8.0", "mxnet==1.7.0", "unknown"]
+    assert history["samples_per_sec"].tolist() == [100.0, 101.0, 102.0]
+    assert store.read_history(url).equals(history)
+
+
+def test_history_and_the_step_finder_group_by_what_ran_not_by_what_was_asked(url, tmp_path):
+    """Every DAG run asked for mxnet==1.9.0; from day 4 its interpreter held 1.9.1, 15% slower."""
+    from mxbench.regression import find_step
+
+    for day in range(8):
+        reported, mean = ("1.9.0", 1000.0) if day < 4 else ("1.9.1", 850.0)
+        ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": reported, "runtime": VENV_190}}
+        dag_dir = make_dag_dir(tmp_path, f"day{day}", ok_runs(speeds=(mean, mean * 1.01, mean * 0.99)),
+                               started=T0 + timedelta(days=day), environment={**CPU_BOX, "mxnet_version": reported},
+                               ran=ran)
+        store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
+                             trigger="scheduled", logical_date=T0 + timedelta(days=day),
+                             build={"package": "mxnet==1.9.0", "commit": None})
+    history = store.history(url, "cpu2-bs32", launcher="local").assign(when=lambda h: h["measured_at"])
+    assert set(history["mxnet_package"]) == set(history["mxnet_asked"]) == {"mxnet==1.9.0"}
+    assert history.groupby("build")["run_id"].nunique().to_dict() == {"1.9.0": 4, "1.9.1": 4}
+    step = find_step(history)
+    assert (step["build"], step["previous"]) == ("1.9.1", "1.9.0") and step["change"] < -0.1
+    assert find_step(history.assign(build=history["mxnet_package"])) is None  # by the package: one build, no step
+    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_regression", "scheduled__day5"))
+    assert set(baseline["build"]) == {"1.9.0", "1.9.1"} and set(baseline["runtime"]) == {VENV_190}
 
 
 def test_an_unreachable_database_is_one_clear_error():
@@ -279,7 +387,8 @@ def test_reading_never_makes_or_upgrades_the_store(url, tmp_path):
 
 def test_cli_import_then_history(url, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
-    old = make_dag_dir(tmp_path / "runs", "manual__2025-old-1a2b3c4d", ok_runs(), run_id="manual__2025-old")
+    old = make_dag_dir(tmp_path / "runs", "manual__2025-old-1a2b3c4d", ok_runs(), run_id="manual__2025-old",
+                       ran={"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.1", "runtime": VENV_190}})
     unparsed = tmp_path / "runs" / "half"
     unparsed.mkdir()
     assert cli.main(["import", str(old), str(unparsed)]) == 0
@@ -288,10 +397,14 @@ def test_cli_import_then_history(url, tmp_path, monkeypatch, capsys):
     assert f"{unparsed} has no tables/runs.csv" in out.err
     assert cli.main(["import", str(old)]) == 0  # again: nothing doubles
     assert count(url, "repeats") == 2
+    capsys.readouterr()
 
     assert cli.main(["history", "cpu2-bs32", "--launcher", "local"]) == 0
     out = capsys.readouterr().out
     assert "manual__2025-old" in out and "100.0" in out and "102.0" in out
+    header, *lines = out.splitlines()  # a row's measured_at is two words: date, time
+    assert header.split()[4:7] == ["mxnet_package", "build", "runtime"]
+    assert len(lines) == 2 and all(line.split()[5:8] == ["-", "1.9.1", VENV_190] for line in lines)
 
     assert cli.main(["history", "nothing-like-it"]) == 1
     assert capsys.readouterr().err.strip() == "error: no results for variant nothing-like-it"
@@ -403,7 +516,7 @@ def test_upgrade_a_0002_database_keeps_every_row_under_the_dag_that_wrote_it(url
                     ":speed)"), {"run": run_id, "key": f"cpu2-bs32__local__r{repeat}", "repeat": repeat,
                                  "fp": CPU_FP, "speed": speed})
 
-    assert store.migrate(url) == "0003"
+    assert store.migrate(url) == HEAD
     assert sorted((r["dag_id"], r["run_id"]) for r in rows(url, "dag_runs")) == [
         ("mxbench_benchmark", "manual__1"), ("mxbench_regression", SHARED_ID)]
     repeat_rows = rows(url, "repeats")
@@ -429,7 +542,7 @@ def test_downgrade_to_0002_keeps_the_rows(url, tmp_path):
         assert "dag_id" not in {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
     assert [(r["dag_run"], r["samples_per_sec"]) for r in rows(url, "repeats")] == [(SHARED_ID, 100.0),
                                                                                     (SHARED_ID, 102.0)]
-    assert store.migrate(url) == "0003" and count(url, "repeats") == 2
+    assert store.migrate(url) == HEAD and count(url, "repeats") == 2
 
 
 def test_import_keeps_the_dag_a_folder_names(url, tmp_path):

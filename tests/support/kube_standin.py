@@ -42,6 +42,10 @@ What is simplified (and how it shows)
     stand-in's own environment (PATH, venvs ...) plus the container's ``env``, HOSTNAME = the pod
     name, stdin /dev/null, its own session/process group, and as working directory the
     translated ``workingDir`` or else a fresh per-pod folder ``<root>/pods/<ns>_<name>_<uid8>/workdir``.
+  * An ``image`` that is an absolute path to an existing local folder (a venv, in tests) stands for
+    that image's programs, nothing more: ``<folder>/bin`` goes first on the process's PATH (before the
+    container's ``env``, which may still set PATH), so a command ``python ...`` runs that folder's
+    python. The filesystem, libraries and everything else stay this machine's.
   * One container per pod; init, ephemeral and sidecar containers are refused with 422, so are
     ``restartPolicy`` other than Never (the default, Always, included: the stand-in does not
     restart containers), ``envFrom`` and env ``valueFrom`` other than fieldRef/resourceFieldRef.
@@ -941,7 +945,11 @@ class Cluster:
         argv = [translate_path(expand(a, variables), mounts)
                 for a in (container.get("command") or []) + (container.get("args") or [])]
         env = dict(os.environ, HOSTNAME=spec["nodeName"] if spec.get("hostNetwork") else meta["name"])
-        env.update(variables)
+        image = image_folder(container.get("image", ""))
+        if image is not None:
+            # Popen looks a bare argv[0] up on env's PATH (POSIX), so the image's programs win
+            env["PATH"] = os.pathsep.join([str(image / "bin"), env.get("PATH", os.defpath)])
+        env.update(variables)  # the container's own env overrides the image's, PATH included
         workdir = pod.folder / "workdir"
         workdir.mkdir(parents=True, exist_ok=True)
         cwd = translate_path(container["workingDir"], mounts) if container.get("workingDir") else str(workdir)
@@ -1118,6 +1126,12 @@ def apply_defaults(obj):
         container.setdefault("terminationMessagePath", "/dev/termination-log")
         container.setdefault("terminationMessagePolicy", "File")
         container.setdefault("resources", {})
+
+
+def image_folder(image):
+    """The local folder an image stands for (an absolute path to an existing folder), else None."""
+    path = Path(image)
+    return path if path.is_absolute() and path.is_dir() else None
 
 
 def qos_class(containers):

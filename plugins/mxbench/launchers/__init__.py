@@ -1,22 +1,26 @@
 """Launchers: each executes a variant's role plan on its own kind of machines.
 
-A launcher offers ``target()`` (what its machines have, for the up-front
-check), ``execute(variant, data_dir, run_dir, deadline_s)`` and
-``reap(run_dir)`` (stop what an earlier, killed attempt left running). ``local`` is
-the embedded default; ``ssh`` takes its hosts as settings (``mxbench.connections``
-makes them from Airflow connections); ``kubernetes`` runs each role as a pod, with the pod
-building of the DAG's run operator (``mxbench.operators``).
+``base`` says what a launcher is (the ``Launcher`` and ``RoleHandle`` protocols) and holds what
+they share. ``local`` is the embedded default; ``ssh`` runs each role on an SSH host
+(``ssh_commands``: its pure part, every command line); ``kubernetes`` runs each role as a pod
+(``kubernetes_pods``: its pure part, settings and manifests), with the pod building of the DAG's
+run operator (``mxbench.operators``). ``mxbench.connections`` makes the ssh and kubernetes ones
+from Airflow connections. No launcher imports another.
 """
 from mxbench_train.errors import MxbenchError
 
+from ..variants import LAUNCHERS as NAMES
+from .base import Launched, Launcher, RunBuild
 from .kubernetes import KubernetesLauncher
 from .local import LocalLauncher
 from .ssh import SshLauncher
 
+# the one map of launcher names to classes; the names are the trigger form's choices (variants.LAUNCHERS)
 LAUNCHERS = {"local": LocalLauncher, "ssh": SshLauncher, "kubernetes": KubernetesLauncher}
+assert tuple(LAUNCHERS) == tuple(NAMES), "variants.LAUNCHERS and the launcher classes disagree"
 
 
-def get(name: str, **settings):
+def get(name: str, **settings) -> Launcher:
     try:
         launcher = LAUNCHERS[name]
     except KeyError:
@@ -25,3 +29,6 @@ def get(name: str, **settings):
         return launcher(**settings)
     except TypeError as exc:
         raise MxbenchError(f"launcher {name!r} needs settings: {exc}") from None
+
+
+__all__ = ["LAUNCHERS", "Launched", "Launcher", "RunBuild", "get"]

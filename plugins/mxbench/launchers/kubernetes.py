@@ -22,292 +22,48 @@ How a run becomes pods:
   and the rank logs and telemetry the role printed at exit (``mxbench_train pod-role``) are
   unpacked into the run folder, so parse/join/report read a k8s run like any other.
 - A pod is untrusted (its image may be a trigger user's choice, its output anything): role logs
-  are capped (``CappedLog``), long lines cut, the log read as a stream with a byte limit, and its
+  are capped (``RoleLogSink``), long lines cut, the log read as a stream with a byte limit, and its
   outputs unpacked only inside the run folder, never over the launcher's records, within size
   caps (``pod_outputs.unpack``); anything refused fails the run, naming the pod. The image must
   be the connection's or match its ``allowed_images``; hostNetwork needs ``allow_host_network``;
   no service account token is mounted unless asked for.
 
-Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
-against ``SETTINGS_SCHEMA``; see the README.
+Pod settings and manifests are pure (``kubernetes_pods``): configuration (the Kubernetes
+connection's extra ``mxbench_pod``), checked against ``SETTINGS_SCHEMA``; see the README. With an
+MXNet build under test, every pod of a run runs the build's image (``image_for``).
 """
-import copy
-import fnmatch
-import hashlib
-import json
 import os
-import posixpath
-import re
 import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import describe_exit, run_plan
 from mxbench_train.pod_outputs import BundleError, OutputsBlock, unpack
-from mxbench_train.role_log import CappedLog, TaskLogEcho, lines_of
+from mxbench_train.role_log import CappedLog, lines_of
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
 from ..variants import Target, Variant
-from .ssh import LOCAL_ONLY, Steps, cores_per_host
+from .base import LOCAL_ONLY, Launched, RoleLogSink, RunBuild, Steps, cores_per_host, write_plan
+from .kubernetes_pods import (CONTAINER, DELETE_GRACE_S, RUN_DIR, PodSettings, _quantity_int, _ready, _tolerated,
+                              api_error, failure_of, image_for, pod_data_dir, pod_template, role_pod, run_id)
 
-CONTAINER = "base"  # the KubernetesPodOperator's container name: its pod template merges into it
-RUN_DIR = "/mxbench/run"  # an emptyDir in each pod: the role's working folder and --log-dir
-DATA_MOUNT = "/mxbench/data"
-GPU_RESOURCE = "nvidia.com/gpu"
 STATUS_POLL_S = 0.25  # one list call per run this often, whatever run_plan's own poll rate
 STANDIN_MARK = "mxbench-standin"  # in the stand-in API server's /version
 # RolePod.returncode of a pod that did not start in time, that vanished (deleted by someone else,
 # its node lost), or whose API server stopped answering: no exit code, describe() says why
 START_TIMEOUT, GONE, API_LOST = -1000, -1001, -1002
-DELETE_GRACE_S = 3
 REQUEST_TIMEOUT_S = 30  # every API call: a hung API server must not hang the run
 API_GRACE_S = 60.0
 # a pod's log is untrusted: lines longer than this are cut into pieces of it (the reader's pending
 # line stays bounded, an endless line included); the fetch after the pod ends reads at most
 # FETCH_MAX_BYTES (past it, the outputs block at the end is lost and the streamed log stays)
 FETCH_MAX_BYTES = 1 << 30
-
-
-SETTINGS_SCHEMA = {
-    "type": "object", "additionalProperties": False,
-    "properties": {
-        "image": {"type": "string", "minLength": 1},
-        "allowed_images": {"type": "array", "items": {"type": "string", "minLength": 1}},
-        "allow_host_network": {"type": "boolean"},
-        "automount_service_account_token": {"type": "boolean"},
-        "namespace": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
-        "python": {"type": "string", "minLength": 1},
-        "service_account": {"type": "string"},
-        "image_pull_secrets": {"type": "array", "items": {"type": "string"}},
-        "requests": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
-        "limits": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
-        "gpu_resource": {"type": "string"},
-        "node_selector": {"type": "object", "additionalProperties": {"type": "string"}},
-        "nodes": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-        "tolerations": {"type": "array", "items": {"type": "object"}},
-        "affinity": {"type": "object"},
-        "data": {"type": "object", "additionalProperties": False,
-                 "properties": {"host_path": {"type": "string", "pattern": "^/"},
-                                "pvc": {"type": "string"},
-                                "local_path": {"type": "string", "pattern": "^/"}},
-                 "oneOf": [{"required": ["host_path"]}, {"required": ["pvc", "local_path"]}]},
-        "shm_size": {"type": ["string", "null"]},
-        "host_network": {"type": "boolean"},
-        "port": {"type": "integer", "minimum": 1024, "maximum": 65535},
-        "startup_timeout_s": {"type": "number", "exclusiveMinimum": 0},
-        "pod_template_file": {"type": "string"},
-        "env": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                "additionalProperties": {"type": "string"}},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-    "required": ["data"],
-}
-
-
-@dataclass(frozen=True)
-class PodSettings:
-    """How role pods look on one cluster: plain settings from the Kubernetes connection."""
-
-    conn_id: str
-    image: str
-    data: Dict[str, str]  # host_path, or pvc + local_path: where the prepared .rec files are
-    namespace: str = "default"
-    python: str = "python"  # the training image's interpreter, with mxbench_train installed
-    service_account: Optional[str] = None
-    image_pull_secrets: Sequence[str] = ()
-    requests: Dict[str, str] = field(default_factory=dict)
-    limits: Dict[str, str] = field(default_factory=dict)
-    gpu_resource: str = GPU_RESOURCE
-    node_selector: Dict[str, str] = field(default_factory=dict)
-    nodes: Sequence[str] = ()  # the nodes to use, in order; default: every ready node the selector matches
-    tolerations: Sequence[dict] = ()
-    affinity: Optional[dict] = None
-    shm_size: Optional[str] = "1Gi"  # /dev/shm as a memory emptyDir: MXNet's data loaders need more than 64M
-    host_network: bool = False
-    port: int = 9091
-    startup_timeout_s: float = 600.0  # to be scheduled and started (image pull included)
-    pod_template_file: Optional[str] = None
-    env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment (NCCL_*, ...)
-    labels: Dict[str, str] = field(default_factory=dict)
-    annotations: Dict[str, str] = field(default_factory=dict)
-    # the kubernetes_image param may name only these (fnmatch patterns) besides the connection's image
-    allowed_images: Sequence[str] = ()
-    allow_host_network: bool = False  # hostNetwork pods (settings.host_network, -hostnet variants)
-    automount_service_account_token: bool = False  # role pods need no API access
-
-    @property
-    def local_data_root(self) -> str:
-        """Where the Airflow worker sees the data volume's files."""
-        return self.data.get("local_path") or self.data["host_path"]
-
-
-def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None, image: Optional[str] = None) -> PodSettings:
-    """PodSettings from a connection's ``mxbench_pod`` extra; refuses what could not work, by name."""
-    import jsonschema
-
-    raw = extra.get("mxbench_pod")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raw = None
-    where = f"kubernetes connection {conn_id!r}"
-    if not isinstance(raw, dict):
-        raise MxbenchError(f"{where} has no mxbench_pod object in its extra: it says how role pods look "
-                           "(image, data volume, resources, ...); see the README")
-    try:
-        jsonschema.validate(raw, SETTINGS_SCHEMA)
-    except jsonschema.ValidationError as exc:
-        field_name = ".".join(["mxbench_pod", *map(str, exc.absolute_path)])
-        # the schema's rule, not jsonschema's message: that quotes the value, which may be a secret
-        rule = exc.message if exc.validator in ("additionalProperties", "required") else \
-            f"breaks the rule {exc.validator}: {json.dumps(exc.validator_value)[:200]}"
-        raise MxbenchError(f"{where}: {field_name}: {rule}") from None
-    settings = {k: v for k, v in raw.items() if k != "image"}
-    if image and image != raw.get("image") and not image_allowed(image, raw.get("allowed_images") or ()):
-        # a trigger user's choice of image runs code on the cluster's nodes: only what the admin allowed
-        allowed = ", ".join(map(repr, raw.get("allowed_images") or ())) or "none besides mxbench_pod.image"
-        raise MxbenchError(f"{where}: the kubernetes_image param {image[:200]!r} is not allowed: "
-                           f"mxbench_pod.allowed_images ({allowed}) does not match it")
-    image = image or raw.get("image")
-    if not image:
-        raise MxbenchError(f"{where}: no training image: set mxbench_pod.image or the kubernetes_image param")
-    if raw.get("host_network") and not raw.get("allow_host_network"):
-        raise MxbenchError(f"{where}: mxbench_pod.host_network is true but mxbench_pod.allow_host_network is not: "
-                           "pods on the node's network need both")
-    if namespace and "namespace" not in settings:
-        settings["namespace"] = namespace
-    for key in ("requests", "limits"):
-        if key in settings:
-            settings[key] = {k: str(v) for k, v in settings[key].items()}
-    for key in ("allowed_images", "image_pull_secrets", "nodes", "tolerations"):
-        if key in settings:
-            settings[key] = tuple(settings[key])
-    return PodSettings(conn_id=conn_id, image=image, **settings)
-
-
-def image_allowed(image: str, patterns: Sequence[str]) -> bool:
-    """Whether ``image`` matches one of the fnmatch-style ``patterns`` (case-sensitive; ``*``
-    matches ``/`` too, so a pattern should spell out the registry host and path)."""
-    return any(fnmatch.fnmatchcase(image, pattern) for pattern in patterns)
-
-
-# --- pods: pure ------------------------------------------------------------------------------
-
-def run_id(run_dir) -> str:
-    """A label value naming one run of one DAG run (its folder): the same on every attempt."""
-    run_dir = Path(run_dir)
-    return hashlib.sha256(f"{run_dir.parent.name}/{run_dir.name}".encode()).hexdigest()[:16]
-
-
-def label_value(text: str) -> str:
-    """A valid label value (63 chars of [A-Za-z0-9-_.], alphanumeric at both ends)."""
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63].strip("-_.")
-    return value or "x"
-
-
-def pod_name(run: str, attempt: str, role: str) -> str:
-    return f"mxb-{run[:10]}-{attempt}-{role}"[:63].rstrip("-")
-
-
-def pod_data_dir(settings: PodSettings, data_dir) -> str:
-    """The prepared data set's folder as the pods see it, under the data volume's mount."""
-    root, data_dir = Path(settings.local_data_root), Path(data_dir)
-    try:
-        relative = data_dir.resolve().relative_to(root.resolve())
-    except ValueError:
-        raise MxbenchError(f"the prepared data set {data_dir} is not under the data volume's folder {root} "
-                           f"(kubernetes connection {settings.conn_id!r}, mxbench_pod.data): the pods could not "
-                           "read it") from None
-    return posixpath.join(DATA_MOUNT, relative.as_posix()) if str(relative) != "." else DATA_MOUNT
-
-
-def pod_template(settings: PodSettings) -> dict:
-    """The pod-level settings as a pod manifest, which the operator merges over its pod template
-    file and under its own fields (``full_pod_spec``)."""
-    volumes = [{"name": "run", "emptyDir": {}}]
-    mounts = [{"name": "run", "mountPath": RUN_DIR}]
-    if "pvc" in settings.data:
-        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": settings.data["pvc"],
-                                                                  "readOnly": True}})
-    else:
-        volumes.append({"name": "data", "hostPath": {"path": settings.data["host_path"], "type": "Directory"}})
-    mounts.append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
-    if settings.shm_size:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    container = {"name": CONTAINER, "image": settings.image, "workingDir": RUN_DIR, "volumeMounts": mounts}
-    resources = {k: v for k, v in (("requests", settings.requests), ("limits", settings.limits)) if v}
-    if resources:
-        container["resources"] = copy.deepcopy(resources)
-    spec = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
-            "automountServiceAccountToken": settings.automount_service_account_token}
-    if settings.service_account:
-        spec["serviceAccountName"] = settings.service_account
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.affinity:
-        spec["affinity"] = copy.deepcopy(settings.affinity)
-    metadata = {"namespace": settings.namespace, "labels": dict(settings.labels),
-                "annotations": dict(settings.annotations)}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def role_pod(base: dict, role: Role, *, run: str, attempt: str, run_key: str, settings: PodSettings,
-             gpus: int, host_network: bool, scheduler_ip: Optional[str], deadline_s: float) -> dict:
-    """One role's pod: ``base`` (a pod manifest) with the role's name, labels, command, env,
-    GPUs, node and deadline. Pure."""
-    pod = copy.deepcopy(base)
-    meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
-    meta["name"] = pod_name(run, attempt, role.name)
-    meta.pop("generateName", None)
-    meta["labels"] = {**(meta.get("labels") or {}), "app.kubernetes.io/name": "mxbench",
-                      "app.kubernetes.io/component": role.kind, "mxbench.io/run": run,
-                      "mxbench.io/attempt": attempt, "mxbench.io/role": label_value(role.name)}
-    meta["annotations"] = {**(meta.get("annotations") or {}), "mxbench.io/run-key": run_key}
-    container = next(c for c in spec["containers"] if c["name"] == CONTAINER)
-    container["command"] = [settings.python, "-m", "mxbench_train", "pod-role", "--outputs", RUN_DIR, "--",
-                            *role.argv]
-    container.pop("args", None)
-    pod_ip = {"name": "", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-    variables = {**settings.env, **role.env}  # the plan's DMLC_* and thread counts win
-    env = [{"name": k, "value": v} for k, v in sorted(variables.items())
-           if k not in ("DMLC_PS_ROOT_URI", "DMLC_NODE_HOST")]
-    if "DMLC_ROLE" in role.env:  # ps-lite binds these itself: the pod's own IP, the scheduler's IP
-        env.append({**pod_ip, "name": "DMLC_NODE_HOST"})
-        env.append({**pod_ip, "name": "DMLC_PS_ROOT_URI"} if role.kind == "scheduler"
-                   else {"name": "DMLC_PS_ROOT_URI", "value": scheduler_ip})
-    container["env"] = [e for e in container.get("env") or [] if e["name"] not in {x["name"] for x in env}] + env
-    resources = container.setdefault("resources", {})
-    if gpus:
-        resources.setdefault("limits", {})[settings.gpu_resource] = str(gpus)
-        resources.setdefault("requests", {})[settings.gpu_resource] = str(gpus)
-    else:
-        for kind in ("limits", "requests"):
-            (resources.get(kind) or {}).pop(settings.gpu_resource, None)
-    if not any(resources.values()):
-        container.pop("resources")
-    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), "kubernetes.io/hostname": role.host}
-    spec["restartPolicy"] = "Never"
-    spec["activeDeadlineSeconds"] = int(deadline_s) + 60  # the run deadline's backstop, should Airflow die
-    spec["terminationGracePeriodSeconds"] = DELETE_GRACE_S
-    # the settings decide, whatever a pod template file says: a role needs no API token
-    spec["automountServiceAccountToken"] = settings.automount_service_account_token
-    if host_network:
-        spec["hostNetwork"] = True
-        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return pod
 
 
 # --- a run's pods ----------------------------------------------------------------------------
@@ -416,14 +172,6 @@ class ApiLost(MxbenchError):
     pass
 
 
-def api_error(exc) -> str:
-    try:
-        message = json.loads(exc.body).get("message")
-    except (TypeError, ValueError, AttributeError):
-        message = None
-    return f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
-
-
 class RolePod:
     """A role running as a pod: the handle ``run_plan`` drives (see mxbench_train.launcher.LocalProcess).
 
@@ -494,8 +242,6 @@ class RolePod:
         code = self._returncode
         if code is None:
             text = "is still running"
-        elif 128 < code < 160:  # how a container's exit code says "killed by signal n"
-            text = f"{describe_exit(128 - code)} (exit code {code})"
         else:
             text = describe_exit(code)
         return f"{text} (pod {self.name}{'; ' + self._why if self._why else ''})"
@@ -543,18 +289,15 @@ class RolePod:
             self._stream = self.pods.client.read_namespaced_pod_log(
                 self.name, self.pods.namespace, container=CONTAINER, follow=True, _preload_content=False)
             block = OutputsBlock(max_chars=0)  # only to tell the block's lines from the log's: nothing kept
-            with CappedLog(self.log_path) as log:
-                echo = TaskLogEcho(f"[{self.role.name}]", log.head_max, str(self.log_path)) if echo else None
-                try:
-                    for raw in lines_of(self._stream.stream(decode_content=True)):
-                        line = raw.decode(errors="replace")
-                        if not block.feed(line) or self._stop.is_set():
-                            continue
-                        log.write(raw + b"\n")
-                        if echo:
-                            echo.line(line)
-                finally:
-                    self._streamed = log.written
+            sink = RoleLogSink(self.log_path, self.role.name, self.role.host, echo)
+            try:
+                for raw in lines_of(self._stream.stream(decode_content=True)):
+                    if not block.feed(raw.decode(errors="replace")) or self._stop.is_set():
+                        continue
+                    sink.write_line(raw)
+            finally:
+                self._streamed = sink.written
+                sink.close()
         except Exception as exc:  # a broken stream: the full log is fetched again at the end
             if not self._stop.is_set():
                 print(f"mxbench: following the log of pod {self.name} stopped: {exc}", file=sys.stderr)
@@ -650,18 +393,6 @@ class RolePod:
         return {"pod": self.name, "namespace": self.pods.namespace}
 
 
-def failure_of(pod):
-    """(exit code, why) of a failed pod: its container's exit code, or the pod's own reason."""
-    reason = " ".join(filter(None, [pod.status.reason, pod.status.message]))
-    for status in pod.status.container_statuses or []:
-        terminated = status.state.terminated if status.state else None
-        if status.name == CONTAINER and terminated is not None:
-            code = terminated.exit_code
-            why = reason or (terminated.reason if terminated.reason not in (None, "Error", "Completed") else "")
-            return code if code else 1, why
-    return 1, reason or "the pod failed before its container ran"
-
-
 # --- the launcher ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -720,7 +451,7 @@ class KubernetesLauncher:
     def cores_per_node(self, variant: Variant, nodes: Sequence[Node]) -> int:
         """Cores each node gives this job, for its thread counts: nodes that are one machine share
         it, and pods with a CPU limit get no more than that (more threads would be throttled)."""
-        cores = cores_per_host({n.name: {"cores": n.cores, "machine": n.machine} for n in nodes})
+        cores = cores_per_host({n.name: (n.cores, n.machine) for n in nodes})
         limit = self.settings.limits.get("cpu") or self.settings.requests.get("cpu")
         if limit:
             cores = min(cores, max(1, _quantity_int(limit)) * -(-variant.workers // variant.hosts))
@@ -753,39 +484,54 @@ class KubernetesLauncher:
 
     # a run
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
-        """Run the variant's plan as pods on the first ``variant.hosts`` nodes. ``kubernetes.json``
-        in the run folder names the pods and nodes and times each step."""
+    def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
+        if build is not None and image_for(self.settings, build) is None:
+            return (f"kubernetes connection {self.settings.conn_id!r} has no image for {build}: give one in "
+                    "mxbench_pod.images (by version or package) or mxbench_pod.image_template")
+        return None
+
+    def prepare_build(self, build: Optional[RunBuild]) -> None:
+        """Nothing to make: the build's image is the registry's business (docker/train.Dockerfile
+        takes the MXNet package as a build argument)."""
+
+    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+                build: Optional[RunBuild] = None) -> Launched:
+        """Run the variant's plan as pods on the first ``variant.hosts`` nodes, in ``build``'s image.
+        ``kubernetes.json`` in the run folder names the pods, nodes and image and times each step."""
         deadline = time.monotonic() + deadline_s  # pod start-up counts: the deadline is the run's
+        problem = self.build_problem(build)
+        if problem:  # expand_variants refuses it first
+            raise MxbenchError(problem)
+        settings = replace(self.settings, image=image_for(self.settings, build))
         run_dir = Path(run_dir)
         run, attempt = run_id(run_dir), uuid.uuid4().hex[:6]
         steps = Steps(run_dir / "kubernetes.json")
-        host_network = variant.host_network or self.settings.host_network
-        if host_network and not self.settings.allow_host_network:  # expand_variants refuses it first
+        host_network = variant.host_network or settings.host_network
+        if host_network and not settings.allow_host_network:  # expand_variants refuses it first
             raise MxbenchError(f"variant {variant.id} runs its pods on the host network, which kubernetes connection "
-                               f"{self.settings.conn_id!r} does not allow (mxbench_pod.allow_host_network)")
+                               f"{settings.conn_id!r} does not allow (mxbench_pod.allow_host_network)")
         with steps("setup_s"):
             nodes = self.nodes()[:variant.hosts]
             if len(nodes) < variant.hosts:
                 raise MxbenchError(f"variant {variant.id} needs {variant.hosts} nodes; the cluster has {len(nodes)}")
-            job = job_for(variant, data_dir=pod_data_dir(self.settings, data_dir), log_dir=RUN_DIR,
-                          python=self.settings.python, hosts=[n.hostname for n in nodes], port=self.settings.port,
+            job = job_for(variant, data_dir=pod_data_dir(settings, data_dir), log_dir=RUN_DIR,
+                          python=settings.python, hosts=[n.hostname for n in nodes], port=settings.port,
                           cores_per_host=self.cores_per_node(variant, nodes),
                           split_host_gpus=False)  # a pod sees only its own GPUs, as 0..k-1
             plan = plan_roles(job)
-        (run_dir / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
-        steps.record.update(namespace=self.settings.namespace, run_label=run, attempt=attempt,
+        write_plan(run_dir, plan)
+        steps.record.update(namespace=settings.namespace, image=settings.image, run_label=run, attempt=attempt,
                             nodes=[n.name for n in nodes], host_network=host_network)
-        pods = RunPods(self.client, self.settings.namespace, run, attempt, self.pod_manager, self.should_stop)
+        pods = RunPods(self.client, settings.namespace, run, attempt, self.pod_manager, self.should_stop)
         if self.on_pods:
             self.on_pods(pods)
         scheduler_ip, handles = {}, []
 
         def start(role: Role, log_path):
             body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_dir.name,
-                            settings=self.settings, gpus=variant.gpus_per_worker if role.kind == "worker" else 0,
+                            settings=settings, gpus=variant.gpus_per_worker if role.kind == "worker" else 0,
                             host_network=host_network, scheduler_ip=scheduler_ip.get("ip"), deadline_s=deadline_s)
-            handle = RolePod(pods, role, body, log_path, run_dir, self.settings.startup_timeout_s,
+            handle = RolePod(pods, role, body, log_path, run_dir, settings.startup_timeout_s,
                              echo=role.kind == "worker")
             handles.append(handle)
             if role.kind == "scheduler":  # the others need its address
@@ -808,36 +554,10 @@ class KubernetesLauncher:
         refused = [h.outputs_refused for h in handles if h.outputs_refused]
         if refused:  # a pod that sends names outside the run folder or past the caps: its numbers are not kept
             raise MxbenchError("; ".join(refused))
-        return plan, results
+        return Launched(plan, results, {"image": settings.image})
 
     def reap(self, run_dir) -> List:
         """Delete every pod an earlier attempt of this run left; [(pod, 0)] deleted."""
         names = delete_run_pods(self.client, self.settings.namespace, f"mxbench.io/run={run_id(run_dir)}")
         return [(name, 0) for name in names]
 
-
-def _tolerated(taint, tolerations) -> bool:
-    """Whether pods with ``tolerations`` (dicts, as in a pod spec) may be scheduled despite ``taint``."""
-    if taint.effect not in ("NoSchedule", "NoExecute"):
-        return True
-    for tol in tolerations:
-        exists = tol.get("operator") == "Exists"
-        if (tol.get("key") in (None, taint.key) if exists else tol.get("key") == taint.key) \
-                and tol.get("effect") in (None, taint.effect) and (exists or tol.get("value") == taint.value):
-            return True
-    return False
-
-
-def _ready(node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-
-
-def _quantity_int(value) -> int:
-    """Whole units of a Kubernetes quantity ("2", "1500m" -> 1, "4"): enough for cores and GPUs."""
-    text = str(value)
-    if text.endswith("m"):
-        return max(0, int(text[:-1]) // 1000)
-    try:
-        return int(float(text))
-    except ValueError:
-        return 0

@@ -1,8 +1,8 @@
 """The local launcher: the role plan as processes on this machine (the embedded default)."""
-import json
-import os
 from pathlib import Path
+from typing import Optional
 
+from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import free_port, reap, run_plan
 from mxbench_train.roles import plan_roles
 from mxbench_train.telemetry import gpu_environment
@@ -10,6 +10,7 @@ from mxbench_train.telemetry import gpu_environment
 from .. import config
 from ..jobs import job_for
 from ..variants import Target, Variant
+from .base import Launched, RunBuild, Steps, local_cores, write_plan
 
 HOST = "127.0.0.1"
 
@@ -27,17 +28,36 @@ class LocalLauncher:
         return Target(self.name, hosts=1, gpus_per_host=len(gpu.get("gpus", [])) if gpu["available"] else 0,
                       one_machine=True)
 
-    def plan(self, variant: Variant, data_dir, run_dir):
+    def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
+        if build is not None and not build.python:
+            return f"{build} has no training interpreter on this machine (resolve_build makes it)"
+        return None
+
+    def prepare_build(self, build: Optional[RunBuild]) -> None:
+        """Nothing more: resolve_build made the build's venv on this machine."""
+
+    @staticmethod
+    def python_for(build: Optional[RunBuild]) -> str:
+        return build.python if build is not None else config.train_python()
+
+    def plan(self, variant: Variant, data_dir, run_dir, python: Optional[str] = None):
         hosts = loopback_hosts(variant.hosts)
-        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=config.train_python(),
-                      hosts=hosts, port=free_port(HOST),
-                      cores_per_host=max(1, (os.cpu_count() or 1) // len(hosts)))  # the hosts share the cores
+        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=python or config.train_python(),
+                      hosts=hosts, port=free_port(HOST), cores_per_host=local_cores(len(hosts)))  # the hosts share the cores
         return plan_roles(job)
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
-        plan = self.plan(variant, data_dir, run_dir)
-        (Path(run_dir) / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
-        return plan, run_plan(plan, run_dir, deadline_s=deadline_s)
+    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+                build: Optional[RunBuild] = None) -> Launched:
+        problem = self.build_problem(build)
+        if problem:
+            raise MxbenchError(problem)
+        python = self.python_for(build)
+        plan = self.plan(variant, data_dir, run_dir, python)
+        write_plan(run_dir, plan)
+        steps = Steps(Path(run_dir) / "local.json")  # as ssh.json and kubernetes.json time theirs
+        with steps("roles_s"):
+            results = run_plan(plan, run_dir, deadline_s=deadline_s)
+        return Launched(plan, results, {"python": python})
 
     def reap(self, run_dir) -> list:
         """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say)."""

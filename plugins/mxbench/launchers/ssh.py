@@ -14,6 +14,11 @@ roles' working folder there (one per host, even where homes are one NFS mount an
 the same work folder), whose rank logs and telemetry come back into the local run folder at the
 end; then it is removed (a failed run's stays where the connection says ``mxbench_keep_failed_runs``).
 
+An MXNet build under test runs on every host with its own interpreter: the connection's
+``mxbench_builds`` entry for it, or a venv ``<workdir>/builds/...`` that the host makes itself at
+``prepare_build`` (``mxbench_train.host_build``: pip there, a lock, a stamp written last) and each
+run finds again in the command that makes its folder (no extra round trip).
+
 A host is not trusted (a compromised GPU host must not become a compromised Airflow worker), nor
 are its other local users: the work folder (default ``~/.cache/mxbench``) must be the SSH
 user's own and closed to others (``mxbench_train.host_workdir`` checks it there before each
@@ -23,40 +28,35 @@ files and lands only as new plain files in the run folder (``fetch_outputs``); s
 are capped.
 """
 import hashlib
-import ipaddress
 import itertools
 import json
 import os
 import posixpath
-import re
-import shlex
-import signal
 import socket
 import sys
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
 from mxbench_train.launcher import LaunchInterrupted, describe_exit, run_plan
-from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 from mxbench_train.roles import Role, plan_roles
 
 from ..jobs import job_for
 from ..variants import Target, Variant
+from .base import Launched, RoleLogSink, RunBuild, Steps, cores_per_host, write_plan
+from .ssh_commands import (DATA_FILES, HEARTBEAT_S, SshHost, build_command, builds_problem, command_error,
+                           isolation_flag, output_name_ok, probe_command, reap_command, remote_data_dir,
+                           remove_command, role_command, setup_command, sha256_command, version_command)
 
-DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifar10_val.idx")
 MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
-DEFAULT_WORKDIR = "~/.cache/mxbench"  # under the SSH user's home, resolved there; never shared territory
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
-HEARTBEAT_S = 2.0  # the launcher writes a byte to each role's channel this often...
-HEARTBEAT_TIMEOUT_S = 30.0  # ...and its supervisor stops the role after this long without one
-LOCAL_ONLY = {"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"}
+BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may download a GPU wheel of 1 GB
+BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and import-check limits, and some slack
 # what a run brings back from its hosts: rank logs and GPU CSVs of a 300-epoch, 8-GPU run are
 # tens of MB; these only stop a host that sends without end (env overrides, in bytes)
 FETCH_FILE_MAX_BYTES = 256 << 20  # MXBENCH_FETCH_FILE_MAX_BYTES
@@ -64,162 +64,13 @@ FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one r
 FETCH_HOST_MAX_NAMES = 1000  # names read from one host's run folder listing (a real one lists a few per role)
 FETCH_FILE_OVERHEAD = 4096  # what each file costs the run's byte budget besides its bytes: empty files are not free
 FETCH_CHUNK = 1 << 16
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class SshHost:
-    """One training host: plain settings from its Airflow connection; no secrets."""
-
-    conn_id: str
-    address: str  # the IP its roles bind and the others reach (ps-lite binds it itself)
-    python: str = "python3"  # the training interpreter there, with mxbench_train installed
-    workdir: str = DEFAULT_WORKDIR
-    data_dir: Optional[str] = None  # a shared folder with the prepared files: used as is
-    env: Dict[str, str] = field(default_factory=dict)  # added to every role's environment there
-    checks_host_key: bool = True  # False only where the connection turns checking off explicitly
-    keep_failed_runs: bool = False  # mxbench_keep_failed_runs: a failed run's folder stays there, to look into
-    # opens an authenticated paramiko SSHClient (SSHHook.get_conn); holds the credentials
-    connect: Optional[Callable] = field(default=None, repr=False, compare=False)
-
-    def __str__(self):
-        return f"host {self.conn_id} ({self.address})"
-
-
-def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_host_key: bool = True) -> SshHost:
-    """An SshHost from a connection's host and extra; refuses values that could not work."""
-    where = f"ssh connection {conn_id!r}"
-    address = str(extra.get("mxbench_address") or host or "")
-    try:
-        address = str(ipaddress.ip_address(address))
-    except ValueError:
-        try:  # a name: the roles need the address the host owns, not a name (ps-lite binds it)
-            address = socket.gethostbyname(address)
-        except (OSError, UnicodeError):
-            raise MxbenchError(f"{where}: cannot resolve host {address!r}; set an IP in its extra "
-                               "mxbench_address") from None
-    python = str(extra.get("mxbench_python") or "python3")
-    if python.startswith("-") or "=" in python or not _plain(python):
-        raise MxbenchError(f"{where}: mxbench_python {python!r} is not an interpreter path")
-    workdir = _workdir(extra.get("mxbench_workdir") or DEFAULT_WORKDIR, f"{where}: mxbench_workdir")
-    data_dir = extra.get("mxbench_data_dir")
-    data_dir = _absolute(data_dir, f"{where}: mxbench_data_dir") if data_dir else None
-    env = extra.get("mxbench_env") or {}
-    if isinstance(env, str):
-        try:
-            env = json.loads(env)
-        except ValueError:
-            env = None
-    if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and _plain(str(v))
-                                            for k, v in env.items()):
-        raise MxbenchError(f"{where}: mxbench_env must be an object of variable names to one-line values")
-    keep = extra.get("mxbench_keep_failed_runs", False)
-    if str(keep).strip().lower() not in ("true", "false", "1", "0", "yes", "no", ""):
-        raise MxbenchError(f"{where}: mxbench_keep_failed_runs must be true or false, not {keep!r}")
-    return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
-                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect)
-
-
-def _plain(text: str) -> bool:
-    return bool(text) and not any(c in text for c in "\0\n\r")
-
-
-def _absolute(path, what) -> str:
-    path = str(path)
-    if not _plain(path) or not path.startswith("/"):
-        raise MxbenchError(f"{what} {path!r} must be an absolute path on the host")
-    return posixpath.normpath(path)
-
-
-def _workdir(path, what) -> str:
-    """An absolute path, or one under the SSH user's home (``~/...``, resolved on the host)."""
-    path = str(path)
-    if path.startswith("~/") and _plain(path):
-        return "~/" + posixpath.normpath(path[2:]).lstrip("/")
-    return _absolute(path, what + " (absolute, or ~/...)")
-
-
-# --- commands: pure, every value quoted ------------------------------------------------------
-
-def cores_per_host(probes: Dict[str, dict]) -> int:
-    """Cores a job may use on each host: hosts that report the same machine (two addresses of one
-    box, like the loopback test hosts) share its cores."""
-    per_machine = Counter(p.get("machine") or conn_id for conn_id, p in probes.items())
-    return max(1, min(p["cores"] // per_machine[p.get("machine") or conn_id] for conn_id, p in probes.items()))
-
-
-def version_command(host: SshHost) -> str:
-    """The interpreter's version, before anything else runs there: ``-I``, and ``-c`` code that
-    imports nothing, so neither the login folder nor PYTHON* variables matter yet."""
-    return shlex.join([host.python, "-I", "-c", "import sys; print(list(sys.version_info[:2]))"])
-
-
-def isolation_flag(python_version) -> str:
-    """How a role's interpreter keeps its working folder (the run folder) off ``sys.path``, where
-    ``python -m`` puts it first: ``-P`` from Python 3.11; before, ``-I``, which also ignores
-    PYTHON* variables (mxbench_env's too; PYTHONUNBUFFERED becomes -u) and the user's site-packages
-    (so there the training env must be a venv or a system install, not ``pip install --user``)."""
-    return "-P" if tuple(python_version) >= (3, 11) else "-I"
-
-
-def role_command(host: SshHost, role: Role, remote_run_dir: str, isolation: str = "-P") -> str:
-    """The one shell line that runs ``role`` under the supervisor, in the run's folder; the
-    supervisor and the role's own interpreter both run with ``isolation`` (see isolation_flag)."""
-    variables = {**host.env, **role.env}  # the plan's DMLC_* and thread counts win
-    bad = [k for k in variables if not _ENV_NAME.match(k)]
-    if bad:
-        raise MxbenchError(f"role {role.name}: environment names {bad} cannot be passed to a remote shell")
-    env = [f"{k}={v}" for k, v in sorted(variables.items())]
-    argv = list(role.argv)
-    if argv[:1] == [host.python]:  # the plan's roles: python -m mxbench_train train|serve
-        # -I drops PYTHONUNBUFFERED too: the streamed log needs it, as -u
-        argv[1:1] = [isolation, "-u"] if isolation == "-I" and variables.get("PYTHONUNBUFFERED") else [isolation]
-    supervise = [host.python, isolation, "-m", "mxbench_train", "supervise", "--role", role.name,
-                 "--pid-file", posixpath.join(remote_run_dir, "pids", f"{role.name}.json"),
-                 "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT_S:g}", "--", *argv]
-    return f"cd {shlex.quote(remote_run_dir)} && exec env {shlex.join([*env, *supervise])}"
-
-
-# set-up commands run isolated like the roles (isolation_flag): the login folder they start in
-# must not shadow mxbench_train
-
-def setup_command(host: SshHost, run_dir: Path, isolation: str = "-P") -> str:
-    """The work folder made and checked, and a fresh folder for this host's part of the run in it
-    (mxbench_train.host_workdir): one JSON line, {workdir, run_dir, python}."""
-    return shlex.join([host.python, isolation, "-m", "mxbench_train.host_workdir", "--workdir", host.workdir,
-                       "--dag-run", Path(run_dir).parent.name, "--run", Path(run_dir).name, "--host", host.conn_id])
-
-
-def probe_command(host: SshHost, address: Optional[str] = None, isolation: str = "-P") -> str:
-    """What the host offers; with ``address``, also a free port there (binding it proves the host
-    owns the address its roles will bind)."""
-    return shlex.join([host.python, isolation, "-m", "mxbench_train", "probe",
-                       *(["--address", address] if address else [])])
-
-
-def reap_command(host: SshHost, remote_run_dir: str, isolation: str = "-P") -> str:
-    return shlex.join([host.python, isolation, "-m", "mxbench_train", "reap", "--pids-dir",
-                       posixpath.join(remote_run_dir, "pids")])
-
-
-def remove_command(remote_run_dir: str) -> str:
-    """This host's folder of the run, then the run's folder and its DAG run's, each if left empty
-    (other hosts' may still be there where homes are shared)."""
-    run = posixpath.dirname(remote_run_dir)
-    return (f"rm -rf -- {shlex.quote(remote_run_dir)} && "
-            f"{{ rmdir -- {shlex.quote(run)} {shlex.quote(posixpath.dirname(run))} 2>/dev/null || true; }}")
-
-
-def remote_data_dir(host: SshHost, data_dir: Path) -> str:
-    return host.data_dir or posixpath.join(host.workdir, "data", Path(data_dir).name)
 
 
 # --- a role on a host: the handle run_plan drives ----------------------------------------------
 
 class RemoteRole:
-    """A role running on a host through one SSH channel; its output streams into its log, capped
-    (``CappedLog``: head and tail kept, MXBENCH_ROLE_LOG_MAX_BYTES), and a worker's into the task
-    log too (``TaskLogEcho``: lines cut short, half the cap in all).
+    """A role running on a host through one SSH channel; its output streams into its log, and a
+    worker's into the task log too (``RoleLogSink``: capped, long lines cut).
 
     It sends the supervisor a heartbeat byte every HEARTBEAT_S: a connection that dies without
     a word (a partition; stock sshd never notices) stops the role after HEARTBEAT_TIMEOUT_S.
@@ -243,15 +94,11 @@ class RemoteRole:
                     if isinstance(exc, paramiko.ChannelException) else "")
             raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__}{hint}"
                                ) from None
-        self._log = CappedLog(log_path)
-        self._reader = threading.Thread(target=self._copy, args=(echo,), daemon=True,
-                                         name=f"ssh-{role.name}")
+        self._log = RoleLogSink(log_path, role.name, host.conn_id, echo)
+        self._reader = threading.Thread(target=self._copy, daemon=True, name=f"ssh-{role.name}")
         self._reader.start()
 
-    def _copy(self, echo):
-        echo = TaskLogEcho(f"[{self.role.name}@{self.host.conn_id}]", self._log.head_max,
-                           f"roles/{self.role.name}.log") if echo else None
-        lines = LineSplitter()
+    def _copy(self):
         while True:
             try:
                 data = self.chan.recv(65536)
@@ -260,9 +107,6 @@ class RemoteRole:
             if not data:
                 break
             self._log.write(data)
-            if echo:  # the workers' progress in the Airflow task log
-                for line in lines.feed(data):
-                    echo.line(line.decode(errors="replace"))
 
     @property
     def returncode(self) -> Optional[int]:
@@ -285,15 +129,9 @@ class RemoteRole:
         return self._code
 
     def describe(self) -> str:
-        code = self._code
-        if code is None or code < 0:
+        if self._code is None or self._code < 0:
             return f"lost its SSH connection to {self.host} (no exit status came back)"
-        if code > 128:
-            try:
-                return f"was killed by {signal.Signals(code - 128).name} (exit status {code})"
-            except ValueError:
-                pass
-        return describe_exit(code)
+        return describe_exit(self._code)
 
     def terminate(self):
         """EOF on the supervisor's stdin: it stops the role's group (TERM, then KILL)."""
@@ -337,7 +175,7 @@ class SshLauncher:
             seen[host.address] = host.conn_id
         self.hosts = list(hosts)
         self._clients: Dict[str, object] = {}
-        self._isolation: Dict[str, str] = {}  # conn_id: its interpreter's isolation_flag, asked once
+        self._isolation: Dict[tuple, str] = {}  # (conn_id, interpreter): its isolation_flag, asked once
 
     # connections
 
@@ -356,23 +194,24 @@ class SshLauncher:
                 pass
         self._clients.clear()
 
-    def _run(self, host: SshHost, command: str, what: str) -> str:
+    def _run(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
         """Run a setup command on ``host``; its stdout, or an error naming host and cause."""
-        code, out, err = run_command(self._client(host), command)
+        code, out, err = run_command(self._client(host), command, timeout)
         if code != 0:
             raise MxbenchError(f"{host}: {what} failed: "
-                               f"{command_error(code, err, host, self._isolation.get(host.conn_id))}")
+                               f"{command_error(code, err, host, self._isolation.get((host.conn_id, host.python)))}")
         return out
 
     def _flag(self, host: SshHost) -> str:
         """How every mxbench_train command on ``host`` runs isolated (isolation_flag of its version)."""
-        if host.conn_id not in self._isolation:
+        key = (host.conn_id, host.python)  # a build's interpreter may be another Python
+        if key not in self._isolation:
             version = self._probe(host, version_command(host), "asking the training interpreter its version")
-            self._isolation[host.conn_id] = isolation_flag(version)
-        return self._isolation[host.conn_id]
+            self._isolation[key] = isolation_flag(version)
+        return self._isolation[key]
 
-    def _probe(self, host: SshHost, command: str, what: str) -> dict:
-        out = self._run(host, command, what)
+    def _probe(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S) -> dict:
+        out = self._run(host, command, what, timeout)
         try:
             return json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -402,17 +241,62 @@ class SshLauncher:
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes.values()),
                       on_this_machine=bool(here), notes=tuple(notes))
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float):
-        """Run the variant's plan on the first ``variant.hosts`` hosts. ``ssh.json`` in the run
-        folder says how long each step took and which hosts the data was copied to."""
+    def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
+        """Why some host cannot run ``build`` (None: all can): see ``builds_problem``."""
+        problems = [p for p in (builds_problem(h, build) for h in self.hosts) if p]
+        return "; ".join(problems) or None
+
+    def prepare_build(self, build: Optional[RunBuild]) -> None:
+        """Make ``build``'s venv on every host that makes its own (first use; a stamp check after),
+        before any run: a host whose pip fails names its cause once, at expand time."""
+        if build is None:
+            return
+        try:
+            self._on_each(self.hosts, lambda h: self._build_python(h, build, h.workdir))
+        finally:
+            self.close()
+
+    def _build_python(self, host: SshHost, build: RunBuild, workdir: str) -> str:
+        """The interpreter ``build`` runs with on ``host``: its ``mxbench_builds`` entry, else its venv
+        there, made on first use (``mxbench_train.host_build``: under a lock, a stamp written last,
+        a failed install removed and named)."""
+        problem = builds_problem(host, build)
+        if problem:
+            raise MxbenchError(problem)
+        if host.python_for(build):
+            return host.python_for(build)
+        made = self._probe(host, build_command(host, build, workdir, self._flag(host), BUILD_TIMEOUT_S),
+                           f"making the venv of {build}", timeout=BUILD_WAIT_S)
+        python = self._venv_python(host, made, f"making the venv of {build}")
+        if made.get("made") is True and isinstance(made.get("seconds"), (int, float)):
+            print(f"mxbench: {host}: made the venv of {build} in {made['seconds']:.0f} s: {python}", file=sys.stderr)
+        return python
+
+    def _venv_python(self, host: SshHost, answer, what: str) -> str:
+        """The venv interpreter host_build names (a host's word: checked), which runs with the
+        isolation of ``host.python``, the Python it was made from."""
+        python = answer.get("python") if isinstance(answer, dict) else None
+        if not (isinstance(python, str) and python.startswith("/") and python.isprintable()):
+            raise MxbenchError(f"{host}: {what} printed no interpreter path: {str(answer)[:300]!r}")
+        self._isolation[(host.conn_id, python)] = self._flag(host)
+        return python
+
+    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+                build: Optional[RunBuild] = None) -> Launched:
+        """Run the variant's plan on the first ``variant.hosts`` hosts, with ``build``'s
+        interpreter on each. ``ssh.json`` in the run folder says how long each step took, which
+        interpreter each host ran and which hosts the data was copied to."""
         run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
         remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
         steps, ran, interrupted = Steps(run_dir / "ssh.json"), False, False
         try:
-            with steps("setup_s"):  # connect, checked folders, cores and a port: all hosts at once
-                ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote))
-            hosts = [replace(h, workdir=ready[h.conn_id]["workdir"]) for h in hosts]  # ~ resolved there
+            with steps("setup_s"):  # connect, checked folders, the build, cores and a port: all hosts at once
+                ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote, build, steps))
+            # ~ resolved there, and the build's interpreter
+            hosts = [replace(h, workdir=ready[h.conn_id]["workdir"], python=ready[h.conn_id]["build_python"])
+                     for h in hosts]
+            steps.record["pythons"] = {h.conn_id: h.python for h in hosts}
             (run_dir / "remote.json").write_text(json.dumps(
                 [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
             probes = {conn_id: r["probe"] for conn_id, r in ready.items()}
@@ -421,9 +305,9 @@ class SshLauncher:
             job = job_for(variant, data_dir=data_arg, log_dir=".", python=hosts[0].python,
                           pythons={h.address: h.python for h in hosts}, hosts=[h.address for h in hosts],
                           port=probes[hosts[0].conn_id]["port"],
-                          cores_per_host=cores_per_host(probes))
+                          cores_per_host=cores_per_host({c: (p["cores"], p.get("machine")) for c, p in probes.items()}))
             plan = plan_roles(job)
-            (run_dir / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
+            write_plan(run_dir, plan)
             by_address = {h.address: h for h in hosts}
 
             def start(role, log_path):
@@ -448,16 +332,33 @@ class SshLauncher:
                     raise
             finally:
                 self.close()
-        return plan, results
+        return Launched(plan, results, {"python": hosts[0].python})
 
-    def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str]) -> dict:
+    def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str], build: Optional[RunBuild] = None,
+               steps: Optional[Steps] = None) -> dict:
         """The host's work folder checked and a fresh folder for its part of the run made (recorded
-        in ``remote``), then what the host offers: {workdir, run_dir, python (its version), probe}."""
+        in ``remote``), the build's venv found in the same command (expand_variants made it), then
+        what the host offers with the build's interpreter: {workdir, run_dir, python (its version),
+        build_python, probe}."""
         flag = self._flag(host)
-        folders = self._probe(host, setup_command(host, run_dir, flag), "preparing the run folder")
+        problem = builds_problem(host, build)
+        if problem:
+            raise MxbenchError(problem)
+        venv_build = build if build is not None and not host.python_for(build) else None
+        what = "preparing the run folder" + (f" and finding the venv of {build} (expand_variants makes it: clear "
+                                             "that task to make it again)" if venv_build else "")
+        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what)
         remote[host.conn_id] = folders["run_dir"]
-        probe = self._probe(host, probe_command(host, host.address, flag), "probing the training env")
-        return {**folders, "probe": probe}
+        if venv_build:
+            python = self._venv_python(host, folders.get("build"), what)
+            if steps is not None and isinstance(folders["build"].get("seconds"), (int, float)):
+                steps.record[f"build_check_s.{host.conn_id}"] = folders["build"]["seconds"]  # on the host
+        else:
+            python = host.python_for(build) if build else host.python
+        builder = replace(host, python=python)
+        probe = self._probe(builder, probe_command(builder, host.address, self._flag(builder)),
+                            "probing the training env")
+        return {**folders, "build_python": python, "probe": probe}
 
     def _stage_data(self, hosts, data_dir: Path):
         """Put the data set on every host: (the path the trainer gets, the same on each host;
@@ -556,22 +457,6 @@ class SshLauncher:
         return killed
 
 
-class Steps:
-    """Times named steps into a JSON file, rewritten after each, so a failed run has them too."""
-
-    def __init__(self, path: Path):
-        self.path, self.record = path, {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.record[name] = round(time.monotonic() - started, 3)
-            self.path.write_text(json.dumps(self.record, indent=1))
-
-
 # --- SSH and SFTP helpers -----------------------------------------------------------------------
 
 def connect(host: SshHost):
@@ -614,21 +499,6 @@ def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
         return -1, "", f"no answer within {timeout:.0f} s"
     except (paramiko.SSHException, OSError, EOFError) as exc:  # the connection went away mid-command
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
-
-
-def command_error(code: int, err: str, host: SshHost, isolation: Optional[str] = None) -> str:
-    """The one line that says why a command on a host failed."""
-    lines = [l.strip() for l in err.splitlines() if l.strip()]
-    mine = [l for l in lines if l.startswith("error:")]  # mxbench_train's own one-line errors
-    if mine:
-        return mine[-1][len("error: "):]
-    if code == 127 or any(re.search(r"No module named '?mxbench_train\b", l) for l in lines):
-        hint = (" (its Python is older than 3.11, so mxbench runs it with -I, which ignores the user's "
-                "site-packages: the training env must be a venv or a system install, not pip install --user)"
-                if isolation == "-I" else "")
-        return (f"the training interpreter {host.python!r} there cannot run mxbench_train (set the "
-                f"connection's extra mxbench_python){hint}: {lines[-1] if lines else 'not found'}")
-    return lines[-1] if lines else f"exit status {code}"
 
 
 def sha256_of(path: Path) -> str:
@@ -717,18 +587,6 @@ def check_shared(sftp, host: SshHost, remote_dir: str, want: dict):
                            f"{', '.join(wrong)} (or holds other versions of them)")
 
 
-def sha256_command(host: SshHost, remote_dir: str) -> str:
-    """Checksums of the data files in a folder on the host, as one JSON line (its own python)."""
-    script = ("import hashlib, json, os, sys\n"
-              "def sha(p):\n"
-              "    h = hashlib.sha256()\n"
-              "    with open(p, 'rb') as f:\n"
-              "        for b in iter(lambda: f.read(1 << 20), b''): h.update(b)\n"
-              "    return h.hexdigest()\n"
-              "print(json.dumps({n: sha(os.path.join(sys.argv[1], n)) for n in sys.argv[2:]}))\n")
-    return shlex.join([host.python, "-I", "-c", script, remote_dir, *DATA_FILES])
-
-
 def _size(sftp, path: str) -> Optional[int]:
     try:
         return sftp.stat(path).st_size
@@ -767,13 +625,6 @@ class ByteBudget:
 
     def __init__(self, total: int):
         self.total = self.left = total
-
-
-def output_name_ok(name) -> bool:
-    """A name a host lists may become a file in the run folder only as a plain name of its own:
-    no folder part, not . or .., no NUL or control character, not a local record's name."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and name.isprintable()
-            and name not in LOCAL_ONLY)
 
 
 def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",

@@ -34,6 +34,9 @@ VARIANT_COLUMNS = [c.name for c in variants.columns if c.name != "id"]
 # runs.csv columns copied as they are into a repeat row
 MEASURES = ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch", "validation_accuracy",
             "gpu_util_pct", "gpu_mem_mib", "duration_s")
+# runs.csv columns saying what a run ran on (revision 0004): read as text, or "1.10" would become 1.1
+RUN_BUILD_COLUMNS = ("mxnet_asked", "mxnet_reported", "runtime")
+KUBERNETES = "kubernetes"  # the launcher whose runs' runtime is an image
 
 
 class StoreError(RuntimeError):
@@ -275,7 +278,7 @@ def _read_runs_csv(path: Path) -> List[dict]:
     if not path.is_file():
         return []
     try:
-        table = pd.read_csv(path)
+        table = pd.read_csv(path, dtype={column: str for column in RUN_BUILD_COLUMNS})
     except pd.errors.EmptyDataError:
         return []
     return [{k: _clean(v) for k, v in row.items()} for row in table.to_dict("records")]
@@ -288,9 +291,14 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     one; another DAG's run of the same id is left alone).
 
     Every run of ``request.json`` becomes a repeat row: measured, failed (with its cause) or, when
-    ``tables/runs.csv`` lacks it, "not run". ``build``: ``{"package", "commit", "image"}``; None:
-    request.json's ``build``, if any. Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}``
-    (the first measured run's machine) and ``"fingerprints"``: launcher -> its runs' machine.
+    ``tables/runs.csv`` lacks it, "not run". ``build``: the build asked for, ``{"package", "commit",
+    ...}``; None: request.json's ``build``, if any. Each repeat's build asked for, MXNet version
+    reported and runtime (interpreter or image) come from runs.csv; a folder older than those
+    columns gives the DAG run's ``build`` package and the run's metrics.json version instead, and
+    no runtime. The DAG run's ``image`` is the image its Kubernetes runs used, None where no run
+    used one (a build's ``image`` says what a Kubernetes run would use, not that one ran).
+    Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}`` (the first measured run's machine)
+    and ``"fingerprints"``: launcher -> its runs' machine.
     """
     dag_dir = Path(dag_dir)
     if trigger not in TRIGGERS:
@@ -302,6 +310,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     request = request or {}
     machine_set_of = {launcher: name for name, members in (request.get("machine_sets") or {}).items()
                       for launcher in members}
+    build = build or request.get("build") or {}  # the regression DAG's expand writes it there
 
     # the request's runs in its order, then any the table has that the request does not
     by_key = {row["key"]: row for row in csv_rows}
@@ -329,6 +338,9 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             "cause": (row or {}).get("cause") if row else "the run never started: tables/runs.csv has no row for it",
             **{m: (row or {}).get(m) for m in MEASURES},
             "started_at": _time((row or {}).get("started_at")), "ended_at": _time((row or {}).get("ended_at")),
+            "mxnet_asked": (row or {}).get("mxnet_asked") or build.get("package"),
+            "mxnet_reported": (row or {}).get("mxnet_reported") or (environment or {}).get("mxnet_version"),
+            "runtime": (row or {}).get("runtime"),
         })
 
     now = utcnow()
@@ -338,13 +350,14 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     first_env = next(iter(environment_rows.values()), None)
     runs_ok = sum(r["status"] == "ok" for r in repeat_rows)
     interval = tuple(map(_time, data_interval)) if data_interval else (None, None)
-    build = build or request.get("build") or {}  # the regression DAG's expand writes it there
+    images = [r["runtime"] for r in repeat_rows if r["launcher"] == KUBERNETES and r["runtime"]]
     dag_run_row = {
         "run_id": run_id, "dag_id": dag_id, "trigger": trigger, "logical_date": logical,
         "data_interval_start": interval[0], "data_interval_end": interval[1],
         "measured_at": logical or (min(starts) if starts else now),
         "mxnet_version": (first_env or {}).get("environment", {}).get("mxnet_version"),
-        "mxnet_package": build.get("package"), "mxnet_commit": build.get("commit"), "image": build.get("image"),
+        "mxnet_package": build.get("package"), "mxnet_commit": build.get("commit"),
+        "image": images[0] if images else None,  # one DAG run's pods share its one image
         "preset": (request.get("params") or {}).get("preset"), "params": request.get("params"),
         "folder": str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
         "ended_at": max(ends) if ends else None,
@@ -415,22 +428,39 @@ def _recorded_run_of(url: str, dag_dir: Path) -> Optional[dict]:
 # --- reading ------------------------------------------------------------------------------------
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
-                   dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version, dag_runs.c.mxnet_package,
-                   dag_runs.c.mxnet_commit, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
+                   dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
+                   dag_runs.c.mxnet_package, dag_runs.c.mxnet_commit, repeats.c.mxnet_asked, repeats.c.mxnet_reported,
+                   repeats.c.runtime, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
                    repeats.c.sec_per_epoch]
+# what a repeat ran, best source first: its trainer's own report (revision 0004), its DAG run's
+# first measured run's, the package asked for
+WHAT_RAN_SOURCES = ("mxnet_reported", "mxnet_version", "mxnet_package")
+
+
+def what_ran(rows: pd.DataFrame) -> pd.Series:
+    """Each history row's MXNet build as it ran, the ``build`` that histories and the step finder
+    group by: the first of ``WHAT_RAN_SOURCES`` the row has, else "unknown". A source column the
+    rows lack (a ``history.csv`` written before revision 0004) is passed over."""
+    ran = pd.Series(None, index=rows.index, dtype=object)
+    for column in WHAT_RAN_SOURCES:
+        if column in rows.columns:
+            ran = ran.fillna(rows[column].astype(object))
+    return ran.fillna("unknown")
 
 
 def _frame(connection, query) -> pd.DataFrame:
+    """The query's rows, with ``build`` (``what_ran``)."""
     result = connection.execute(query)
-    return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    rows = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    return rows.assign(build=what_ran(rows))
 
 
 OF_ITS_DAG_RUN = (repeats.c.dag_id == dag_runs.c.dag_id) & (repeats.c.dag_run == dag_runs.c.run_id)
 
 
-def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None):
-    query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None, columns=HISTORY_COLUMNS):
+    query = (sa.select(*columns).join(dag_runs, OF_ITS_DAG_RUN)
              .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.variant,
                        repeats.c.launcher, repeats.c.repeat))
     if variant:
@@ -447,15 +477,18 @@ def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None):
 def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
             fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
     """Every repeat of ``variant`` (or of every variant; optionally one launcher, one kind of
-    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet build."""
+    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet
+    build asked for, and its own: build asked for, version reported, runtime, and ``build``, what
+    ran (``what_ran``)."""
     with _ready(url).connect() as connection:
         return _frame(connection, _history_query(variant, launcher, fingerprint, dag_ids))
 
 
 def read_history(url: str) -> pd.DataFrame:
     """``history`` of every variant for a reader (the UI's history page): it never creates or
-    upgrades the database; one that is not there yet, or has no tables yet, has no history."""
-    empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS])
+    upgrades the database; one that is not there yet, or has no tables yet, has no history, and
+    one at an older revision reads the columns it lacks as NULL."""
+    empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS] + ["build"])
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
@@ -464,9 +497,14 @@ def read_history(url: str) -> pd.DataFrame:
         return empty
     try:
         with engine(url).connect() as connection:
-            if not sa.inspect(connection).has_table("repeats"):
+            inspector = sa.inspect(connection)
+            if not inspector.has_table("repeats"):
                 return empty
-            return _frame(connection, _history_query())
+            # the api-server may run this code before any store task has upgraded the database
+            stored = {c["name"] for c in inspector.get_columns("repeats")}
+            columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
+                       for c in HISTORY_COLUMNS]
+            return _frame(connection, _history_query(columns=columns))
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError(without_password(_first_line(exc), url)) from None
 
@@ -503,4 +541,4 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
 
 __all__ = ["StoreError", "default_url", "url_of_connection", "without_password", "errors_without_password",
            "engine", "migrate", "fingerprint",
-           "record_dag_run", "import_runs", "history", "read_history", "baseline", "metadata"]
+           "record_dag_run", "import_runs", "history", "read_history", "baseline", "what_ran", "metadata"]

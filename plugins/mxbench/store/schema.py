@@ -54,10 +54,10 @@ dag_runs = sa.Table(
     sa.Column("data_interval_end", UTCDateTime),
     # logical_date, else the first run's start, else when recorded: what history and baselines order by
     sa.Column("measured_at", UTCDateTime, nullable=False, index=True),
-    sa.Column("mxnet_version", sa.String(50)),
-    sa.Column("mxnet_package", sa.String(200)),  # "mxnet==1.9.0"
+    sa.Column("mxnet_version", sa.String(50)),  # the first measured run's; each run's own: repeats (0004)
+    sa.Column("mxnet_package", sa.String(200)),  # the build asked for: "mxnet==1.9.0"
     sa.Column("mxnet_commit", sa.String(64)),
-    sa.Column("image", sa.String(500)),  # revision 0002
+    sa.Column("image", sa.String(500)),  # revision 0002: the image its Kubernetes runs used; None: no run used one
     sa.Column("preset", sa.String(50)),
     sa.Column("params", sa.JSON),
     sa.Column("folder", sa.String(1000)),
@@ -99,6 +99,10 @@ repeats = sa.Table(
     sa.Column("repeat", sa.Integer, nullable=False),
     # the machine this run measured on (its own metrics.json): launchers of one DAG run may differ
     sa.Column("environment", sa.String(16), sa.ForeignKey("environments.fingerprint")),
+    # revision 0004: what this run ran on (NULL in rows stored before it)
+    sa.Column("mxnet_asked", sa.String(200)),  # the build asked for: "mxnet==1.9.0"
+    sa.Column("mxnet_reported", sa.String(50)),  # the version the trainer imported: "1.9.0"
+    sa.Column("runtime", sa.String(1000)),  # the interpreter's path or the image, whichever the run used
     sa.Column("status", sa.String(20), nullable=False),  # ok | failed | not run
     sa.Column("cause", sa.Text),
     sa.Column("samples_per_sec", sa.Float),
