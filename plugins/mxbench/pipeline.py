@@ -270,13 +270,13 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     variant = variant_from_dict(run["variant"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
-            "attempt": uuid.uuid4().hex, "build": {"asked": (run.get("build") or {}).get("package")}}
+            "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")}}
     write_json(run_dir / "meta.json", meta)
     try:
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        build = RunBuild.from_record(run.get("build"))
+        build = RunBuild.from_record(build_of(run, dag_dir))
         local_python = build.python if build and run["launcher"] == "local" else None
         with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
             gone = pruned_since_made(data, local_python)
@@ -336,6 +336,15 @@ def pruned_since_made(data: dict, train_python: Optional[str]) -> Optional[str]:
         return (f"the MXNet build's training interpreter {train_python} was pruned since resolve_build ran "
                 f"({caches.BUILD_VENVS.setting}): clear resolve_build too")
     return None
+
+
+def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
+    """The build ``run`` must train with. A run expanded before runs carried their build (a cleared
+    task of an older DAG run) has only ``train_python``, its local venv: the build is request.json's."""
+    if run.get("build") or not run.get("train_python"):
+        return run.get("build")
+    build = (read_json(dag_dir / "request.json", {}) or {}).get("build") or {}
+    return {**build, "python": run["train_python"]}
 
 
 def _worker_command(plan) -> Optional[str]:

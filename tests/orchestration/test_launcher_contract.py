@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -255,6 +256,29 @@ def test_a_failed_run_still_records_what_it_ran_with(tmp_path):
                          lambda name: CrashesAfterStart())
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["build"] == {"asked": "mxnet==1.9.0", "reported": "1.9.0", "image": "reg/x:190", "python": None}
+
+
+def test_a_run_expanded_before_runs_carried_their_build_still_trains_with_it(tmp_path):
+    """A cleared run task of a DAG run expanded by the previous version: ``train_python`` only."""
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
+                         {"local": Target("local", 1, 0, one_machine=True)})
+    run = {**run, "train_python": "/envs/190/bin/python"}
+    pipeline.write_json(tmp_path / "request.json", {"build": {"package": "mxnet==1.9.0", "version": "1.9.0"}})
+    seen = []
+
+    class Records:
+        def reap(self, run_dir):
+            return []
+
+        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+            seen.append(build)
+            (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
+            return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
+
+    result = pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                              lambda name: Records())
+    assert result["status"] == "ok"
+    assert seen == [RunBuild("mxnet==1.9.0", "1.9.0", (), "/envs/190/bin/python")]
 
 
 def test_a_run_whose_trainer_imported_another_mxnet_fails_by_name(tmp_path, monkeypatch):
