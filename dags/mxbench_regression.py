@@ -43,7 +43,8 @@ from mxbench.variants import REGRESSION_PARAMS_SCHEMA
     doc_md=__doc__,
     params={name: Param(**spec) for name, spec in REGRESSION_PARAMS_SCHEMA.items()},
     tags=["mxbench", "regression"],
-    default_args={"retries": 0},
+    # no retries of its own: a deployment sets [core] default_task_retries (a run task whose worker
+    # was lost then runs again on another; a run that measured is never measured twice)
     on_failure_callback=failure_notifiers(),  # configuration: MXBENCH_NOTIFIERS (mxbench.notify)
 )
 def mxbench_regression():

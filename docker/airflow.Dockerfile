@@ -1,6 +1,7 @@
-# The Airflow image: scheduler, API server, workers. Orchestration only: it never installs mxnet
-# (MXNet 1.9 needs numpy<1.24, Airflow 3 with pandas 3 needs numpy 2); training runs in the
-# training image (train.Dockerfile) or on SSH hosts.
+# The Airflow image: scheduler, API server, workers. Airflow's environment never has mxnet
+# (MXNet 1.9 needs numpy<1.24, Airflow 3 with pandas 3 needs numpy 2); a worker's training
+# environment is a venv of its own (/opt/airflow/train: data preparation with im2rec, local runs
+# on CPU). GPU training runs in the training image (train.Dockerfile) or on SSH hosts.
 #   docker build -f docker/airflow.Dockerfile -t mxbench-airflow:3.3.2 .
 # The tag is the apache-airflow pin of requirements.txt (tests check it), Python as the repo's (3.11).
 FROM apache/airflow:3.3.2-python3.11
@@ -33,3 +34,10 @@ COPY --chown=airflow:root tasks /opt/airflow/tasks
 RUN pip install --no-cache-dir --no-deps /opt/airflow/tasks \
  && pip install --no-cache-dir --no-deps --editable /opt/airflow \
  && mkdir -p "${MXBENCH_HOME}"
+
+# The training environment, beside Airflow's and never mixed with it: prepare_data runs MXNet's
+# im2rec there, and the local launcher trains with it (requirements-train.txt's pins, CPU MXNet).
+COPY --chown=airflow:root requirements-train.txt /tmp/requirements-train.txt
+RUN python -m venv /opt/airflow/train \
+ && /opt/airflow/train/bin/pip install --no-cache-dir -r /tmp/requirements-train.txt /opt/airflow/tasks
+ENV MXBENCH_TRAIN_PYTHON=/opt/airflow/train/bin/python

@@ -59,6 +59,13 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   install_debs chromium chromium-driver || echo "mxbench: could not install chromium: the browser tests fail, saying why" >&2
 fi
 
+# The multi-worker test (CeleryExecutor) uses Redis as its broker: the server binary only, started
+# and stopped by the test on a loopback port of its own (policy-rc.d keeps the package's own off).
+if ! command -v redis-server >/dev/null; then
+  echo "mxbench: installing redis-server for the multi-worker (Celery) tests (no server is started)" >&2
+  install_debs redis-server || echo "mxbench: could not install redis-server: the Celery tests fail, saying why" >&2
+fi
+
 make_venv() {  # name requirements-file extra-pip-args...
   local venv=".venv/$1" reqs=$2; shift 2
   local stamp="$venv/.mxbench-stamp" want
@@ -73,3 +80,6 @@ make_venv() {  # name requirements-file extra-pip-args...
 
 make_venv train requirements-train.txt -e tasks/
 make_venv airflow requirements.txt -e tasks/ -e .
+# test-only: moto's S3-compatible server (the artifact store of the multi-worker tests), kept out
+# of the Airflow env: its Flask and Werkzeug pins are its own
+make_venv s3 requirements-s3.txt

@@ -5,6 +5,7 @@
     mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B]
     mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
+    mxbench fetch DAG_ID RUN_ID [--to DIR]
 """
 import argparse
 import json
@@ -74,6 +75,20 @@ def cmd_report(args) -> int:
     built = build_report(run_dir)
     print(built["text"])
     print(f"report: {built['html']}")
+    return 0
+
+
+def cmd_fetch(args) -> int:
+    from mxbench_train.errors import MxbenchError
+
+    from .artifacts import download
+
+    try:
+        folder = download(args.dag_id, args.run_id, Path(args.to))
+    except MxbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(folder)
     return 0
 
 
@@ -150,6 +165,12 @@ def build_parser():
     p = sub.add_parser("report", help="rebuild a DAG run's tables and report from its files")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("fetch", help="copy a DAG run's published files out of the artifact store ($MXBENCH_ARTIFACTS) "
+                                     "into a folder, to read them or rebuild the report there")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("--to", default=".", help="the folder to put it in (default: here)")
+    p.set_defaults(func=cmd_fetch)
     p = sub.add_parser("compare", help="speed ratio of two launchers, or of two DAG runs, per variant")
     p.add_argument("run_dir")
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")

@@ -18,6 +18,18 @@ def train_python() -> str:
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
 
 
+def machine_id() -> str:
+    """This machine (or container) as its processes' pids are meaningful: host name and boot id.
+    Pods on one node share the boot id, not the host name; a reboot changes the boot id."""
+    import socket
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
 def data_dir() -> Path:
     return home() / "data"
 

@@ -35,12 +35,20 @@ class RunVariantOperator(KubernetesPodOperator):
         return super().pre_execute(context)
 
     def execute(self, context):
+        from mxbench import artifacts
+
+        ti = context["ti"]
+        # who ran this try: with several workers, a lost one's run is retried on another
+        task = {"worker": getattr(ti, "hostname", None), "try_number": getattr(ti, "try_number", None)}
+        with artifacts.run_folder(context["dag_run"].dag_id, context["run_id"], self.run["key"], extra=task) as dag_dir:
+            self.run_in(dag_dir, context, task)
+
+    def run_in(self, dag_dir, context, task: dict) -> None:
         from airflow.sdk.exceptions import AirflowException
 
-        from mxbench import config, connections, pipeline
+        from mxbench import artifacts, config, connections, pipeline
 
         params = context["params"]
-        dag_dir = config.existing_dag_run_dir(context["dag_run"].dag_id, context["run_id"])  # as the stages do
 
         def launcher_for(name):
             if name == "kubernetes":
@@ -51,8 +59,18 @@ class RunVariantOperator(KubernetesPodOperator):
         if data is None:
             cause = pipeline.root_cause(dag_dir) or "no data.json: prepare_data has not run"
             raise AirflowException(f"run {self.run['key']}: {cause}")
-        result = pipeline.run_one(self.run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                  launcher_for=launcher_for)
+        run = self.run
+        store = artifacts.Store()
+        if not store.is_home:  # another worker may have prepared the data and made the build's venv
+            try:  # here: the published data set (pods read it from their data volume), the venv
+                root = (connections.kubernetes_settings(params).local_data_root if run["launcher"] == "kubernetes"
+                        else config.data_dir())
+                data = artifacts.local_data(data, root, store)
+                run = pipeline.build_here(run, dag_dir)
+            except pipeline.MxbenchError as exc:  # recorded as this run's cause, like any failure
+                run = {**run, "unavailable": f"{exc}"}
+        result = pipeline.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
+                                  launcher_for=launcher_for, task=task)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")

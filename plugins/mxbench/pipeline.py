@@ -200,16 +200,21 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     return data
 
 
+def prepared_name(params: dict) -> str:
+    """The prepared data set's folder name: one per source (and generator version and size)."""
+    source = params.get("dataset", SYNTHETIC)
+    if source == SYNTHETIC:
+        return f"rec-synthetic-v{SYNTHETIC_VERSION}-{int(params.get('synthetic_images', 3000))}"
+    return f"rec-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
+
+
 def _prepare_data(params: dict, data_root: Path) -> dict:
     data_root.mkdir(parents=True, exist_ok=True)
     source = params.get("dataset", SYNTHETIC)
     synthetic = source == SYNTHETIC
+    out = data_root / prepared_name(params)
     if synthetic:
-        images = int(params.get("synthetic_images", 3000))
-        source = synthetic_source(data_root, images)
-        out = data_root / f"rec-{source.parent.name}"
-    else:
-        out = data_root / f"rec-{hashlib.sha1(source.encode()).hexdigest()[:12]}"
+        source = synthetic_source(data_root, int(params.get("synthetic_images", 3000)))
     flags = ["--allow-unverified"] if synthetic or params.get("allow_unverified") else []
     # the dataset is a trigger param: local files only from the data folder (and the administrator's
     # MXBENCH_DATASET_ROOTS), no private addresses (MXBENCH_DATASET_PRIVATE_HOSTS): the training env
@@ -221,7 +226,7 @@ def _prepare_data(params: dict, data_root: Path) -> dict:
     if done.returncode != 0:
         raise MxbenchError(_error_line(done))
     manifest = json.loads(done.stdout)
-    return {"dir": str(out), "source": manifest["source"], "synthetic": manifest["synthetic"],
+    return {"dir": str(out), "name": out.name, "source": manifest["source"], "synthetic": manifest["synthetic"],
             "verified": manifest["verified"], "cache_hit": manifest["cache_hit"],
             "records": {k: v["records"] for k, v in manifest["splits"].items()}}
 
@@ -238,14 +243,16 @@ def check_enough_data(variant, records: int):
             "would be measured; use more images or a smaller batch")
 
 
-def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None) -> dict:
+def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None,
+            task: Optional[dict] = None) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
     A run that already succeeded is not run again (a retried or cleared task
     returns it as it was, marked ``reused``); a failed attempt's folder is kept
     under ``attempts/``, after whatever of its processes still live was reaped
     (a task killed by SIGKILL cannot clean up after itself), on every host.
-    ``launcher_for(name)`` gives the launcher (default: ``launchers.get``).
+    ``launcher_for(name)`` gives the launcher (default: ``launchers.get``); ``task``: the Airflow
+    task's worker and try number, kept in ``meta.json``.
     """
     run_dir = dag_dir / run["key"]
     meta = read_json(run_dir / "meta.json", {})
@@ -270,7 +277,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     variant = variant_from_dict(run["variant"])
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
-            "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")}}
+            "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")},
+            "machine": config.machine_id(), **(task or {})}
     write_json(run_dir / "meta.json", meta)
     try:
         if setup_error:
@@ -345,6 +353,24 @@ def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
         return run.get("build")
     build = (read_json(dag_dir / "request.json", {}) or {}).get("build") or {}
     return {**build, "python": run["train_python"]}
+
+
+def build_here(run: dict, dag_dir: Path) -> dict:
+    """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
+    names on the worker it ran on; another worker makes its own (once: ``builds.training_python``
+    keeps it), from the versions manifest's entry for the same package."""
+    from . import builds
+
+    build = build_of(run, dag_dir)
+    python = (build or {}).get("python")
+    if run["launcher"] != "local" or not python or Path(python).exists():
+        return run
+    entry = next((b for b in builds.load_manifest() if b.package == build["package"]), None)
+    if entry is None or list(builds.install_spec(entry)) != list(build.get("spec") or []):
+        raise MxbenchError(f"{RunBuild.from_record(build)} has no venv on this worker ({python}), and the "
+                           "versions manifest here no longer has that build: clear resolve_build")
+    print(f"mxbench: making {RunBuild.from_record(build)}'s venv on this worker (resolve_build ran on another)")
+    return {**run, "build": {**build, "python": builds.training_python(entry)}}
 
 
 def _worker_command(plan) -> Optional[str]:
@@ -431,7 +457,9 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "warmup_excluded": None, "validation_accuracy": None, "gpu_util_pct": None, "gpu_mem_mib": None,
            "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
            "reused": False, "warnings": None,
-           "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None}
+           "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
+           "worker": None, "try_number": None,
+           "earlier_attempts": len(list((dag_dir / "attempts").glob(f"{run['key']}.*")))}
     logs = sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log"))
     parsed = parse_run_logs(logs)
     tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
@@ -440,7 +468,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
         return row, speed, epochs
     row.update(status=meta["status"], cause=meta.get("cause"), duration_s=meta.get("duration_s"),
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
-               ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")))
+               ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")),
+               worker=meta.get("worker"), try_number=meta.get("try_number"))
     ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
     row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))
     if meta["status"] == "running":

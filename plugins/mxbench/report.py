@@ -130,6 +130,7 @@ def provenance(dag_dir: Path) -> List[str]:
     if "reused" in runs and runs["reused"].fillna(False).astype(bool).any():
         keys = ", ".join(runs.loc[runs["reused"].fillna(False).astype(bool), "key"])
         notes.append(f"REUSED: {keys} were measured by an earlier attempt of this DAG run and reused as they were.")
+    notes += retried_notes(runs)
     notes += [f"NOTE: {note}" for note in request.get("params", {}).get("notes") or []]
     for reason in (request.get("unavailable") or {}).values():
         notes.append(f"UNAVAILABLE: {reason}; its runs failed with that cause.")
@@ -413,6 +414,24 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     write_atomically(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
+
+
+def retried_notes(runs: pd.DataFrame) -> List[str]:
+    """One line per run that took more than one try (its task failed or its worker was lost, and
+    Airflow ran it again): which try measured it, and on which worker."""
+    if runs.empty or "try_number" not in runs:
+        return []
+    tries = pd.to_numeric(runs["try_number"], errors="coerce").fillna(1)
+    earlier = pd.to_numeric(runs.get("earlier_attempts", 0), errors="coerce").fillna(0)
+    notes = []
+    for row, try_number, attempts in zip(runs.to_dict("records"), tries, earlier):
+        if try_number > 1 or attempts > 0:
+            worker = row.get("worker") if isinstance(row.get("worker"), str) else "?"
+            kept = f"; {int(attempts)} earlier attempt(s) kept under attempts/" if attempts else \
+                "; the earlier try left nothing (its worker was lost before it could publish)"
+            notes.append(f"RETRIED: run {row['key']} was retried: try {int(try_number)} on worker {worker} "
+                         f"{'measured it' if row.get('status') == 'ok' else 'failed too'}{kept}.")
+    return notes
 
 
 def data_line(data: dict) -> str:

@@ -1,10 +1,11 @@
 """The pipeline's stages as Airflow tasks, shared by the DAGs (mxbench_benchmark, mxbench_regression).
 
 Each task wraps a function of ``mxbench.pipeline`` or ``mxbench.store``, which need no Airflow;
-their imports sit inside the tasks, so that parsing a DAG file stays fast. A DAG run's folder is
-``config.existing_dag_run_dir(dag_id, run_id)`` (run ids are unique per DAG only): every stage,
-and the run task, reads what the earlier ones wrote there. A DAG run begun before folders were
-keyed by DAG keeps its legacy folder, so that any of its stages can still be cleared and rerun.
+their imports sit inside the tasks, so that parsing a DAG file stays fast. Each works in the DAG
+run's folder as ``mxbench.artifacts`` gives it to the task: with the default artifact store, the
+folder itself (``config.existing_dag_run_dir``: a DAG run begun before folders were keyed by DAG
+keeps its legacy folder); with object storage (several workers, no shared disk), a scratch
+folder holding what the task reads, fetched first, and what it wrote published at its end.
 """
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from .operators import RunVariantOperator
 from .variants import machine_sets
 
 
-def dag_dir_of(dag_run, run_id: str):
-    """The DAG run's folder, as every stage finds it (``config.existing_dag_run_dir``; the run task
-    too): a DAG run begun before folders were keyed by DAG, or an old one cleared, keeps its own."""
-    from mxbench import config
+def dag_folder(dag_run, run_id: str, task: str, **scope):
+    """The DAG run's folder for this task: what it reads (``scope``: see ``artifacts.dag_run``)
+    there, what it writes published when it ends."""
+    from mxbench import artifacts
 
-    return config.existing_dag_run_dir(dag_run.dag_id, run_id)
+    return artifacts.dag_run(dag_run.dag_id, run_id, task, **scope)
+
+
+RUN_FILES_READ = ("metrics.json", "notices.json", "meta.json")  # what report and store read of each run
 
 
 @task
@@ -28,6 +32,11 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     ``build`` (the regression DAG's), every run trains with that build (its interpreter, its venv
     on each SSH host, its image in pods): a launcher with no way to run it is refused here, by
     name; one whose hosts fail to make it has its runs fail with that cause."""
+    with dag_folder(dag_run, run_id, "expand_variants") as dag_dir:
+        return _expand(build, params, dag_dir, dag_run.dag_id)
+
+
+def _expand(build, params, dag_dir, dag_id) -> list[dict]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench import builds, connections, pipeline
@@ -37,7 +46,7 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         connections.results_url(params)
     except MxbenchError as exc:
-        cause = pipeline.stage_failed(dag_dir_of(dag_run, run_id), "expand", exc)
+        cause = pipeline.stage_failed(dag_dir, "expand", exc)
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
@@ -50,17 +59,21 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     for reason in unavailable.values():
         print(f"mxbench: {reason}")
     try:
-        return pipeline.expand(dict(params), dag_dir_of(dag_run, run_id), targets, unavailable,
-                               build=build, dag_id=dag_run.dag_id, refused=refused)
+        return pipeline.expand(dict(params), dag_dir, targets, unavailable,
+                               build=build, dag_id=dag_id, refused=refused)
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 
 
 @task
 def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
-    from mxbench import config, pipeline
+    from mxbench import artifacts, config, pipeline
 
-    return pipeline.prepare_data(dict(params), dag_dir_of(dag_run, run_id), config.data_dir())
+    with dag_folder(dag_run, run_id, "prepare_data") as dag_dir:
+        # published by another worker: fetched, so that preparing finds its cache complete
+        artifacts.fetch_published_data(pipeline.prepared_name(params), config.data_dir())
+        data = pipeline.prepare_data(dict(params), dag_dir, config.data_dir())
+    return artifacts.publish_data(data)  # once per data set: each run task fetches it from there
 
 
 @task
@@ -89,22 +102,29 @@ def parse_logs(params=None, run_id=None, dag_run=None) -> dict:
     from mxbench import connections, pipeline
 
     # a run whose task died mid-run is reaped here, on its hosts too
-    return pipeline.parse_all(dag_dir_of(dag_run, run_id), lambda name: connections.launcher_for(name, params))
+    with dag_folder(dag_run, run_id, "parse_logs", all_units=True) as dag_dir:
+        return pipeline.parse_all(dag_dir, lambda name: connections.launcher_for(name, params))
 
 
 @task
 def join_results(tables: dict, run_id=None, dag_run=None) -> dict:
     from mxbench import pipeline
 
-    return pipeline.join(dag_dir_of(dag_run, run_id))
+    with dag_folder(dag_run, run_id, "join_results", tables=True) as dag_dir:
+        return pipeline.join(dag_dir)
 
 
 @task
 def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
     """This DAG run's runs into the results database, replacing what an earlier try wrote."""
+    with dag_folder(dag_run, run_id, "store_results", tables=True, all_units=True,
+                    unit_files=RUN_FILES_READ) as dag_dir:
+        return _store(dag_dir, build, params, dag_run, run_id)
+
+
+def _store(dag_dir, build, params, dag_run, run_id) -> dict:
     from mxbench import connections, pipeline, store
 
-    dag_dir = dag_dir_of(dag_run, run_id)
     try:
         url = connections.results_url(params)
         with store.errors_without_password(url):  # a driver's message may quote the URL
@@ -130,10 +150,13 @@ def trigger_of(dag_run) -> str:
 
 @task(trigger_rule="all_done")  # a report of what there is, whatever failed before it
 def report(tables: dict, run_id=None, dag_run=None) -> dict:
+    from mxbench import artifacts
     from mxbench.report import build_report
 
-    built = build_report(dag_dir_of(dag_run, run_id))
-    print(built.pop("text"))
+    with dag_folder(dag_run, run_id, "report", tables=True, all_units=True, unit_files=RUN_FILES_READ) as dag_dir:
+        built = build_report(dag_dir)
+        print(built.pop("text"))
+        built = artifacts.published_paths(built, dag_dir, dag_run.dag_id, run_id)
     print(f"report: {built['html']}")
     return built
 
@@ -146,7 +169,8 @@ def check_runs(run_id=None, dag_run=None) -> None:
 
     from mxbench import pipeline
 
-    problem = pipeline.verdict_of(dag_dir_of(dag_run, run_id))
+    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=("report.md",)) as dag_dir:
+        problem = pipeline.verdict_of(dag_dir)
     if problem:
         raise AirflowFailException(problem)
 
@@ -186,8 +210,9 @@ def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> li
     from mxbench import connections, pipeline, store
 
     url = connections.results_url(params)
-    with store.errors_without_password(url):  # a driver's message may quote the URL
-        findings = pipeline.check_regressions(dag_dir_of(dag_run, run_id), url, dag_run.dag_id, run_id,
+    with dag_folder(dag_run, run_id, "check_regression", tables=True) as dag_dir, \
+            store.errors_without_password(url):  # a driver's message may quote the URL
+        findings = pipeline.check_regressions(dag_dir, url, dag_run.dag_id, run_id,
                                               stored["fingerprints"], params["baseline_runs"], params["min_drop"])
     for finding in findings:
         print(f"mxbench: {finding['message']}")

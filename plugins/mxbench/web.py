@@ -9,7 +9,9 @@ login cookie -> 401 (an invalid one: 403, Airflow's own rule), no access -> 403.
 the file system only after Airflow's database has that DAG run, and only through
 ``config.existing_dag_run_dir`` (the pipeline's own mapping, which also finds a folder written
 under the name older versions gave it); the file must resolve inside
-``$MXBENCH_HOME/runs`` and belong to that DAG. The pages run no script: their Content-Security-Policy
+``$MXBENCH_HOME/runs`` and belong to that DAG. With object storage as the artifact store
+(``MXBENCH_ARTIFACTS``), the report is read from there instead, under the same mapping, as its
+manifest lists it. The pages run no script: their Content-Security-Policy
 allows none, so nothing written into a report can act as the logged-in user.
 """
 from __future__ import annotations
@@ -117,11 +119,31 @@ def report(dag_id: str, run_id: str, user=Depends(current_user)) -> HTMLResponse
     state = dag_run_state(dag_id, run_id)
     if state is None:
         raise HTTPException(404, f"{dag_id} has no DAG run {run_id!r}")
-    path = report_file(dag_id, run_id)
-    if path is None:
+    body = published_report(dag_id, run_id)
+    if body is None:
         raise HTTPException(404, f"DAG run {run_id} of {dag_id} ({state}) has no report yet: its report task "
                                  "writes one when the runs are done")
-    return HTMLResponse(path.read_text(encoding="utf-8"))
+    return HTMLResponse(body)
+
+
+def published_report(dag_id: str, run_id: str) -> Optional[str]:
+    """The DAG run's report.html from the artifact store (this machine's MXBENCH_HOME by default,
+    read as a folder: ``report_file``); None when there is none yet. A store that cannot be read
+    answers 503, its cause in the api-server's log."""
+    from mxbench_train.errors import MxbenchError
+
+    from . import artifacts
+
+    try:
+        store = artifacts.Store()
+        if store.is_home:
+            path = report_file(dag_id, run_id)
+            return None if path is None else path.read_text(encoding="utf-8")
+        body = artifacts.read_report(dag_id, run_id, store)
+    except (MxbenchError, OSError) as exc:
+        log.error("mxbench report: the artifact store cannot be read: %s", exc)
+        raise HTTPException(503, "The artifact store cannot be read; the api-server's log says why") from None
+    return None if body is None else body.decode("utf-8", "replace")
 
 
 @app.get("/history", response_class=HTMLResponse)

@@ -1,4 +1,5 @@
 """The local launcher: the role plan as processes on this machine (the embedded default)."""
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -60,5 +61,11 @@ class LocalLauncher:
         return Launched(plan, results, {"python": python})
 
     def reap(self, run_dir) -> list:
-        """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say)."""
+        """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say), when
+        it ran on this machine: a run folder from another worker (the artifact store's) names
+        that machine's processes, and their pids here are someone else's."""
+        ran_on = json.loads((Path(run_dir) / "meta.json").read_text()).get("machine") \
+            if (Path(run_dir) / "meta.json").is_file() else None
+        if ran_on not in (None, config.machine_id()):
+            return []
         return reap(Path(run_dir) / "pids.json")
