@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -79,9 +80,17 @@ class Store:
     """The artifact store at ``url`` (default: ``MXBENCH_ARTIFACTS``)."""
 
     def __init__(self, url: Optional[str] = None):
+        from urllib.parse import urlsplit
+
         from airflow.sdk import ObjectStoragePath
 
         self.url = url or base_url()
+        parts = urlsplit(self.url)
+        if ":" in parts.netloc.rpartition("@")[0] or parts.query or parts.fragment:
+            # never echoed: that is where a key would be
+            raise MxbenchError(f"the artifact store URL ({SETTING}) carries a password, a query or a fragment: "
+                               "name an Airflow connection instead, s3://<conn id>@<bucket>/<prefix>; its "
+                               "credentials and options belong in that connection")
         try:
             self.root = ObjectStoragePath(self.url)
             self.fs = self.root.fs
@@ -103,7 +112,7 @@ class Store:
 
     @property
     def shown(self) -> str:
-        return redact(self.url)
+        return redact(self.url) if self.url.startswith("file:") else self.url  # checked: no password in it
 
     def __str__(self) -> str:
         return self.shown
@@ -150,7 +159,11 @@ class Store:
             return
         if self.local:
             for local, rel in pairs:
-                self.write_bytes(rel, Path(local).read_bytes())
+                target = Path(self._path(rel))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+                shutil.copyfile(local, tmp)
+                tmp.replace(target)
             return
         self.fs.put([str(local) for local, _ in pairs], [self._path(rel) for _, rel in pairs])
 
@@ -185,19 +198,46 @@ class Store:
         return found if isinstance(found, dict) and isinstance(found.get("files"), dict) else None
 
     def publish(self, folder: str, local: Path, unit: str, files: Iterable[str], extra: Optional[dict] = None,
-                keep: Optional[Dict[str, dict]] = None) -> dict:
+                keep: Optional[Dict[str, dict]] = None, old: Optional[dict] = None, versioned: bool = False) -> dict:
         """Upload ``files`` (relative to ``local``) to ``folder``, then the unit's manifest, which
-        also lists ``keep`` (entries of files already there). Objects an earlier publish of the
-        unit listed and this one does not are removed after."""
-        listed = {**(keep or {}), **listing(local, files)}
-        old = self.manifest(folder, unit) or {"files": {}}
-        changed = [rel for rel, entry in listed.items() if old["files"].get(rel) != entry]
-        self.put([(local / rel, f"{folder}/{rel}") for rel in changed])
+        also lists ``keep`` (entries of files already there). No object the live manifest (``old``:
+        read here unless given) lists is ever written: a changed file goes to a new object
+        (``<path>.v-<sha256>``), so a publish cut short leaves the live manifest whole. Objects
+        only the old manifest listed are removed after. ``versioned``: every object under
+        ``<unit>/<digest>/`` (immutable data sets: two workers publishing at once write apart)."""
+        old = old if old is not None else (self.manifest(folder, unit) or {"files": {}})
+        with contextlib.ExitStack() as stack:
+            if not versioned:  # a run's files may grow while it trains: hash and send one copy
+                snap = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mxbench-publish-")))
+                for rel in files:
+                    (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(local / rel, snap / rel)
+                local = snap
+            return self._publish(folder, local, unit, files, extra, keep or {}, old, versioned)
+
+    def _publish(self, folder, local: Path, unit, files, extra, keep, old, versioned) -> dict:
+        live = {object_of(rel, e) for rel, e in old["files"].items()}
+        listed = dict(keep)
+        uploads = []
+        fresh = listing(local, files)
+        digest = hashlib.sha256(json.dumps(fresh, sort_keys=True).encode()).hexdigest()[:16]
+        for rel, entry in fresh.items():
+            was = old["files"].get(rel)
+            if was and (was["sha256"], was["size"]) == (entry["sha256"], entry["size"]):
+                listed[rel] = was  # unchanged: its object stays
+                continue
+            if versioned:
+                name = f"{unit}/{digest}/{rel.split('/', 1)[1]}"
+            else:
+                name = rel if rel not in live else f"{rel}.v-{entry['sha256'][:16]}"
+            listed[rel] = {**entry, "object": name} if name != rel else entry
+            uploads.append((local / rel, f"{folder}/{name}"))
+        self.put(uploads)
         manifest = {"unit": unit, "files": dict(sorted(listed.items())), "published_at": time.time(),
-                    "by": socket.gethostname(),
-                    **(extra or {})}
+                    "by": socket.gethostname(), **(extra or {})}
         self.write_json(f"{folder}/manifests/{unit}.json", manifest)
-        self.delete(f"{folder}/{rel}" for rel in old["files"] if rel not in listed)
+        now = {object_of(rel, e) for rel, e in listed.items()}
+        self.delete(f"{folder}/{name}" for name in live - now)
         return manifest
 
     def fetch(self, folder: str, local: Path, unit: str, only: Optional[Iterable[str]] = None) -> Optional[dict]:
@@ -212,7 +252,11 @@ class Store:
         missing = [rel for rel, entry in wanted.items()
                    if not ((local / rel).is_file() and (local / rel).stat().st_size == entry["size"]
                            and sha256_of(local / rel) == entry["sha256"])]
-        self.get([(f"{folder}/{rel}", local / rel) for rel in missing])
+        try:
+            self.get([(f"{folder}/{object_of(rel, wanted[rel])}", local / rel) for rel in missing])
+        except FileNotFoundError:
+            raise MxbenchError(f"{self.shown}/{folder}: a file its manifest {unit} lists is gone "
+                               "(published again while it was read?): try again") from None
         for rel in missing:
             if sha256_of(local / rel) != wanted[rel]["sha256"]:
                 raise MxbenchError(f"{self.shown}/{folder}/{rel} does not match its manifest "
@@ -221,6 +265,11 @@ class Store:
 
 
 # --- a DAG run's folder, for one task ---------------------------------------------------------
+
+def object_of(rel: str, entry: dict) -> str:
+    """The object holding a manifest's file: its own path unless the entry names another."""
+    return entry.get("object", rel)
+
 
 def run_units(files: Iterable[str]) -> Dict[str, List[str]]:
     """A DAG run folder's files by unit: run keys (``<key>/...``, ``attempts/<key>.<n>/...``),
@@ -248,7 +297,7 @@ class Workspace:
         self.store, self.name, self.path = store, name, Path(path)
         self.folder = f"runs/{name}"
         self.fetched: Dict[str, str] = {}
-        self.full_units: set = set()
+        self.partial_units: set = set()  # fetched in part (only some files): publishing keeps the rest
 
     def fetch_dag_files(self, tables: bool = False) -> None:
         names = list(DAG_FILES)
@@ -268,14 +317,16 @@ class Workspace:
             names = set(only) if only is not None else None
             self.fetched.update({rel: e["sha256"] for rel, e in manifest["files"].items()
                                  if names is None or Path(rel).name in names})
-            if only is None:
-                self.full_units.add(unit)
+            if only is not None:
+                self.partial_units.add(unit)
         return manifest
 
     def publish(self, extra: Optional[Dict[str, dict]] = None) -> List[str]:
         """Send what this task wrote: the DAG run's own files one by one, each changed unit with
-        its manifest (every file of a unit fetched whole or made here; a partly fetched one keeps
-        the files it had). Returns the units published."""
+        its manifest. A unit fetched whole, or not at all (made or rewritten here: a run, the
+        report), is replaced by what is here; one fetched in part keeps the files it had. A run
+        whose manifest says a later try published it is left alone (this try is stale: a worker
+        that came back after its task was given up). Returns the units published."""
         units = run_units(files_under(self.path))
         changed = {unit: [rel for rel in files if self.fetched.get(rel) != sha256_of(self.path / rel)]
                    for unit, files in units.items()}
@@ -285,13 +336,43 @@ class Workspace:
         for unit, files in changed.items():
             if not files:
                 continue
+            ours = (extra or {}).get(unit) or {}
+            old = self.store.manifest(self.folder, unit) or {"files": {}}
+            if (old.get("try_number") or 0) > (ours.get("try_number") or old.get("try_number") or 0):
+                raise MxbenchError(f"run {unit}: try {old['try_number']} (on {old.get('worker')}) published it "
+                                   f"after this try {ours['try_number']} began: this try is stale and publishes "
+                                   "nothing")
             keep = {}
-            if unit not in self.full_units:  # fetched in part (or not at all): the files it had stay
-                old = self.store.manifest(self.folder, unit) or {"files": {}}
+            if unit in self.partial_units:
                 keep = {rel: entry for rel, entry in old["files"].items() if rel not in units[unit]}
-            self.store.publish(self.folder, self.path, unit, units[unit], (extra or {}).get(unit), keep=keep)
+            self.store.publish(self.folder, self.path, unit, units[unit], ours, keep=keep, old=old)
             published.append(unit)
         return published
+
+
+    @contextlib.contextmanager
+    def publishing(self, every_s: float, extra: Optional[Dict[str, dict]] = None) -> Iterator[None]:
+        """Publish what changed every ``every_s`` seconds while the block runs (a failed publish is
+        printed; the next one tries again); stopped, and joined, before the block's end."""
+        import threading
+
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(every_s):
+                try:
+                    self.publish(extra)
+                except Exception as exc:  # a file the run was replacing, a slow store: next time
+                    print(f"mxbench: publishing progress to {self.store.shown}: {type(exc).__name__}: "
+                          f"{redact(str(exc))}")
+
+        thread = threading.Thread(target=loop, name="mxbench-publish", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
 
 def dag_run_name(dag_id: str, run_id: str) -> str:
@@ -323,9 +404,9 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
         if all_units:
             request = json.loads((scratch / "request.json").read_text()) if (scratch / "request.json").is_file() else {}
             keys = [run["key"] for run in request.get("runs", [])]
-        for key in keys:
-            if space.fetch_unit(key, unit_files) is None and all_units:
-                leftover(store, name, key, scratch)
+        leftovers = [found for key in keys
+                     if space.fetch_unit(key, unit_files) is None and all_units
+                     and (found := leftover(store, name, key, scratch))]
         if report_files:
             space.fetch_unit("report", report_files)
     except MxbenchError:
@@ -337,6 +418,8 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
                            f"{type(exc).__name__}: {redact(str(exc))}") from None
     with published(space, f"DAG run {run_id}: {task}", keep=False):
         yield scratch
+    for found in leftovers:  # published now, as interrupted: nothing to find here any more
+        shutil.rmtree(found.parent, ignore_errors=True)
 
 
 def run_scratch(name: str, key: str) -> Path:
@@ -347,33 +430,66 @@ def run_scratch(name: str, key: str) -> Path:
 
 @contextlib.contextmanager
 def run_folder(dag_id: str, run_id: str, key: str, extra: Optional[dict] = None,
-               store: Optional[Store] = None) -> Iterator[Path]:
-    """The DAG run's folder for run task ``key``: as ``dag_run``, with the run's unit fetched whole
-    (an earlier attempt's too) into the run's fixed scratch folder; the unit published when the
-    task ends, succeeded or failed, with ``extra`` in its manifest."""
+               store: Optional[Store] = None, every_s: float = 15.0) -> Iterator["RunSpace"]:
+    """The DAG run's folder for run task ``key`` (``RunSpace.path``): with the default store, the
+    folder itself. Otherwise the run's fixed scratch folder, with the run's unit (earlier
+    attempts too) fetched whole; published every ``every_s`` seconds while the task runs (so that
+    a retry elsewhere finds what a lost try started, and reaps it) and when it ends, succeeded or
+    failed, with ``extra`` (the task's worker and try) in its manifest."""
     store = store or Store()
     if store.is_home:
-        yield config.existing_dag_run_dir(dag_id, run_id)
+        yield RunSpace(config.existing_dag_run_dir(dag_id, run_id))
         return
     name = dag_run_name(dag_id, run_id)
     scratch = run_scratch(name, key)
     scratch.mkdir(parents=True, exist_ok=True)
     space = Workspace(store, name, scratch)
+    run = RunSpace(scratch)
+    extra = {key: extra or {}}
     try:
-        if (scratch / key).is_dir() and store.manifest(space.folder, key) is not None:
-            # a try killed here before it could publish, and a later one elsewhere that did: ours
-            # is kept as an earlier attempt, beside what the store has
-            aside = scratch / "attempts" / f"{key}.lost-{uuid.uuid4().hex[:8]}"
-            aside.parent.mkdir(exist_ok=True)
-            (scratch / key).replace(aside)
-            print(f"mxbench: run {key}: a try killed on this worker left {aside.name}; kept as an attempt")
         space.fetch_dag_files()
-        space.fetch_unit(key)
+        run.aside = _leftover_first(space, key)
+        if not (scratch / key).is_dir():
+            space.fetch_unit(key)
     except Exception as exc:
         raise MxbenchError(f"run {key}: fetching it from the artifact store {store.shown} failed: "
                            f"{type(exc).__name__}: {redact(str(exc))}") from None
-    with published(space, f"run {key}", keep=True, extra={key: extra or {}}):
-        yield scratch
+    with published(space, f"run {key}", keep=True, extra=extra), space.publishing(every_s, extra):
+        yield run
+
+
+class RunSpace:
+    """A run task's folder of the DAG run (``path``), and ``aside``: what a try killed on this
+    worker left there and a later try's publish superseded (to reap before the run starts)."""
+
+    def __init__(self, path: Path):
+        self.path, self.aside = Path(path), None
+
+
+def _leftover_first(space: Workspace, key: str) -> Optional[Path]:
+    """Settle what an earlier try on this worker left in the run's fixed scratch folder (killed
+    before it could publish, or its publish failed) against what the store has. Ours is newer
+    (a higher try number): it is the run's folder, and the store's is replaced by it (its older
+    try failed, or ours would have been reused). The store's is newer or the same: ours is put
+    aside as an attempt (returned, to be reaped) and the store's is fetched."""
+    local = space.path / key / "meta.json"
+    manifest = space.store.manifest(space.folder, key)
+    if not local.is_file() or manifest is None:
+        return None
+    try:
+        ours = json.loads(local.read_text()).get("try_number") or 0
+    except (OSError, ValueError):
+        ours = 0
+    if ours > (manifest.get("try_number") or 0):
+        print(f"mxbench: run {key}: try {ours} on this worker did not publish; it is newer than the store's "
+              f"(try {manifest.get('try_number')}) and is kept as the run's folder")
+        return None
+    aside = space.path / "attempts" / f"{key}.lost-try{ours}-{uuid.uuid4().hex[:8]}"
+    aside.parent.mkdir(exist_ok=True)
+    (space.path / key).replace(aside)
+    print(f"mxbench: run {key}: try {ours} on this worker did not publish and try {manifest.get('try_number')} "
+          f"did: ours is kept as {aside.name}")
+    return aside
 
 
 @contextlib.contextmanager
@@ -391,30 +507,32 @@ def published(space: Workspace, what: str, keep: bool, extra=None) -> Iterator[N
         shutil.rmtree(space.path.parent, ignore_errors=True)  # the scratch folder holds just this one
 
     try:
-        yield
-    except BaseException:
         try:
-            publish()
-        except MxbenchError as exc:
-            print(f"mxbench: {exc}")
-        if not keep:
+            yield
+        except BaseException:
+            try:
+                publish()
+            except MxbenchError as exc:
+                print(f"mxbench: {exc}")
+            raise
+        publish()
+    finally:
+        if not keep:  # what a stage wrote is in the store, or its error says why not
             shutil.rmtree(space.path.parent, ignore_errors=True)
-        raise
-    publish()
 
 
-def leftover(store: Store, name: str, key: str, into: Path) -> bool:
+def leftover(store: Store, name: str, key: str, into: Path) -> Optional[Path]:
     """A run that was never published, as this worker's fixed scratch folder for it has it: its
     task was killed mid-run here (SIGKILL, a lost heartbeat). Copied into ``into`` so that
     parsing finds it running, reaps what it left and publishes it as interrupted."""
     found = run_scratch(name, key)
     if not (found / key / "meta.json").is_file():
-        return False
+        return None
     for rel in files_under(found):
         if run_units([rel]).get(key):
             (into / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(found / rel, into / rel)
-    return True
+    return found
 
 
 # --- prepared data ----------------------------------------------------------------------------
@@ -433,7 +551,8 @@ def publish_data(data: dict, store: Optional[Store] = None) -> dict:
     manifest = store.manifest("data", local.name)
     if manifest is None:
         files = [rel for rel in files_under(local) if "/" not in rel and rel.endswith(DATA_FILES)]
-        manifest = store.publish("data", local.parent, local.name, [f"{local.name}/{rel}" for rel in files])
+        manifest = store.publish("data", local.parent, local.name, [f"{local.name}/{rel}" for rel in files],
+                                 versioned=True)
     elif not _matches(local, manifest):
         return data  # another worker published its own conversion first: run tasks fetch that one
     _data_stamp(local).write_text(_digest(manifest))
@@ -466,7 +585,11 @@ def local_data(data: dict, root: Path, store: Optional[Store] = None) -> dict:
     if store.is_home or not data.get("name"):
         return data
     local = Path(root) / data["name"]
-    manifest = store.manifest("data", data["name"])
+    try:
+        manifest = store.manifest("data", data["name"])
+    except Exception as exc:
+        raise MxbenchError(f"reading the prepared data set {data['name']}'s manifest from the artifact store "
+                           f"{store.shown} failed: {type(exc).__name__}: {redact(str(exc))}") from None
     if manifest is None:
         raise MxbenchError(f"the prepared data set {data['name']} is not in the artifact store {store.shown} "
                            "(data/manifests/): clear prepare_data")
@@ -477,7 +600,13 @@ def local_data(data: dict, root: Path, store: Optional[Store] = None) -> dict:
         with caches.making(local):  # runs on this worker wait for one fetch
             if not (stamp.is_file() and stamp.read_text() == digest and sizes_ok()):
                 stamp.unlink(missing_ok=True)
-                store.fetch("data", local.parent, data["name"])
+                try:
+                    store.fetch("data", local.parent, data["name"])
+                except MxbenchError:
+                    raise
+                except Exception as exc:  # the store's client error: named, as the run's cause
+                    raise MxbenchError(f"fetching the prepared data set {data['name']} from the artifact store "
+                                       f"{store.shown} failed: {type(exc).__name__}: {redact(str(exc))}") from None
                 stamp.write_text(digest)
         if Path(root) == config.data_dir():  # never a volume other workers share: its users are not ours to see
             caches.prune_data(root, used=(str(local),))
@@ -488,11 +617,17 @@ def published_paths(paths: Dict[str, str], dag_dir: Path, dag_id: str, run_id: s
                     store: Optional[Store] = None) -> Dict[str, str]:
     """``paths`` (files in a task's folder of the DAG run) as the store's URLs, for the task log
     and XCom; unchanged with the default store, whose folder is the DAG run's own."""
-    store = store or Store()
-    if store.is_home:
+    base = published_folder(dag_id, run_id, store)
+    if base is None:
         return paths
-    base = f"{store.shown.rstrip('/')}/runs/{dag_run_name(dag_id, run_id)}"
     return {name: f"{base}/{Path(path).relative_to(dag_dir)}" for name, path in paths.items()}
+
+
+def published_folder(dag_id: str, run_id: str, store: Optional[Store] = None) -> Optional[str]:
+    """The DAG run's folder as the store's URL, for records that outlive a task's scratch copy;
+    None with the default store (the folder is the DAG run's own)."""
+    store = store or Store()
+    return None if store.is_home else f"{store.shown.rstrip('/')}/runs/{dag_run_name(dag_id, run_id)}"
 
 
 def read_report(dag_id: str, run_id: str, store: Optional[Store] = None) -> Optional[bytes]:
@@ -506,7 +641,7 @@ def read_report(dag_id: str, run_id: str, store: Optional[Store] = None) -> Opti
     request = store.read_json(f"{folder}/request.json") or {}
     if entry is None or request.get("dag_id") not in (None, dag_id):
         return None
-    body = store.read_bytes(f"{folder}/report/report.html")
+    body = store.read_bytes(f"{folder}/{object_of('report/report.html', entry)}")
     if body is None or hashlib.sha256(body).hexdigest() != entry["sha256"]:
         return None  # being published again: the next request finds it whole
     return body

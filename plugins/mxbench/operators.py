@@ -40,10 +40,10 @@ class RunVariantOperator(KubernetesPodOperator):
         ti = context["ti"]
         # who ran this try: with several workers, a lost one's run is retried on another
         task = {"worker": getattr(ti, "hostname", None), "try_number": getattr(ti, "try_number", None)}
-        with artifacts.run_folder(context["dag_run"].dag_id, context["run_id"], self.run["key"], extra=task) as dag_dir:
-            self.run_in(dag_dir, context, task)
+        with artifacts.run_folder(context["dag_run"].dag_id, context["run_id"], self.run["key"], extra=task) as space:
+            self.run_in(space.path, context, task, aside=space.aside)
 
-    def run_in(self, dag_dir, context, task: dict) -> None:
+    def run_in(self, dag_dir, context, task: dict, aside=None) -> None:
         from airflow.sdk.exceptions import AirflowException
 
         from mxbench import artifacts, config, connections, pipeline
@@ -63,12 +63,15 @@ class RunVariantOperator(KubernetesPodOperator):
         store = artifacts.Store()
         if not store.is_home:  # another worker may have prepared the data and made the build's venv
             try:  # here: the published data set (pods read it from their data volume), the venv
+                if aside is not None:  # a try killed on this worker before it published: stop what it left
+                    launcher_for(run["launcher"]).reap(aside)
                 root = (connections.kubernetes_settings(params).local_data_root if run["launcher"] == "kubernetes"
                         else config.data_dir())
                 data = artifacts.local_data(data, root, store)
                 run = pipeline.build_here(run, dag_dir)
-            except pipeline.MxbenchError as exc:  # recorded as this run's cause, like any failure
-                run = {**run, "unavailable": f"{exc}"}
+            except Exception as exc:  # recorded as this run's cause, like any failure
+                run = {**run, "unavailable": f"{exc}" if isinstance(exc, pipeline.MxbenchError)
+                       else f"{type(exc).__name__}: {exc}"}
         result = pipeline.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
                                   launcher_for=launcher_for, task=task)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success

@@ -428,7 +428,7 @@ def retried_notes(runs: pd.DataFrame) -> List[str]:
         if try_number > 1 or attempts > 0:
             worker = row.get("worker") if isinstance(row.get("worker"), str) else "?"
             kept = f"; {int(attempts)} earlier attempt(s) kept under attempts/" if attempts else \
-                "; the earlier try left nothing (its worker was lost before it could publish)"
+                "; the earlier try published nothing (see its task log)"
             notes.append(f"RETRIED: run {row['key']} was retried: try {int(try_number)} on worker {worker} "
                          f"{'measured it' if row.get('status') == 'ok' else 'failed too'}{kept}.")
     return notes

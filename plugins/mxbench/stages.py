@@ -123,7 +123,7 @@ def store_results(tables: dict, build: dict | None = None, params=None, dag_run=
 
 
 def _store(dag_dir, build, params, dag_run, run_id) -> dict:
-    from mxbench import connections, pipeline, store
+    from mxbench import artifacts, connections, pipeline, store
 
     try:
         url = connections.results_url(params)
@@ -131,7 +131,7 @@ def _store(dag_dir, build, params, dag_run, run_id) -> dict:
             store.migrate(url)
             stored = store.record_dag_run(
                 url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
-                logical_date=dag_run.logical_date,
+                folder=artifacts.published_folder(dag_run.dag_id, run_id), logical_date=dag_run.logical_date,
                 data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
     except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
         pipeline.write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})

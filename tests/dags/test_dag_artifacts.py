@@ -27,9 +27,13 @@ def s3(tmp_path_factory):
     server.stop()
 
 
+# a connection id of this module's own: Airflow keeps one store per connection id in a process,
+# and another module's S3 server (another endpoint) may have been the first one seen here
+CONN = "mxbench_artifacts_dags"
+
+
 def worker_env(s3, home) -> dict:
-    return {"MXBENCH_HOME": str(home), "MXBENCH_ARTIFACTS": "s3://mxbench_artifacts@bench/mxbench",
-            **s3.connection()}
+    return {"MXBENCH_HOME": str(home), "MXBENCH_ARTIFACTS": f"s3://{CONN}@bench/mxbench", **s3.connection(CONN)}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +73,11 @@ def test_dag_runs_succeed_with_everything_in_the_store(two_runs, store, s3):
         f"runs/{artifacts.dag_run_name(two_runs[0][0].dag_id, two_runs[0][0].run_id)}/tables/runs.csv")))
     assert sorted(first_runs["launcher"]) == ["kubernetes", "local", "ssh"]
     assert len(s3.keys("bench", "mxbench/data/manifests/")) == 1  # one data set, published once
+    import sqlite3  # the results store (each worker's default SQLite) records where the files are: the store
+    run, home = two_runs[0]
+    with sqlite3.connect(home / "results.db") as db:
+        (folder,), = db.execute("select folder from dag_runs where run_id = ?", (run.run_id,)).fetchall()
+    assert folder == f"s3://{CONN}@bench/mxbench/runs/{artifacts.dag_run_name(run.dag_id, run.run_id)}"
 
 
 def test_the_second_worker_fetched_the_published_data(two_runs, store):
@@ -79,6 +88,8 @@ def test_the_second_worker_fetched_the_published_data(two_runs, store):
     # the second worker converted nothing: its cache holds exactly the published files
     assert (second / "data" / name / "manifest.json").is_file()
     made = json.loads((second / "data" / name / "manifest.json").read_text())
-    assert json.loads(store.read_bytes(f"data/{name}/manifest.json")) == made
+    entry = published["files"][f"{name}/manifest.json"]  # under a prefix named by the content
+    assert entry["object"].startswith(f"{name}/") and entry["object"] != f"{name}/manifest.json"
+    assert json.loads(store.read_bytes(f"data/{entry['object']}")) == made
     assert set(published["files"]) == {f"{name}/{f.name}" for f in (second / "data" / name).iterdir()
                                        if f.suffix in (".rec", ".idx", ".json")}

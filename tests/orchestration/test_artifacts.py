@@ -94,7 +94,8 @@ def test_a_task_works_in_scratch_and_publishes_what_it_wrote(store, tmp_path):
         assert folder.name == config.dag_run_dir("d", "r").name  # as the DAG run's folder is called
         assert config.home() / "scratch" in folder.parents
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}, {"key": "b"}]}))
-    with artifacts.run_folder("d", "r", "a", extra={"worker": "w1"}, store=store) as folder:
+    with artifacts.run_folder("d", "r", "a", extra={"worker": "w1"}, store=store) as space:
+        folder = space.path
         assert json.loads((folder / "request.json").read_text())["runs"][0]["key"] == "a"
         make_files(folder, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
     assert not (config.home() / "scratch").exists() or not any((config.home() / "scratch").iterdir())
@@ -201,8 +202,8 @@ def test_mxbench_fetch_copies_a_published_dag_run_out(store, tmp_path, capsys):
 
     with artifacts.dag_run("d", "r9", "expand_variants", store=store) as folder:
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}, {"key": "b"}]}))
-    with artifacts.run_folder("d", "r9", "a", store=store) as folder:
-        make_files(folder, {"a/meta.json": '{"status": "ok"}'})
+    with artifacts.run_folder("d", "r9", "a", store=store) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
     assert main(["fetch", "d", "r9", "--to", str(tmp_path / "copy")]) == 0
     out = capsys.readouterr().out
     copy = tmp_path / "copy" / artifacts.dag_run_name("d", "r9")
@@ -215,8 +216,8 @@ def test_mxbench_fetch_copies_a_published_dag_run_out(store, tmp_path, capsys):
 def test_a_task_that_read_part_of_a_run_keeps_the_rest_when_it_writes_there(store):
     with artifacts.dag_run("d", "r5", "expand_variants", store=store) as folder:
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}]}))
-    with artifacts.run_folder("d", "r5", "a", store=store) as folder:
-        make_files(folder, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
+    with artifacts.run_folder("d", "r5", "a", store=store) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
     with artifacts.dag_run("d", "r5", "store_results", all_units=True, unit_files=["meta.json"],
                            store=store) as folder:
         make_files(folder, {"a/meta.json": '{"status": "ok", "stored": true}', "a/extra.json": "{}"})
@@ -224,3 +225,83 @@ def test_a_task_that_read_part_of_a_run_keeps_the_rest_when_it_writes_there(stor
         assert (folder / "a/rank0.log").read_text() == "log"  # kept, though that task never had it
         assert json.loads((folder / "a/meta.json").read_text())["stored"] is True
         assert (folder / "a/extra.json").is_file()
+
+
+def expanded(store, run_id: str, keys=("a",)) -> str:
+    with artifacts.dag_run("d", run_id, "expand_variants", store=store) as folder:
+        (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": k} for k in keys]}))
+    return f"runs/{artifacts.dag_run_name('d', run_id)}"
+
+
+def test_a_republish_cut_short_leaves_the_published_unit_whole(store, monkeypatch):
+    """A retry's publish that dies after its first upload (an S3 error, the SIGKILL after SIGTERM)
+    never touches an object the live manifest lists: readers still get the earlier try."""
+    folder = expanded(store, "r6")
+    with artifacts.run_folder("d", "r6", "a", extra={"try_number": 1}, store=store) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "failed"}', "a/rank0.log": "try 1"})
+
+    def cut(self, pairs):
+        raise ConnectionError("the store went away")
+
+    monkeypatch.setattr(artifacts.Store, "put", cut)
+    with pytest.raises(MxbenchError, match="publishing to the artifact store .* failed: ConnectionError"):
+        with artifacts.run_folder("d", "r6", "a", extra={"try_number": 2}, store=store) as space:
+            make_files(space.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "try 2"})
+    monkeypatch.undo()
+    with artifacts.dag_run("d", "r6", "parse_logs", all_units=True, store=store) as folder_here:
+        assert (folder_here / "a/rank0.log").read_text() == "try 1"  # whole, and readable
+    assert store.manifest(folder, "a")["try_number"] == 1
+
+
+def test_a_retry_on_the_worker_whose_publish_failed_keeps_that_try(store, monkeypatch):
+    """Try 2 measured but could not publish (its scratch kept); try 3 on the same worker finds
+    it newer than the store's try 1 and uses it: nothing measured twice, nothing buried."""
+    folder = expanded(store, "r7")
+    with artifacts.run_folder("d", "r7", "a", extra={"try_number": 1}, store=store) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "failed", "try_number": 1}'})
+    real_publish = artifacts.Workspace.publish
+    monkeypatch.setattr(artifacts.Workspace, "publish", lambda self, extra=None: (_ for _ in ()).throw(OSError("down")))
+    with pytest.raises(MxbenchError):
+        with artifacts.run_folder("d", "r7", "a", extra={"try_number": 2}, store=store, every_s=3600) as space:
+            make_files(space.path, {"a/meta.json": '{"status": "ok", "try_number": 2}'})
+    monkeypatch.setattr(artifacts.Workspace, "publish", real_publish)
+    with artifacts.run_folder("d", "r7", "a", extra={"try_number": 3}, store=store) as space:
+        assert json.loads((space.path / "a/meta.json").read_text())["status"] == "ok" and space.aside is None
+    assert store.manifest(folder, "a")["try_number"] == 3
+    with artifacts.dag_run("d", "r7", "parse_logs", all_units=True, store=store) as here:
+        assert json.loads((here / "a/meta.json").read_text()) == {"status": "ok", "try_number": 2}
+
+
+def test_a_stale_try_never_publishes_over_a_later_one(store):
+    folder = expanded(store, "r8")
+    with artifacts.run_folder("d", "r8", "a", extra={"try_number": 2}, store=store) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
+    stale = artifacts.Workspace(store, artifacts.dag_run_name("d", "r8"), config.home() / "stale")
+    make_files(stale.path, {"a/meta.json": '{"status": "failed"}'})
+    with pytest.raises(MxbenchError, match="try 2 .* published it after this try 1 began"):
+        stale.publish({"a": {"try_number": 1}})
+    assert json.loads(store.read_bytes(f"{folder}/a/meta.json")) == {"status": "ok"}
+
+
+def test_a_run_is_published_while_it_runs(store):
+    """So that a retry on another worker finds what a lost try started (and reaps it)."""
+    import time
+
+    folder = expanded(store, "r10")
+    with artifacts.run_folder("d", "r10", "a", extra={"try_number": 1}, store=store, every_s=0.2) as space:
+        make_files(space.path, {"a/meta.json": '{"status": "running"}', "a/remote.json": "[]"})
+        deadline = time.monotonic() + 10
+        while store.manifest(folder, "a") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(store.manifest(folder, "a")["files"]) == {"a/meta.json", "a/remote.json"}
+        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
+    assert json.loads(store.read_bytes(f"{folder}/" + artifacts.object_of(
+        "a/meta.json", store.manifest(folder, "a")["files"]["a/meta.json"]))) == {"status": "ok"}
+
+
+def test_a_store_url_with_a_password_is_refused_without_echoing_it(monkeypatch):
+    monkeypatch.setenv("MXBENCH_ARTIFACTS", "s3://AKIAEXAMPLE:s3cr3t@bench/x")
+    with pytest.raises(MxbenchError) as caught:
+        artifacts.Store()
+    assert "s3cr3t" not in str(caught.value) and "AKIAEXAMPLE" not in str(caught.value)
+    assert "name an Airflow connection instead" in str(caught.value)

@@ -285,7 +285,7 @@ def _read_runs_csv(path: Path) -> List[dict]:
 
 
 def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str, build: Optional[dict] = None,
-                   logical_date=None, data_interval=None) -> dict:
+                   logical_date=None, data_interval=None, folder: Optional[str] = None) -> dict:
     """Store one DAG run from its folder, replacing whatever was stored for ``run_id`` of ``dag_id``
     (one transaction: a rerun task or DAG run never duplicates, and a reader never sees half of
     one; another DAG's run of the same id is left alone).
@@ -297,6 +297,8 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     columns gives the DAG run's ``build`` package and the run's metrics.json version instead, and
     no runtime. The DAG run's ``image`` is the image its Kubernetes runs used, None where no run
     used one (a build's ``image`` says what a Kubernetes run would use, not that one ran).
+    ``folder``: where the DAG run's files live, as recorded (default: ``dag_dir``; the artifact
+    store's URL of it when ``dag_dir`` is a task's scratch copy).
     Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}`` (the first measured run's machine)
     and ``"fingerprints"``: launcher -> its runs' machine.
     """
@@ -359,7 +361,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         "mxnet_package": build.get("package"), "mxnet_commit": build.get("commit"),
         "image": images[0] if images else None,  # one DAG run's pods share its one image
         "preset": (request.get("params") or {}).get("preset"), "params": request.get("params"),
-        "folder": str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
+        "folder": folder or str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
         "ended_at": max(ends) if ends else None,
         "state": "ok" if repeat_rows and runs_ok == len(repeat_rows) else "failed",
         "runs_ok": runs_ok, "runs_failed": len(repeat_rows) - runs_ok,
