@@ -167,7 +167,7 @@ def test_s3_objects_are_where_the_layout_says(s3, tmp_path, monkeypatch):
     for key, value in s3.connection().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
-    store = artifacts.Store(f"s3://mxbench_artifacts@bench/layout")
+    store = artifacts.Store("s3://mxbench_artifacts@bench/layout")
     make_files(tmp_path / "out", {"k/meta.json": "{}"})
     store.publish("runs/x", tmp_path / "out", "k", ["k/meta.json"])
     assert sorted(s3.keys("bench", "layout/")) == ["layout/runs/x/k/meta.json", "layout/runs/x/manifests/k.json"]
