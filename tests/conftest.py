@@ -257,3 +257,14 @@ def postgres_url():
     assert not left and not (data / "postmaster.pid").exists(), \
         f"the postgres server of {data} outlived the fixture: {left}"
     shutil.rmtree(data_root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """moto's S3 server on loopback (tests/support/s3_server.py) with a bucket "bench", per module."""
+    from support.s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log")
+    server.create_bucket("bench")
+    yield server
+    server.stop()

@@ -13,18 +13,9 @@ import pytest
 
 from conftest import kubernetes_connection, run_dag, train_python
 from mxbench import artifacts
-from support.s3_server import S3Server
 
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32"], "repeats": 1, "epochs": 1,
         "synthetic_images": 500, "launchers": ["local"]}
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log")
-    server.create_bucket("bench")
-    yield server
-    server.stop()
 
 
 # a connection id of this module's own: Airflow keeps one store per connection id in a process,

@@ -9,15 +9,6 @@ import pytest
 
 from mxbench import artifacts, config
 from mxbench_train.errors import MxbenchError
-from support.s3_server import S3Server
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log")
-    server.create_bucket("bench")
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["file", "s3"])
