@@ -1,20 +1,25 @@
-"""Shared parts of the launcher-overhead benchmarks (ssh_overhead.py, k8s_overhead.py): the scratch
-Airflow home's environment, a real Airflow 3 stack (api-server, dag-processor, scheduler with the
-LocalExecutor) that runs one triggered DAG run, and the per-run overhead of the mapped run tasks.
+"""Shared parts of the benchmarks that run Airflow (harness_overhead.py, ssh_overhead.py,
+k8s_overhead.py, build_overhead.py, artifacts_overhead.py): the command line's --keep and the
+scratch folder (begin, finish), the scratch Airflow home's environment, a real Airflow
+3 stack (api-server, dag-processor, scheduler with the LocalExecutor) that runs one triggered DAG
+run, and the per-run overhead of the mapped run tasks.
 Nothing here imports Airflow at module level: it reads its configuration once, so stack_env()
 must come first.
 """
+import argparse
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from mxbench_train.localhost import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -29,12 +34,6 @@ SCHEDULER_TUNING = {
     # DAG run at 1 s, 9 % at 0.5 s, 14 % at 0.25 s; 0.5 s already keeps the worst gap under 1 s
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def airflow(*args, timeout=600):
@@ -60,6 +59,14 @@ def stack_env(scratch: Path, tuned: bool = True) -> int:
     if tuned:
         os.environ.update(SCHEDULER_TUNING)
     return port
+
+
+def begin(parser: argparse.ArgumentParser, name: str):
+    """Add --keep to parser and parse the command line, then make the benchmark's scratch folder
+    (mxbench-<name>-* in the temp folder; finish() removes it). (args, scratch folder)."""
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
+    args = parser.parse_args()
+    return args, Path(tempfile.mkdtemp(prefix=f"mxbench-{name}-"))
 
 
 def finish(ok: bool, scratch: Path, keep: bool) -> int:
@@ -156,10 +163,9 @@ def cpu_seconds(procs: list) -> dict:
 def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_overhead", usage: dict | None = None):
     """Trigger conf through api-server + dag-processor + scheduler; (dag run, task instances). A
     usage dict gets wall_s (trigger to the DAG run's end) and cpu_s ({process: CPU seconds in it})."""
-    from sqlalchemy import select
-
     from airflow.models import DagRun, TaskInstance
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     from mxbench.variants import machine_sets
 
@@ -182,7 +188,7 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
                 dead = [name for name, p in procs if p.poll() is not None]
                 if dead or time.monotonic() > end:
                     raise RuntimeError(f"the api-server did not come up ({', '.join(dead) or 'timeout'} ended); "
-                                       f"see {logs}")
+                                       f"see {logs}") from None
                 time.sleep(1)
         airflow("dags", "unpause", DAG_ID)
         run_id = f"{run_prefix}__{time.strftime('%Y%m%dT%H%M%S')}"
@@ -198,8 +204,8 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
                 break
             dead = [name for name, p in procs if p.poll() is not None]
             if dead or time.monotonic() > end:
-                raise RuntimeError(f"DAG run {run_id} still {state} ({', '.join(dead) + ' ended' if dead else 'deadline'})"
-                                   f"; see {logs}")
+                raise RuntimeError(f"DAG run {run_id} still {state} "
+                                   f"({', '.join(dead) + ' ended' if dead else 'deadline'}); see {logs}")
         if usage is not None:
             cpu_after = cpu_seconds(procs)
             usage.update(wall_s=time.monotonic() - wall_before,

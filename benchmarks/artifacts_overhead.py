@@ -48,7 +48,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +58,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # support.s3_server, support.airflow_stack, support.celery_stack
 
-from _stack import DAG_ID, finish  # noqa: E402
+from _stack import DAG_ID, begin, finish  # noqa: E402
 
 RUN_VARIANT = "cpu4w-bs64"  # parts 1 and 2: the cpu-demo run with the most files (4 workers, 6 roles)
 MATRIX_VARIANT = "cpu1-bs32"  # part 3: the quickest
@@ -108,7 +107,7 @@ def run_task_round(store, dag_dir: Path, key: str, run_id: str):
     """The store's part of one run task, as ``artifacts.run_folder`` does it: (fetch s, publish s).
     The DAG run's files are put in the store first, as expand_variants and prepare_data publish
     them; the run's folder is copied into the task's scratch folder untimed (training made it)."""
-    from mxbench import artifacts
+    from mxbench import artifacts, run_folder
 
     name = artifacts.dag_run_name(DAG_ID, run_id)
     store.put([(dag_dir / rel, f"runs/{name}/{rel}") for rel in ("request.json", "data.json")])
@@ -122,7 +121,7 @@ def run_task_round(store, dag_dir: Path, key: str, run_id: str):
     published = time.perf_counter()
     # what was published is the run folder, whole and unchanged, and the scratch folder is gone
     manifest = store.manifest(f"runs/{name}", key)
-    want = {rel: artifacts.sha256_of(dag_dir / rel) for rel in artifacts.files_under(dag_dir, key)}
+    want = {rel: run_folder.sha256_of(dag_dir / rel) for rel in artifacts.files_under(dag_dir, key)}
     got = {rel: entry["sha256"] for rel, entry in (manifest or {}).get("files", {}).items()}
     if got != want or manifest.get("worker") != "bench":
         raise RuntimeError(f"{store}: the published unit {key} of {name} differs from the run folder: "
@@ -135,7 +134,7 @@ def run_task_round(store, dag_dir: Path, key: str, run_id: str):
 def progress_round(store, dag_dir: Path, key: str, run_id: str, scratch: Path) -> float:
     """One tick of a run task's progress publishing while it trains (``Workspace.publishing``,
     every 15 s): its logs grew since the tick before, which published the rest."""
-    from mxbench import artifacts
+    from mxbench import artifacts, run_folder
 
     name = artifacts.dag_run_name(DAG_ID, run_id)
     store.put([(dag_dir / rel, f"runs/{name}/{rel}") for rel in ("request.json", "data.json")])
@@ -152,7 +151,7 @@ def progress_round(store, dag_dir: Path, key: str, run_id: str, scratch: Path) -
     units = space.publish(extra)
     seconds = time.perf_counter() - started
     manifest = store.manifest(f"runs/{name}", key)
-    if units != [key] or any(manifest["files"][str(log.relative_to(space.path))]["sha256"] != artifacts.sha256_of(log)
+    if units != [key] or any(manifest["files"][str(log.relative_to(space.path))]["sha256"] != run_folder.sha256_of(log)
                              for log in logs):
         raise RuntimeError(f"{store}: a progress publish of {key} did not send the grown logs")
     shutil.rmtree(scratch)
@@ -177,9 +176,8 @@ def data_round(store, name: str, root: Path):
 
 def store_parts(scratch: Path, args) -> bool:
     """Parts 1 and 2; whether both targets were met."""
-    from support.s3_server import S3Server
-
     from mxbench import artifacts
+    from support.s3_server import S3Server
 
     dag_dir, key, data = real_run(scratch, args.images)
     s3_server = S3Server(scratch / "moto.log")
@@ -265,7 +263,7 @@ def dag_run(stack, label: str, conf: dict, i: int) -> float:
 
 def stack_part(scratch: Path, args) -> bool:
     """Part 3; whether the ratio target was met."""
-    from store_baseline import start_postgres  # a throwaway PostgreSQL server, as that benchmark makes it
+    from standins import postgres  # a throwaway PostgreSQL server, as the tests make it
     from support.airflow_stack import AirflowStack
     from support.celery_stack import CeleryStack
 
@@ -274,12 +272,11 @@ def stack_part(scratch: Path, args) -> bool:
     print(f"\n3. DAG run wall time, {MATRIX_VARIANT} x {args.matrix_repeats} repeats, 1 epoch, {args.images} images, "
           f"{args.dag_runs} DAG run(s) per stack, alternating:")
     pg_root = Path(tempfile.mkdtemp(prefix="mxbench-artifacts-bench-pg-"))  # the server runs as postgres
-    pg_ctl, port = start_postgres(pg_root)
+    pg_ctl, _, port = postgres.start(pg_root)
     stacks, left = {}, []
     try:
         # Celery first: its packages (Celery, asyncpg) are the ones that may be missing
-        stacks["Celery+S3"] = CeleryStack(scratch / "celery-stack",
-                                          f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres")
+        stacks["Celery+S3"] = CeleryStack(scratch / "celery-stack", postgres.url(port))
         stacks["Local+file"] = AirflowStack(scratch / "local-stack", env={"MXBENCH_ARTIFACTS": ""})  # the default
         for label, stack in stacks.items():
             started = time.monotonic()
@@ -295,7 +292,7 @@ def stack_part(scratch: Path, args) -> bool:
     finally:
         for stack in stacks.values():
             left += stack.stop()
-        subprocess.run([*pg_ctl, "stop", "-m", "fast", "-w"], capture_output=True, timeout=120)
+        postgres.stop(pg_ctl)
         shutil.rmtree(pg_root, ignore_errors=True)
     if left:
         raise RuntimeError(f"processes outlived the stacks: {left}")
@@ -313,9 +310,7 @@ def main() -> int:
     parser.add_argument("--dag-runs", type=int, default=4, help="DAG runs per stack in part 3")
     parser.add_argument("--matrix-repeats", type=int, default=2, help="repeats of the variant in part 3's matrix")
     parser.add_argument("--skip-dag-runs", action="store_true", help="leave out part 3 (the two Airflow stacks)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
-    args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-artifacts-overhead-"))
+    args, scratch = begin(parser, "artifacts-overhead")
     print(f"scratch folder: {scratch}")
     # before anything imports airflow (it reads its configuration once); the stacks set their own
     os.environ.update(MXBENCH_HOME=str(scratch / "home"), AIRFLOW_HOME=str(scratch / "airflow"),

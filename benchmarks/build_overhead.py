@@ -2,7 +2,7 @@
 
     .venv/airflow/bin/python benchmarks/build_overhead.py [--repeats 20] [--build 1.9.0] [--keep]
 
-Starts one loopback sshd host (mxbench.loopback_sshd) in a scratch folder (its work folder and
+Starts one loopback sshd host (standins.sshd) in a scratch folder (its work folder and
 MXBENCH_HOME there too), then, over SSH as the launcher does it:
 1. first use: the build's venv made on the host (``mxbench_train.host_build``: venv, pip install
    of the build's package and the other pins of requirements-train.txt, the trainer copied in);
@@ -17,15 +17,14 @@ configuration (its wheel folders and index). The scratch folder is removed on su
 --keep.
 """
 import argparse
-import os
 import json
+import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _stack import TRAIN_PYTHON, airflow, finish, stack_env
+from _stack import TRAIN_PYTHON, airflow, begin, finish, stack_env
 
 CHECK_TARGET_S = 0.1
 
@@ -34,22 +33,21 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--build", default="1.9.0", help="a version in config/mxnet-builds.json")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
-    args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-build-overhead-"))
+    args, scratch = begin(parser, "build-overhead")
     print(f"scratch folder: {scratch}")
     stack_env(scratch)  # before anything imports airflow: it reads its configuration once
-    from mxbench import builds, connections, loopback_sshd
+    from mxbench import builds, connections
     from mxbench.launchers.base import RunBuild
     from mxbench.launchers.ssh import run_command
     from mxbench.launchers.ssh_commands import build_command, setup_command
+    from standins import sshd
 
     build = next((b for b in builds.load_manifest() if b.version == args.build), None)
     if build is None:
         print(f"no build {args.build} in {builds.MANIFEST}", file=sys.stderr)
         return 2
     run_build = RunBuild(build.package, build.version, tuple(builds.install_spec(build)), image=build.image)
-    fleet = loopback_sshd.start(scratch / "sshd", addresses=["127.0.0.1"])
+    fleet = sshd.start(scratch / "sshd", addresses=["127.0.0.1"])
     ok = False
     try:
         os.environ.update(fleet.airflow_env(["mxbench_ssh_1"], mxbench_python=str(TRAIN_PYTHON)))

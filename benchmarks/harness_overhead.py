@@ -27,11 +27,10 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _stack import SCHEDULER_TUNING, airflow, finish, load_dag, measure, real_scheduler, stack_env
+from _stack import SCHEDULER_TUNING, airflow, begin, finish, load_dag, measure, real_scheduler, stack_env
 
 GAP_TARGET_S = 1.0  # median gap between consecutive run tasks of one pool
 WALL_TARGET = 1.1  # matrix wall time / sum of its run tasks' durations
@@ -157,12 +156,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant (default 3)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per run (default 1)")
     parser.add_argument("--skip-scheduler", action="store_true", help="dag.test() only")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
     parser.add_argument("--airflow-defaults", action="store_true",
                         help="leave out _stack.SCHEDULER_TUNING (to measure before/after)")
-    args = parser.parse_args()
+    args, scratch = begin(parser, "overhead")
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-overhead-"))
     conf = {"preset": "cpu-demo", "only_variants": list(VARIANTS), "launchers": ["local"],
             "repeats": args.repeats, "epochs": args.epochs, "synthetic_images": 1000}
     # before anything imports airflow: it reads its configuration once

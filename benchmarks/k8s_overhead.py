@@ -2,8 +2,8 @@
 
     .venv/airflow/bin/python benchmarks/k8s_overhead.py [--repeats 3] [--skip-scheduler] [--keep]
 
-Starts two loopback sshd hosts (mxbench.loopback_sshd) and the loopback Kubernetes API stand-in
-(tests/support/kube_standin.py: two nodes, every pod a local process, as the Airflow connection
+Starts two loopback sshd hosts (standins.sshd) and the loopback Kubernetes API stand-in
+(standins.kube: two nodes, every pod a local process, as the Airflow connection
 mxbench_kubernetes) in a scratch folder, which also holds MXBENCH_HOME and a SQLite Airflow home,
 and runs cpu1-bs64 (one pod) and cpu2h-bs64 (5 role pods on 2 nodes), 1 epoch, 1000 synthetic
 images, under the ssh and kubernetes launchers in the same DAG run: first through dag.test(), then
@@ -28,11 +28,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _stack import REPO, TRAIN_PYTHON, airflow, finish, load_dag, measure, real_scheduler, stack_env, step_timings
+from _stack import TRAIN_PYTHON, airflow, begin, finish, load_dag, measure, real_scheduler, stack_env, step_timings
 
 K8S_TARGET_S = 3.0
 LAUNCHERS = ("ssh", "kubernetes")
@@ -74,7 +73,8 @@ def report(title: str, run, tis, dag_dir: Path):
         for variant in VARIANTS:
             pair = [[r for r in found[launcher] if r["variant"] == variant] for launcher in LAUNCHERS]
             if all(pair):
-                print(f"kubernetes - ssh, {variant}: overhead {med(pair[1], 'overhead') - med(pair[0], 'overhead'):+.2f} s "
+                overhead = med(pair[1], 'overhead') - med(pair[0], 'overhead')
+                print(f"kubernetes - ssh, {variant}: overhead {overhead:+.2f} s "
                       f"median per run; task time {med(pair[1], 'task') - med(pair[0], 'task'):+.2f} s, trainer "
                       f"{med(pair[1], 'trainer') - med(pair[0], 'trainer'):+.2f} s (pod start-up of the roles "
                       "after the scheduler counts as trainer time)")
@@ -93,20 +93,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-scheduler", action="store_true", help="dag.test() only")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
-    args = parser.parse_args()
+    args, scratch = begin(parser, "k8s-overhead")
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-k8s-overhead-"))
     print(f"scratch folder: {scratch}; {load()}")
     conf = {"preset": "cpu-demo", "only_variants": list(VARIANTS), "launchers": list(LAUNCHERS),
             "repeats": args.repeats, "epochs": 1, "synthetic_images": 1000}
     port = stack_env(scratch)  # before anything imports airflow: it reads its configuration once
-    sys.path.insert(0, str(REPO / "tests"))
-    from support.kube_standin import start as start_standin
+    from standins import sshd
+    from standins.kube import start as start_standin
 
-    from mxbench import loopback_sshd
-
-    fleet = loopback_sshd.start(scratch / "sshd")
+    fleet = sshd.start(scratch / "sshd")
     standin = None
     ok, results = True, {}
     try:
@@ -116,7 +112,8 @@ def main() -> int:
         os.environ.update(fleet.airflow_env(mxbench_python=str(TRAIN_PYTHON)))
         os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps({"conn_type": "kubernetes", "extra": {
             "kube_config_path": str(standin.kubeconfig), "namespace": "mxbench",
-            "mxbench_pod": {"image": "mxbench-standin", "python": str(TRAIN_PYTHON), "data": {"host_path": str(data)}}}})
+            "mxbench_pod": {"image": "mxbench-standin", "python": str(TRAIN_PYTHON),
+                            "data": {"host_path": str(data)}}}})
         airflow("db", "migrate")
         from mxbench import config
 

@@ -34,8 +34,9 @@ def garbage_lines(rng: random.Random):
         elif kind == 2:
             yield " ".join(f"{rng.choice(words)}={rng.choice(words)}" for _ in range(rng.randint(1, 300))) + "\n"
         elif kind == 3:  # near misses
-            yield rng.choice(["Epoch[", "Epoch[12 Batch [", "Epoch[3] Batch [4]\tSpeed: x samples/sec",
-                              "Epoch[1] Time cost=", "Node[", ":::MXBENCH {", "only 3 out of"]) + "9" * rng.randint(1, 5000) + "\n"
+            yield (rng.choice(["Epoch[", "Epoch[12 Batch [", "Epoch[3] Batch [4]\tSpeed: x samples/sec",
+                               "Epoch[1] Time cost=", "Node[", ":::MXBENCH {", "only 3 out of"])
+                   + "9" * rng.randint(1, 5000) + "\n")
         elif kind == 4:  # P2P-like rows that never end as rows do
             yield ": " + "." * rng.randint(1000, 50_000) + "x\n"
         elif kind == 5:

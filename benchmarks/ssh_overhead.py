@@ -2,7 +2,7 @@
 
     .venv/airflow/bin/python benchmarks/ssh_overhead.py [--repeats 3] [--skip-scheduler] [--keep]
 
-Starts two loopback sshd hosts (mxbench.loopback_sshd) in a scratch folder, which also holds
+Starts two loopback sshd hosts (standins.sshd) in a scratch folder, which also holds
 MXBENCH_HOME and a SQLite Airflow home, and runs cpu1-bs64 and cpu2h-bs64 (1 epoch, 1000
 synthetic images) under both launchers, first through dag.test(), then through a real Airflow 3
 deployment in the same home: `airflow api-server`, `dag-processor` and `scheduler` with the
@@ -22,11 +22,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _stack import TRAIN_PYTHON, airflow, finish, load_dag, measure, real_scheduler, stack_env, step_timings
+from _stack import TRAIN_PYTHON, airflow, begin, finish, load_dag, measure, real_scheduler, stack_env, step_timings
 
 SSH_TARGET_S, STAGING_TARGET_S = 1.0, 0.5
 
@@ -86,17 +85,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-scheduler", action="store_true", help="dag.test() only")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder even on success")
-    args = parser.parse_args()
+    args, scratch = begin(parser, "ssh-overhead")
     started = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-ssh-overhead-"))
     print(f"scratch folder: {scratch}")
     conf = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2h-bs64"], "launchers": ["local", "ssh"],
             "repeats": args.repeats, "epochs": 1, "synthetic_images": 1000}
     port = stack_env(scratch)  # before anything imports airflow: it reads its configuration once
-    from mxbench import loopback_sshd
+    from standins import sshd
 
-    fleet = loopback_sshd.start(scratch / "sshd")
+    fleet = sshd.start(scratch / "sshd")
     ok, lines, hits = True, {}, []
     try:
         os.environ.update(fleet.airflow_env(mxbench_python=str(TRAIN_PYTHON)))

@@ -5,19 +5,15 @@
 Fills a scratch database with ``--repeats`` repeats over ``--dag-runs`` DAG runs a day apart and 20
 variants (each DAG run measures about 12 of them on two launchers, twice each; three kinds of
 machine; 5% of repeats failed), on SQLite and on a throwaway PostgreSQL server (started with
-initdb/pg_ctl as the tests' ``postgres_url`` fixture does, stopped afterwards). Then, per variant,
+``standins.postgres`` as the tests' ``postgres_url`` fixture does, stopped afterwards). Then, per variant,
 times ``baseline(url, variant, "local", machine, before=<the newest run>, runs=5)`` ``--calls``
 times and prints the median per variant and their median and maximum.
 Target: every variant's median at most 50 ms on both.
 """
 import argparse
-import os
-import pwd
 import random
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +27,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 
 from mxbench import store  # noqa: E402
 from mxbench.store.schema import dag_runs, environments, repeats, variants  # noqa: E402
+from standins import postgres  # noqa: E402
 
 TARGET_MS = 50
 T0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
@@ -89,31 +86,6 @@ def time_baselines(url: str, filled: dict, calls: int) -> dict:
     return medians
 
 
-def start_postgres(root: Path):
-    """initdb + pg_ctl start on a free loopback port (as postgres when root); (pg_ctl argv, port)."""
-    candidates = [Path(p).parent for p in [shutil.which("initdb")] if p] + sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True)
-    bin_dir = next((d for d in candidates if (d / "initdb").exists() and (d / "pg_ctl").exists()), None)
-    if bin_dir is None:
-        raise SystemExit("PostgreSQL is not installed (no initdb): scripts/setup.sh installs it as root")
-    as_user = []
-    if os.geteuid() == 0:
-        owner = pwd.getpwnam("postgres")
-        os.chown(root, owner.pw_uid, owner.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data = root / "pg"
-    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-                   check=True, capture_output=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
-    subprocess.run([*pg_ctl, "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data}", "-l", str(data / "log"),
-                    "-w", "start"], check=True, capture_output=True)
-    return pg_ctl, port
-
-
 def report(name: str, filled: dict, medians: dict, fill_s: float) -> bool:
     worst = max(medians.values())
     ok = worst <= TARGET_MS
@@ -140,14 +112,12 @@ def main() -> int:
 
         # a folder of its own, not inside the scratch one: the server runs as postgres, not root
         pg_root = Path(tempfile.mkdtemp(prefix="mxbench-store-bench-pg-"))
-        pg_ctl, port = start_postgres(pg_root)
         try:
-            admin = sa.create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres",
-                                     isolation_level="AUTOCOMMIT")
-            with admin.connect() as connection:
-                connection.execute(sa.text("CREATE DATABASE bench"))
-            admin.dispose()
-            url = f"postgresql+psycopg2://postgres@127.0.0.1:{port}/bench"
+            pg_ctl, _, port = postgres.start(pg_root)
+        except RuntimeError as error:
+            raise SystemExit(str(error)) from None
+        try:
+            url = postgres.create_database(postgres.url(port), "bench")
             start = time.perf_counter()
             filled = fill(url, args.repeats, args.dag_runs)
             fill_s = time.perf_counter() - start
@@ -157,7 +127,7 @@ def main() -> int:
             results.append(report("PostgreSQL", filled, time_baselines(url, filled, args.calls), fill_s))
             store.engine(url).dispose()
         finally:
-            subprocess.run([*pg_ctl, "stop", "-m", "fast", "-w"], capture_output=True)
+            postgres.stop(pg_ctl)
             shutil.rmtree(pg_root, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

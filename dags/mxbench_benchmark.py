@@ -22,12 +22,13 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 from __future__ import annotations
 
 import pendulum
+
 # named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
 # airflow.* modules a DAG file names, once, before it forks a process per parse
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag
 
-from mxbench import stages
+from mxbench import dag_tasks
 from mxbench.variants import PARAMS_SCHEMA
 
 
@@ -43,12 +44,12 @@ from mxbench.variants import PARAMS_SCHEMA
     # was lost then runs again on another; a run that measured is never measured twice)
 )
 def mxbench_benchmark():
-    runs = stages.expand_variants()
-    data = stages.prepare_data()
+    runs = dag_tasks.expand_variants()
+    data = dag_tasks.prepare_data()
     runs >> data
-    parsed = stages.parse_logs()
-    stages.launch_runs(runs, data) >> parsed
-    tables = stages.join_results(parsed)
-    [stages.report(tables), stages.store_results(tables)] >> stages.check_runs()
+    parsed = dag_tasks.parse_logs()
+    dag_tasks.launch_runs(runs, data) >> parsed
+    tables = dag_tasks.join_results(parsed)
+    [dag_tasks.report(tables), dag_tasks.store_results(tables)] >> dag_tasks.check_runs()
 
 mxbench_benchmark()

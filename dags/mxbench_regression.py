@@ -25,12 +25,13 @@ on first use. So a backfill measures a range of builds:
 from __future__ import annotations
 
 import pendulum
+
 # named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
 # airflow.* modules a DAG file names, once, before it forks a process per parse
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag
 
-from mxbench import stages
+from mxbench import dag_tasks
 from mxbench.notify import failure_notifiers
 from mxbench.variants import REGRESSION_PARAMS_SCHEMA
 
@@ -48,15 +49,15 @@ from mxbench.variants import REGRESSION_PARAMS_SCHEMA
     on_failure_callback=failure_notifiers(),  # configuration: MXBENCH_NOTIFIERS (mxbench.notify)
 )
 def mxbench_regression():
-    build = stages.resolve_build()
-    runs = stages.expand_variants(build)
-    data = stages.prepare_data()
+    build = dag_tasks.resolve_build()
+    runs = dag_tasks.expand_variants(build)
+    data = dag_tasks.prepare_data()
     runs >> data
-    parsed = stages.parse_logs()
-    stages.launch_runs(runs, data) >> parsed
-    tables = stages.join_results(parsed)
-    findings = stages.check_regression(stages.store_results(tables, build))
-    stages.report(findings) >> stages.check_runs()
+    parsed = dag_tasks.parse_logs()
+    dag_tasks.launch_runs(runs, data) >> parsed
+    tables = dag_tasks.join_results(parsed)
+    findings = dag_tasks.check_regression(dag_tasks.store_results(tables, build))
+    dag_tasks.report(findings) >> dag_tasks.check_runs()
 
 
 mxbench_regression()

@@ -23,9 +23,11 @@ RUN pip install --no-cache-dir ${AIRFLOW_CONSTRAINTS:+--constraint "${AIRFLOW_CO
       "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/requirements.txt
 
 # The AIRFLOW_HOME layout: dags/ and plugins/ where Airflow looks; pyproject.toml at /opt/airflow
-# maps the mxbench package to plugins/mxbench, as in the repo.
+# maps the mxbench package to plugins/mxbench, as in the repo (and lists the standins package:
+# it must be there for the editable install, though the image runs none of the stand-ins).
 COPY --chown=airflow:root pyproject.toml /opt/airflow/pyproject.toml
 COPY --chown=airflow:root plugins /opt/airflow/plugins
+COPY --chown=airflow:root standins /opt/airflow/standins
 COPY --chown=airflow:root dags /opt/airflow/dags
 COPY --chown=airflow:root tasks /opt/airflow/tasks
 # mxbench_train (the pure role plan; no mxnet): installed, not editable.

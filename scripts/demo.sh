@@ -18,16 +18,16 @@ scripts/airflow-init.sh >"$log" 2>&1
 # when root), as the Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is
 # skipped and the report says why.
 cleanup() {
-  python -m mxbench.loopback_sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true
-  python tests/support/kube_standin.py stop --root "$MXBENCH_HOME/kube" >/dev/null 2>&1 || true
+  python -m standins.sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true
+  python -m standins.kube stop --root "$MXBENCH_HOME/kube" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 skipped=""
-if ! reason=$(python -m mxbench.loopback_sshd check); then
+if ! reason=$(python -m standins.sshd check); then
   skipped="ssh leg skipped: $reason"
 else
   extra=$(python -c 'import json, sys; print(json.dumps({"mxbench_python": sys.argv[1]}))' "$PWD/.venv/train/bin/python")
-  if exports=$(python -m mxbench.loopback_sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" 2>>"$log"); then
+  if exports=$(python -m standins.sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" 2>>"$log"); then
     eval "$exports"
     echo "mxbench: ssh leg: loopback sshd on 127.0.0.1 and 127.0.0.2, stopped when the demo ends"
   else
@@ -38,7 +38,7 @@ fi
 # The Kubernetes leg's cluster: the local Kubernetes stand-in (a loopback API server that runs
 # each pod as a process; no Kubernetes can run here), as the Airflow connection mxbench_kubernetes.
 k8s_skipped=""
-if kubeconfig=$(python tests/support/kube_standin.py start --root "$MXBENCH_HOME/kube" 2>>"$log"); then
+if kubeconfig=$(python -m standins.kube start --root "$MXBENCH_HOME/kube" 2>>"$log"); then
   AIRFLOW_CONN_MXBENCH_KUBERNETES=$(python - "$kubeconfig" "$PWD/.venv/train/bin/python" "$MXBENCH_HOME/data" <<'PY'
 import json, sys
 kubeconfig, python, data = sys.argv[1:]

@@ -32,7 +32,7 @@ install_debs() {
   )
 }
 
-# The SSH launcher's tests and demo run real sshd on loopback addresses (mxbench.loopback_sshd).
+# The SSH launcher's tests and demo run real sshd on loopback addresses (standins.sshd).
 # Never let the package start (or later boot) a system sshd on port 22: besides policy-rc.d,
 # Debian's ssh.service/ssh.socket/init script all honour /etc/ssh/sshd_not_to_be_run.
 if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null; then

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite: sets up both environments on first use, then runs pytest in the
-# orchestration env (tests that need mxnet run the training env's python as a subprocess).
+# The whole test suite: sets up both environments on first use, lints (ruff, rules in
+# pyproject.toml), then runs pytest in the orchestration env (tests that need mxnet run the
+# training env's python as a subprocess). CI runs everything.
+#   scripts/test.sh                 # lint + every test
+#   scripts/test.sh --fast          # lint + the tests not marked slow (a few minutes)
+#   scripts/test.sh tests/train -k launcher   # any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+.venv/airflow/bin/ruff check --quiet .
+if [[ ${1:-} == --fast ]]; then
+  shift
+  set -- -m "not slow" "$@"
+fi
 exec .venv/airflow/bin/python -m pytest "$@"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mxbench_train.localhost import is_running as alive  # the tests import alive from here
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dags"))
 
@@ -20,8 +22,6 @@ os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-
-from support.airflow_stack import alive  # noqa: E402  (tests import it from here)
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +98,9 @@ def pytest_sessionfinish(session, exitstatus):
 def ssh_hosts(tmp_path_factory):
     """Two real sshd on 127.0.0.1 and 127.0.0.2 (key auth only), stopped at teardown.
 
-    A mxbench.loopback_sshd.Fleet. Fails (never skips) where sshd cannot run: scripts/setup.sh
+    A standins.sshd.Fleet. Fails (never skips) where sshd cannot run: scripts/setup.sh
     installs openssh-server when run as root."""
-    from mxbench.loopback_sshd import start, unavailable
+    from standins.sshd import start, unavailable
 
     reason = unavailable()
     if reason:
@@ -114,10 +114,10 @@ def ssh_hosts(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kube_standin(tmp_path_factory):
-    """The loopback Kubernetes API server stand-in (tests/support/kube_standin.py): two nodes
+    """The loopback Kubernetes API server stand-in (standins.kube): two nodes
     that are this machine, every manifest strictly validated; stopped at teardown with no pod
     process left."""
-    from support.kube_standin import start
+    from standins.kube import start
 
     with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True) as standin:
         yield standin
@@ -168,91 +168,26 @@ def pods_created(standin) -> int:
 
 # --- a throwaway PostgreSQL server (the results store's tests) -------------------------------
 
-def postgres_bin_dir():
-    """The folder holding initdb and pg_ctl: PATH, else the newest /usr/lib/postgresql/*/bin;
-    None when PostgreSQL is not installed."""
-    import shutil
-
-    on_path = shutil.which("initdb")
-    if on_path and shutil.which("pg_ctl"):
-        return Path(on_path).parent
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-                      key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
-    return versions[-1].parent if versions else None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_postgres(data_root: Path):
-    """initdb + pg_ctl start in ``data_root/pg`` on a free loopback port; (pg_ctl argv prefix,
-    data dir, port). As root the server runs as the ``postgres`` user (initdb and postgres refuse
-    root). Raises RuntimeError saying why it could not."""
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        raise RuntimeError("PostgreSQL is not installed (no initdb on PATH or under /usr/lib/postgresql/*/bin): "
-                           "scripts/setup.sh installs it when run as root")
-    data = data_root / "pg"
-    data.mkdir()
-    as_user = []
-    if os.geteuid() == 0:
-        import pwd
-
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            raise RuntimeError("running as root, but there is no postgres user to run the server as") from None
-        for folder in (data_root, data):
-            os.chown(folder, owner.pw_uid, owner.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    run = lambda *argv: subprocess.run([*as_user, *map(str, argv)], capture_output=True, text=True, timeout=120)
-    done = run(bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync")
-    if done.returncode != 0:
-        raise RuntimeError(f"initdb failed: {done.stderr.strip()[-1000:]}")
-    port = free_port()
-    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
-    done = subprocess.run([*pg_ctl, "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data}",
-                           "-l", str(data / "log"), "-w", "start"], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        log = (data / "log").read_text()[-1000:] if (data / "log").exists() else ""
-        raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()[-500:]} {log}")
-    return pg_ctl, data, port
-
-
-def stop_postgres(pg_ctl, data: Path) -> None:
-    subprocess.run([*pg_ctl, "stop", "-m", "fast", "-w"], capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture(scope="session")
 def postgres_url():
     """A real PostgreSQL server of its own (loopback, trust auth) with an empty database; its
     SQLAlchemy URL. Fails (never skips) where PostgreSQL cannot run."""
-    import sqlalchemy as sa
-
     import shutil
+
+    from standins import postgres
 
     # not under pytest's own temp root: that is private to root, and the server runs as postgres
     data_root = Path(tempfile.mkdtemp(prefix="mxbench-postgres-"))
     try:
-        pg_ctl, data, port = start_postgres(data_root)
+        pg_ctl, data, port = postgres.start(data_root)
     except RuntimeError as exc:
         shutil.rmtree(data_root, ignore_errors=True)
         pytest.fail(f"PostgreSQL unavailable: {exc}", pytrace=False)
     try:
-        admin = sa.create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres",
-                                 isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.execute(sa.text("CREATE DATABASE mxbench_test"))
-        admin.dispose()
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mxbench_test"
+        yield postgres.create_database(postgres.url(port), "mxbench_test")
     finally:
         # "-m fast" ends client connections too, so engines still pooled there cannot hold it up
-        stop_postgres(pg_ctl, data)
+        postgres.stop(pg_ctl)
     left = [pid for pid in processes_mentioning(str(data)) if alive(pid)]
     assert not left and not (data / "postmaster.pid").exists(), \
         f"the postgres server of {data} outlived the fixture: {left}"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
 from mxbench import caches, config
-from mxbench_train.cifar10 import redact
+from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
 from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines, shown
 
@@ -265,7 +265,7 @@ def is_pinned(build: Build, requirements: Union[str, Path, None] = None) -> bool
 def base_python(train: Optional[str] = None) -> str:
     """The interpreter the training env was made from (its ``pyvenv.cfg``), which makes every
     build's venv; the training python itself when it is no venv (an image's interpreter)."""
-    train = Path(train or config.train_python())
+    train = Path(train or config.train_env_python())
     cfg = train.parent.parent / "pyvenv.cfg"
     if cfg.is_file():
         values = {}
@@ -345,11 +345,11 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     os.replace(tmp, venv / STAMP)
 
 
-def training_python(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
+def python_for(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
     """The interpreter of ``build``'s training env, made on first use and cached.
 
     The pinned build (``requirements-train.txt``'s ``mxnet==`` line, no pins) is the training env
-    itself: ``config.train_python()``. Any other gets ``<root>/<name>/bin/python`` (root:
+    itself: ``config.train_env_python()``. Any other gets ``<root>/<name>/bin/python`` (root:
     ``$MXBENCH_HOME/envs``): a venv from the training env's base Python with ``install_spec(build)``
     and the checkout's trainer (``tasks/``, by a ``.pth`` file). A stamp file written last makes
     it idempotent; a file lock makes concurrent callers (two tasks, two threads) wait for one
@@ -359,7 +359,7 @@ def training_python(build: Build, root: Union[str, Path, None] = None, pip_timeo
     build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""
     if is_pinned(build):
         caches.prune_builds(root)  # the other builds' venvs age all the same
-        return config.train_python()
+        return config.train_env_python()
     base = base_python()
     venv = env_dir(build, root, base)
     spec = install_spec(build)

@@ -4,7 +4,7 @@
 
 Each cache entry ``<root>/<name>`` has a lock file beside it, ``<root>/<name>.lock``. Whoever
 uses an entry holds it shared (a run training from a data set or with a build's venv,
-``pipeline.run_one``); whoever makes one holds it exclusively (``builds.training_python``); pruning
+``pipeline.run_one``); whoever makes one holds it exclusively (``builds.python_for``); pruning
 takes it exclusively without waiting, so an entry in use is skipped, never removed. A ``rec-*``
 folder being converted is guarded by the converter's own lock (``<folder>/.lock``,
 ``mxbench_train.cifar10.prepare``), a ``synthetic-*`` source by its generator's
@@ -171,6 +171,24 @@ def in_use(*paths, roots=None) -> Iterator[None]:
         for entry in entries:
             stack.enter_context(using(entry))
         yield
+
+
+def pruned_since_made(data: dict, build_python: Optional[str]) -> Optional[str]:
+    """Why a run cannot train when its prepared data set or its build's venv was pruned
+    after prepare_data or resolve_build made it: a cleared or retried run task of an
+    older DAG run. None when both are there (or lie outside the caches). Asked while the run holds
+    them, so that they stay."""
+    def pruned(path) -> bool:
+        entry = entry_of(path) if path else None
+        return entry is not None and not entry.is_dir()
+
+    if pruned(data["dir"]):
+        return (f"the prepared data {data['dir']} was pruned since prepare_data ran "
+                f"({PREPARED_DATA.setting}): clear prepare_data too")
+    if pruned(build_python):
+        return (f"the MXNet build's training interpreter {build_python} was pruned since resolve_build ran "
+                f"({BUILD_VENVS.setting}): clear resolve_build too")
+    return None
 
 
 def _guards(entry: Path, kind: Kind) -> List[Path]:

@@ -93,7 +93,7 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .pipeline import load_table
+    from .run_folder import load_table
 
     first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
     if args.other:
@@ -184,7 +184,8 @@ def build_parser():
     p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
     p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
     p.set_defaults(func=cmd_history)
-    p = sub.add_parser("import", help="record DAG run folders in the results store (default: all of $MXBENCH_HOME/runs)")
+    p = sub.add_parser("import",
+                       help="record DAG run folders in the results store (default: all of $MXBENCH_HOME/runs)")
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
     p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
     p.set_defaults(func=cmd_import)

@@ -13,21 +13,10 @@ def home() -> Path:
     return Path(os.environ.get("MXBENCH_HOME", REPO / ".mxbench"))
 
 
-def train_python() -> str:
-    """The training environment's interpreter, which the local launcher runs."""
+def train_env_python() -> str:
+    """The training env's interpreter (the pinned MXNet build of ``requirements-train.txt``), which
+    the local launcher runs unless a run asks for another build (``builds.python_for``)."""
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
-
-
-def machine_id() -> str:
-    """This machine (or container) as its processes' pids are meaningful: host name and boot id.
-    Pods on one node share the boot id, not the host name; a reboot changes the boot id."""
-    import socket
-
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = "?"
-    return f"{socket.gethostname()}/{boot}"
 
 
 def data_dir() -> Path:

@@ -1,12 +1,16 @@
-"""Airflow Connections -> launchers: the one module of the library that imports Airflow.
+"""Airflow Connections -> launchers and the results database's URL.
 
-Called inside tasks only. SSH hosts are SSH connections (apache-airflow-providers-ssh): the
-provider's SSHHook reads login, key, password and host key; mxbench reads its own extras
-(``mxbench_python``, ``mxbench_workdir``, ``mxbench_data_dir``, ``mxbench_address``,
-``mxbench_env``) and hands the launcher plain settings plus ``SSHHook.get_conn``. Credentials
-come from the connection only (never the worker's ~/.ssh keys). Host key checking follows the
-hook: on unless the connection's extra says ``"no_host_key_check": true``, which the report
-then states.
+One of the six library modules that import Airflow (with ``dag_tasks`` and ``operators``, the
+DAGs' tasks; ``artifacts.object_store``, for object storage; ``notify``, for notifiers;
+``web``, for the UI pages; and the ``mxbench_ui`` plugin beside the package); the stages
+(``pipeline``) never do. Called inside tasks only.
+
+SSH hosts are SSH connections (apache-airflow-providers-ssh): the provider's SSHHook reads
+login, key, password and host key; mxbench reads its own extras (``mxbench_python``,
+``mxbench_workdir``, ``mxbench_data_dir``, ``mxbench_address``, ``mxbench_env``) and hands the
+launcher plain settings plus ``SSHHook.get_conn``. Credentials come from the connection only
+(never the worker's ~/.ssh keys). Host key checking follows the hook: on unless the connection's
+extra says ``"no_host_key_check": true``, which the report then states.
 
 The Kubernetes cluster is a ``kubernetes`` connection (apache-airflow-providers-cncf-kubernetes):
 the provider's KubernetesHook reads its kubeconfig or in-cluster settings; its extra

@@ -69,12 +69,13 @@ def run_metrics(parsed: ParsedLog, name: str = "log", images_per_epoch_hint: Opt
         "warmup_excluded": warmup_excluded,
         "first_epoch_s": float(timed["time_cost_s"].iloc[0]) if not timed.empty else None,
         "validation_accuracy": float(validated["validation_accuracy"].iloc[-1]) if not validated.empty else None,
-        "epochs": [{k: _clean(v) for k, v in row.items()} for row in epochs.to_dict("records")],
+        "epochs": [{k: nan_to_none(v) for k, v in row.items()} for row in epochs.to_dict("records")],
         "p2p": parsed.p2p,
     }
 
 
-def _clean(value):
+def nan_to_none(value):
+    """A table cell as JSON takes it: NaN (a missing number) -> None."""
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
@@ -204,7 +205,8 @@ def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
             return "overlapping: the two launchers ran at the same time and may have slowed each other"
         latest_end[launcher] = max(end, latest_end.get(launcher, end))
     order = list(legs["launcher"])
-    sequence = ", ".join(f"{l} r{r}" for l, r in zip(order[:6], legs["repeat"][:6])) + (", …" if len(order) > 6 else "")
+    sequence = (", ".join(f"{launcher} r{r}" for launcher, r in zip(order[:6], legs["repeat"][:6]))
+                + (", …" if len(order) > 6 else ""))
     switches = sum(x != y for x, y in zip(order, order[1:]))
     if switches == len(order) - 1 and switches:
         return f"interleaved ({sequence})"

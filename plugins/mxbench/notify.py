@@ -23,8 +23,8 @@ def failure_notifiers(environ=os.environ) -> list:
                                                    and isinstance(s.get("kwargs", {}), dict) for s in specs):
             raise ValueError
     except ValueError:
-        raise ValueError(f"{NOTIFIERS_ENV} must be a JSON list of {{\"notifier\": \"module.Class\", \"kwargs\": {{...}}}}, "
-                         f"got {raw[:200]!r}") from None
+        raise ValueError(f"{NOTIFIERS_ENV} must be a JSON list of "
+                         f"{{\"notifier\": \"module.Class\", \"kwargs\": {{...}}}}, got {raw[:200]!r}") from None
     from airflow.sdk import BaseNotifier
 
     notifiers = []

@@ -13,6 +13,15 @@ from __future__ import annotations
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
+TASK_TIMEOUT_GRACE_MIN = 5  # past the launcher's own deadline: teardown, then Airflow's backstop
+
+
+def task_timeout(params: dict):
+    """A run task's Airflow ``execution_timeout``: ``run_timeout_minutes`` plus a grace."""
+    from datetime import timedelta
+
+    return timedelta(minutes=int(params["run_timeout_minutes"]) + TASK_TIMEOUT_GRACE_MIN)
+
 
 class RunVariantOperator(KubernetesPodOperator):
     """Run one run of the matrix (``run``: a dict from ``expand_variants``) under its launcher."""
@@ -27,10 +36,8 @@ class RunVariantOperator(KubernetesPodOperator):
         self._run_pods = None
 
     def pre_execute(self, context):
-        from mxbench import pipeline
-
         # the task timeout follows the DAG run's run_timeout_minutes, known only now
-        self.execution_timeout = pipeline.task_timeout(context["params"])
+        self.execution_timeout = task_timeout(context["params"])
         print(f"mxbench: task timeout {self.execution_timeout} (run_timeout_minutes + grace)")
         return super().pre_execute(context)
 
@@ -47,6 +54,10 @@ class RunVariantOperator(KubernetesPodOperator):
         from airflow.sdk.exceptions import AirflowException
 
         from mxbench import artifacts, config, connections, pipeline
+        from mxbench.build_provenance import build_here
+        from mxbench.dag_run_failures import root_cause
+        from mxbench.run_folder import read_json
+        from mxbench_train.errors import MxbenchError
 
         params = context["params"]
 
@@ -55,9 +66,9 @@ class RunVariantOperator(KubernetesPodOperator):
                 return self.kubernetes_launcher(context)
             return connections.launcher_for(name, params)
 
-        data = pipeline.read_json(dag_dir / "data.json")
+        data = read_json(dag_dir / "data.json")
         if data is None:
-            cause = pipeline.root_cause(dag_dir) or "no data.json: prepare_data has not run"
+            cause = root_cause(dag_dir) or "no data.json: prepare_data has not run"
             raise AirflowException(f"run {self.run['key']}: {cause}")
         run = self.run
         store = artifacts.Store()
@@ -68,9 +79,9 @@ class RunVariantOperator(KubernetesPodOperator):
                 root = (connections.kubernetes_settings(params).local_data_root if run["launcher"] == "kubernetes"
                         else config.data_dir())
                 data = artifacts.local_data(data, root, store)
-                run = pipeline.build_here(run, dag_dir)
+                run = build_here(run, dag_dir)
             except Exception as exc:  # recorded as this run's cause, like any failure
-                run = {**run, "unavailable": f"{exc}" if isinstance(exc, pipeline.MxbenchError)
+                run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
                        else f"{type(exc).__name__}: {exc}"}
         result = pipeline.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
                                   launcher_for=launcher_for, task=task)
@@ -85,7 +96,6 @@ class RunVariantOperator(KubernetesPodOperator):
         from mxbench import connections
         from mxbench.launchers.kubernetes import KubernetesLauncher
         from mxbench.launchers.kubernetes_pods import pod_template
-
         from mxbench_train.errors import MxbenchError
 
         settings = connections.kubernetes_settings(context["params"])

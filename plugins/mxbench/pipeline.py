@@ -5,6 +5,11 @@ expanded runs), ``data.json`` (the prepared data set), one folder per run
 (logs, per-role logs, telemetry, ``plan.json``, ``meta.json``), ``tables/``
 and ``report/``. Each stage reads what the earlier ones wrote, so any stage can
 be rerun, and ``mxbench report`` rebuilds the tables and report from files.
+
+Beside the stages: ``run_folder`` reads and writes the folder's files, ``dag_run_failures`` keeps
+the stage failures and says why a DAG run fails (``check_runs``), ``build_provenance`` says which
+MXNet build a run trains with and which it did, and ``regression_check`` is the regression DAG's
+check against the results database.
 """
 import fcntl
 import hashlib
@@ -21,64 +26,27 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
-from mxbench_train.cifar10 import redact
-from mxbench_train.host_build import shown
+from mxbench_train.data_sources import SYNTHETIC_VERSION, redact
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import RoleFailed
+from mxbench_train.host_build import shown
+from mxbench_train.localhost import pid_scope
+from mxbench_train.plan_runner import RoleFailed
 from mxbench_train.roles import Role
-from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
-from mxbench_train.telemetry import read_gpu_csv, summarise as summarise_gpus
+from mxbench_train.telemetry import read_gpu_csv
+from mxbench_train.telemetry import summarise as summarise_gpus
 
 from . import caches, config, launchers
+from .build_provenance import build_of, ran_with, reported_version, same_release
+from .dag_run_failures import clear_stage_failure, root_cause, stage_failed
+from .launchers import RunBuild
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
-from .launchers import RunBuild
+from .run_folder import load_table, read_json, write_json
 from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
 
 
 class RunFailed(RuntimeError):
     """A run that did not produce a measurement; its message names the run and the cause."""
-
-
-def write_json(path: Path, data) -> None:
-    """Write atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    tmp.replace(path)
-
-
-def read_json(path: Path, default=None):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return default
-
-
-# --- stage failures --------------------------------------------------------------------------
-
-STAGE_NAMES = {"expand": "expanding the variants", "prepare_data": "data preparation"}
-
-
-def stage_failed(dag_dir: Path, stage: str, error: Exception) -> str:
-    """Remember why a stage before the runs failed, so the runs it stopped can name the root
-    cause; returns that cause, "<stage> failed: <error>"."""
-    cause = f"{STAGE_NAMES[stage]} failed: {error}"
-    stages = read_json(dag_dir / "stages.json", {})
-    write_json(dag_dir / "stages.json", {**stages, stage: cause})
-    return cause
-
-
-def clear_stage_failure(dag_dir: Path, stage: str) -> None:
-    stages = read_json(dag_dir / "stages.json", {})
-    if stage in stages:
-        write_json(dag_dir / "stages.json", {k: v for k, v in stages.items() if k != stage})
-
-
-def root_cause(dag_dir: Path):
-    """'data preparation failed: ...' when an upstream stage failed; None otherwise."""
-    stages = read_json(dag_dir / "stages.json", {})
-    return next((cause for stage in STAGE_NAMES if (cause := stages.get(stage))), None)
 
 
 # --- expand ---------------------------------------------------------------------------------
@@ -143,7 +111,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
-    sets = {name: [l for l in members if l in chosen] for name, members in machine_sets().items()}
+    sets = {name: [launcher for launcher in members if launcher in chosen] for name, members in machine_sets().items()}
     write_json(dag_dir / "request.json", {"dag_id": dag_id, "params": recorded, "runs": runs, "build": build,
                                           "targets": {k: asdict(v) for k, v in targets.items()},
                                           "unavailable": unavailable,
@@ -155,12 +123,12 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
 
 def _train_cli(*args, env=None) -> subprocess.CompletedProcess:
     # an argv list, never a shell: a dataset path from the trigger form cannot inject anything
-    return subprocess.run([config.train_python(), "-m", "mxbench_train", *map(str, args)],
+    return subprocess.run([config.train_env_python(), "-m", "mxbench_train", *map(str, args)],
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 def _error_line(done: subprocess.CompletedProcess) -> str:
-    lines = [l for l in done.stderr.splitlines() if l.startswith("error:")]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     return lines[-1][len("error: "):] if lines else (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
@@ -278,7 +246,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
             "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")},
-            "machine": config.machine_id(), **(task or {})}
+            "machine": pid_scope(), **(task or {})}
     write_json(run_dir / "meta.json", meta)
     try:
         if setup_error:
@@ -287,7 +255,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         build = RunBuild.from_record(build_of(run, dag_dir))
         local_python = build.python if build and run["launcher"] == "local" else None
         with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
-            gone = pruned_since_made(data, local_python)
+            gone = caches.pruned_since_made(data, local_python)
             if gone:
                 raise MxbenchError(gone)
             launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
@@ -328,89 +296,9 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     return summary_of(meta)
 
 
-def pruned_since_made(data: dict, train_python: Optional[str]) -> Optional[str]:
-    """Why a run cannot train when its prepared data set or its build's venv was pruned
-    (``caches``) after prepare_data or resolve_build made it: a cleared or retried run task of an
-    older DAG run. None when both are there (or lie outside the caches). Asked while the run holds
-    them, so that they stay."""
-    def pruned(path) -> bool:
-        entry = caches.entry_of(path) if path else None
-        return entry is not None and not entry.is_dir()
-
-    if pruned(data["dir"]):
-        return (f"the prepared data {data['dir']} was pruned since prepare_data ran "
-                f"({caches.PREPARED_DATA.setting}): clear prepare_data too")
-    if pruned(train_python):
-        return (f"the MXNet build's training interpreter {train_python} was pruned since resolve_build ran "
-                f"({caches.BUILD_VENVS.setting}): clear resolve_build too")
-    return None
-
-
-def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
-    """The build ``run`` must train with. A run expanded before runs carried their build (a cleared
-    task of an older DAG run) has only ``train_python``, its local venv: the build is request.json's."""
-    if run.get("build") or not run.get("train_python"):
-        return run.get("build")
-    build = (read_json(dag_dir / "request.json", {}) or {}).get("build") or {}
-    return {**build, "python": run["train_python"]}
-
-
-def build_here(run: dict, dag_dir: Path) -> dict:
-    """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
-    names on the worker it ran on; another worker makes its own (once: ``builds.training_python``
-    keeps it), from the versions manifest's entry for the same package."""
-    from . import builds
-
-    build = build_of(run, dag_dir)
-    python = (build or {}).get("python")
-    if run["launcher"] != "local" or not python or Path(python).exists():
-        return run
-    entry = next((b for b in builds.load_manifest() if b.package == build["package"]), None)
-    if entry is None or list(builds.install_spec(entry)) != list(build.get("spec") or []):
-        raise MxbenchError(f"{RunBuild.from_record(build)} has no venv on this worker ({python}), and the "
-                           "versions manifest here no longer has that build: clear resolve_build")
-    print(f"mxbench: making {RunBuild.from_record(build)}'s venv on this worker (resolve_build ran on another)")
-    return {**run, "build": {**build, "python": builds.training_python(entry)}}
-
-
 def _worker_command(plan) -> Optional[str]:
     worker = next((r for r in plan if r.kind == "worker"), None)
     return shlex.join(worker.argv) if worker else None
-
-
-def reported_version(run_dir: Path) -> Optional[str]:
-    """The MXNet version the run's trainers imported (their run_start events), whatever was
-    asked for: one version, or each one they reported, joined, where hosts ran different ones."""
-    versions = []
-    for log in sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log")):
-        for event in parse_run_logs([log]).events:
-            version = (event.get("environment") or {}).get("mxnet_version")
-            if event.get("event") == "run_start" and version:
-                versions.append(str(version)[:20])  # a host's word: the store keeps 50 characters
-                break
-    return ", ".join(sorted(set(versions))) or None
-
-
-def ran_with(run_dir: Path, plan) -> dict:
-    """What a failed run trained with, from the records its launcher left: the version its
-    trainers reported, and its image (kubernetes.json) or interpreter (the plan's workers)."""
-    image = (read_json(run_dir / "kubernetes.json", {}) or {}).get("image")
-    worker = next((r for r in plan if r.kind == "worker"), None)
-    return {"reported": reported_version(run_dir), "image": image,
-            "python": None if image or worker is None else worker.argv[0]}
-
-
-def same_release(asked: str, reported: Optional[str]) -> bool:
-    """Whether the trainer's MXNet is the build asked for: the same release numbers (1.7.0.post2,
-    a rebuilt wheel, reports itself as 1.7.0)."""
-    from packaging.version import InvalidVersion, Version
-
-    if not reported:
-        return False
-    try:
-        return Version(asked).release == Version(reported).release
-    except InvalidVersion:
-        return asked == reported
 
 
 def summary_of(meta: dict) -> dict:
@@ -525,13 +413,6 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
 
 # --- join -----------------------------------------------------------------------------------
 
-def load_table(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        return pd.DataFrame()
-
-
 def join(dag_dir: Path) -> Dict[str, str]:
     """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios) and
     ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)."""
@@ -541,76 +422,3 @@ def join(dag_dir: Path) -> Dict[str, str]:
     kubernetes_gap(runs).to_csv(dag_dir / "tables" / "k8s_gap.csv", index=False)
     return {name: str(dag_dir / "tables" / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap")}
 
-
-def failures(dag_dir: Path) -> List[dict]:
-    runs = load_table(dag_dir / "tables" / "runs.csv")
-    if runs.empty:
-        return []
-    return runs.loc[runs["status"] != "ok", ["key", "status", "cause"]].to_dict("records")
-
-
-def verdict_of(dag_dir: Path) -> Optional[str]:
-    """Why the DAG run must fail, in a few lines (root cause first); None when every run measured."""
-    upstream = root_cause(dag_dir)
-    failed = failures(dag_dir)
-    if upstream:
-        not_run = sum(f["status"] == "not run" for f in failed)
-        return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
-    if not (dag_dir / "report" / "report.md").is_file():
-        return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
-    problems = []
-    if failed:
-        lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
-        problems.append(f"{len(failed)} run(s) without a result:\n{lines}")
-    stored = read_json(dag_dir / "stored.json", {})
-    if stored.get("error"):
-        problems.append(f"storing the results in the results database failed: {stored['error']}")
-    findings = load_table(dag_dir / "tables" / "regression.csv")
-    if not findings.empty:
-        from .regression import alert
-
-        build = (read_json(dag_dir / "request.json", {}).get("build") or {}).get("package")
-        regressed = alert(findings.to_dict("records"), build)
-        if regressed:
-            problems.append(regressed)
-    return "\n".join(problems) or None
-
-
-TASK_TIMEOUT_GRACE_MIN = 5  # past the launcher's own deadline: teardown, then Airflow's backstop
-
-
-def task_timeout(params: dict):
-    """A run task's Airflow ``execution_timeout``: ``run_timeout_minutes`` plus a grace."""
-    from datetime import timedelta
-
-    return timedelta(minutes=int(params["run_timeout_minutes"]) + TASK_TIMEOUT_GRACE_MIN)
-
-
-# --- regression ------------------------------------------------------------------------------
-
-def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerprints: Dict[str, str],
-                      baseline_runs: int, min_drop: float) -> List[dict]:
-    """Each variant and launcher of this DAG run against its baseline in the results database (on
-    the same hardware: ``fingerprints``, launcher -> the machine its runs measured on):
-    ``tables/regression.csv``, and ``tables/history.csv`` (every stored repeat of these variants
-    on this hardware, with each DAG run judged against the ones before it) for the report."""
-    from . import regression, store
-
-    runs = load_table(dag_dir / "tables" / "runs.csv")
-    pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
-    pairs = [(v, l) for v, l in pairs if fingerprints.get(l)]  # a launcher that measured nothing has no hardware
-    baselines = {(v, l): store.baseline(url, v, l, fingerprints[l], before=(dag_id, run_id), runs=baseline_runs)
-                 for v, l in pairs}
-    findings = regression.dag_run_findings(runs, baselines, min_drop) if pairs else []
-    tables = dag_dir / "tables"
-    pd.DataFrame([f.to_dict() for f in findings]).to_csv(tables / "regression.csv", index=False)
-    histories = []
-    for variant, launcher in pairs:
-        history = store.history(url, variant, launcher=launcher, fingerprint=fingerprints[launcher])
-        if history.empty:
-            continue
-        history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True))
-        histories.append(regression.judge_history(history, baseline_runs, min_drop))
-    if histories:
-        pd.concat(histories, ignore_index=True).to_csv(tables / "history.csv", index=False)
-    return [f.to_dict() for f in findings]

@@ -43,7 +43,8 @@ class Finding:
                 "baseline_builds": " ".join(self.baseline_builds)}
 
 
-def _clean(values) -> List[float]:
+def usable_speeds(values) -> List[float]:
+    """The speeds a comparison can use: as floats, missing, infinite, NaN and non-positive ones left out."""
     return [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
 
 
@@ -52,7 +53,7 @@ def check(variant: str, launcher: str, current: Sequence[float], baseline: Seque
           min_baseline_runs: int = MIN_BASELINE_RUNS) -> Finding:
     """``current``: this DAG run's per-repeat samples/s; ``baseline``: the baseline's, pooled over
     its DAG runs (``baseline_runs``, their ids)."""
-    current, baseline = _clean(current), _clean(baseline)
+    current, baseline = usable_speeds(current), usable_speeds(baseline)
     finding = Finding(variant, launcher, "no result", n=len(current), n_baseline=len(baseline),
                       baseline_runs=list(baseline_runs))
     if not current:

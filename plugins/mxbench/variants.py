@@ -308,7 +308,8 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
 
 
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
-                sets: Optional[Dict[str, Sequence[str]]] = None, refused: Optional[Dict[str, str]] = None) -> List[dict]:
+                sets: Optional[Dict[str, Sequence[str]]] = None,
+                refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
     All misfits are reported together, one line each, before anything starts. A launcher whose

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Any, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
@@ -63,8 +63,8 @@ async def error_page(request: Request, exc: StarletteHTTPException) -> HTMLRespo
     return response
 
 
-async def current_user(request: Request,
-                       credentials: Optional[HTTPAuthorizationCredentials] = Depends(HTTPBearer(auto_error=False))):
+async def current_user(request: Request, credentials: Annotated[Optional[HTTPAuthorizationCredentials],
+                                                                 Depends(HTTPBearer(auto_error=False))]):
     """The request's Airflow user, found as the api-server's own routes find it: a bearer token,
     else the UI's login cookie. None valid: 401."""
     from airflow.api_fastapi.core_api.security import get_user
@@ -84,10 +84,9 @@ def may_read(user, dag_id: str) -> bool:
 
 
 def dag_run_state(dag_id: str, run_id: str) -> Optional[str]:
-    from sqlalchemy import select
-
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         return session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
@@ -111,7 +110,7 @@ def report_file(dag_id: str, run_id: str) -> Optional[Path]:
 
 
 @app.get("/report/{dag_id}/{run_id:path}", response_class=HTMLResponse)
-def report(dag_id: str, run_id: str, user=Depends(current_user)) -> HTMLResponse:
+def report(dag_id: str, run_id: str, user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     if not may_read(user, dag_id):
         raise HTTPException(403, f"You may not read the runs of {dag_id}")
     if dag_id not in DAG_IDS:
@@ -147,7 +146,7 @@ def published_report(dag_id: str, run_id: str) -> Optional[str]:
 
 
 @app.get("/history", response_class=HTMLResponse)
-def history(user=Depends(current_user)) -> HTMLResponse:
+def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     import pandas as pd
 
     from . import store

@@ -1,6 +1,9 @@
 """mxbench's training side: what runs in the training image or on GPU hosts.
 
-Only ``train``, ``data`` and the modules they import need mxnet; ``roles``,
-``launcher``, ``events`` and ``telemetry`` are stdlib-only so that the
-orchestration environment (Airflow, no mxnet) can import them.
+Only ``train`` (and ``resnet``, mxnet), ``cifar10`` and ``synthetic`` (numpy) need more
+than the standard library. The orchestration environment (Airflow, no mxnet, no numpy
+needed) imports these stdlib-only modules, so they must stay that way:
+``errors``, ``events``, ``roles``, ``plan_runner``, ``localhost``, ``telemetry``,
+``role_log``, ``pod_outputs``, ``host_build`` (with ``host_workdir``) and ``data_sources``.
+``download``, ``probe``, ``supervise`` and ``recordio_check`` are stdlib-only too.
 """

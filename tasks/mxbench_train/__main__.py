@@ -12,7 +12,8 @@ USAGE = __doc__.splitlines()[0]
 
 
 def cmd_launch(argv):
-    from .launcher import free_port, run_plan
+    from .localhost import free_port
+    from .plan_runner import run_plan
     from .roles import KVSTORES, Job, plan_roles
 
     parser = argparse.ArgumentParser(prog="python -m mxbench_train launch",
@@ -140,7 +141,8 @@ def cmd_prepare(argv):
     parser.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
                         help="with --untrusted-source: a folder local sources may come from (repeatable)")
     args = parser.parse_args(argv)
-    from .cifar10 import SourcePolicy, prepare
+    from .cifar10 import prepare
+    from .download import SourcePolicy
 
     if args.allowed_root and not args.untrusted_source:
         parser.error("--allowed-root only applies with --untrusted-source")

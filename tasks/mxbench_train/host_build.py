@@ -42,6 +42,7 @@ import signal
 import sys
 import time
 
+from .data_sources import redact
 from .errors import MxbenchError
 from .host_workdir import DEFAULT_WORKDIR, check_above, check_own
 
@@ -87,8 +88,6 @@ def shown(requirement: str) -> str:
     direct = DIRECT_REFERENCE.match(requirement)
     if not direct:
         return requirement
-    from .cifar10 import redact  # only here: that module takes half a second to import, reuse must not
-
     return requirement[:direct.start("url")] + redact(direct["url"]) + requirement[direct.end("url"):]
 
 

@@ -7,24 +7,8 @@ import os
 import sys
 
 from .errors import MxbenchError
-from .launcher import free_port
+from .localhost import free_port, machine_id
 from .telemetry import gpu_environment
-
-
-def machine_id() -> str:
-    """Which machine this is, so that a launcher can tell two "hosts" that are one machine (two
-    addresses of one box) and split its cores between them."""
-    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
-        try:
-            with open(path) as f:
-                value = f.read().strip()
-        except OSError:
-            continue
-        if value:
-            return value
-    import socket
-
-    return socket.gethostname()
 
 
 def probe(address=None) -> dict:

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from . import launcher
+from . import plan_runner
+from .localhost import start_ticks
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # the wrapper itself failed (coreutils' env/timeout convention); 127 is for a command that cannot start
@@ -53,7 +54,7 @@ def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float
     try:
         # from the main thread: PR_SET_PDEATHSIG fires when the forking *thread* ends
         child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=launcher.die_with(os.getpid()))
+                                 preexec_fn=plan_runner.die_with(os.getpid()))
     except OSError as exc:
         _say(role, f"cannot start {argv[0]}: {exc.strerror or exc}")
         return EXIT_CANNOT_START
@@ -66,18 +67,18 @@ def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float
     reason = _watch(child.pid, stop_signals, heartbeat_timeout)
     if reason:
         _say(role, f"{reason}, stopping the role")
-        launcher.signal_group(child.pid, signal.SIGTERM)
-        end = time.monotonic() + launcher.KILL_GRACE_S
+        plan_runner.signal_group(child.pid, signal.SIGTERM)
+        end = time.monotonic() + plan_runner.KILL_GRACE_S
         while not _exited(child.pid) and time.monotonic() < end:
-            time.sleep(launcher.POLL_S)
+            time.sleep(plan_runner.POLL_S)
     return _finish(child)
 
 
 def reap_dir(pids_dir) -> List[Tuple[str, int]]:
-    """``launcher.reap`` every ``pids_dir/*.json``; [(role, pid)] killed. A missing folder: []."""
+    """``plan_runner.reap`` every ``pids_dir/*.json``; [(role, pid)] killed. A missing folder: []."""
     killed: List[Tuple[str, int]] = []
     for path in sorted(Path(pids_dir).glob("*.json")):
-        killed.extend(launcher.reap(path))
+        killed.extend(plan_runner.reap(path))
     return killed
 
 
@@ -93,7 +94,7 @@ def _watch(pid: int, stop_signals: List[int], heartbeat_timeout: float = 0.0) ->
         if heartbeat_timeout > 0 and time.monotonic() - last_heard >= heartbeat_timeout:
             return f"no heartbeat from the launcher for {_seconds(heartbeat_timeout)} s"
         # a timeout, not a blocking read: the handlers above only set a flag, and the role may exit
-        if poller.poll(launcher.POLL_S * 1000):
+        if poller.poll(plan_runner.POLL_S * 1000):
             try:
                 if not os.read(0, 65536):  # the data itself means nothing
                     return "channel closed"
@@ -121,16 +122,15 @@ def _exited(pid: int) -> bool:
 
 def _finish(child: subprocess.Popen) -> int:
     """SIGKILL the role's group (the role, or what it left behind), reap the role; its exit status."""
-    launcher.signal_group(child.pid, signal.SIGKILL)
+    plan_runner.signal_group(child.pid, signal.SIGKILL)
     code = child.wait()
     return 128 - code if code < 0 else code
 
 
-
 def _write_pid_file(path: Path, role: str, pid: int):
-    """``{role: {"pid": pid, "start": clock ticks}}`` atomically: what ``launcher.reap`` reads."""
+    """``{role: {"pid": pid, "start": clock ticks}}`` atomically: what ``plan_runner.reap`` reads."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({role: {"pid": pid, "start": launcher._start_time(pid)}}))
+    tmp.write_text(json.dumps({role: {"pid": pid, "start": start_ticks(pid)}}))
     os.replace(tmp, path)
 
 

@@ -6,6 +6,9 @@ channel-major: 1024 red, 1024 green, 1024 blue), ``labels``, ``filenames`` and
 ``batch_label``. Every ``batch_label`` starts with ``SYNTHETIC`` so that data
 made from it can say so wherever it shows. Images are noise plus a jittered blob
 whose colour and place depend on the class: learnable, so accuracy curves rise.
+
+Their version, ``data_sources.SYNTHETIC_VERSION``, names the caches made from them: bump it
+when the images change.
 """
 import pickle
 import tarfile
@@ -13,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .data_sources import FOLDER
+
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 SYNTHETIC_TAG = "SYNTHETIC"
-VERSION = 2  # bump when the images change, so that cached copies are made anew
-FOLDER = "cifar-10-batches-py"
 
 
 def make_images(count, seed):

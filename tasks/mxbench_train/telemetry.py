@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .launcher import die_with
+from .plan_runner import die_with
 
 QUERY = "timestamp,index,name,utilization.gpu,memory.used,memory.total"
 PROBE_TIMEOUT_S = 15

@@ -10,6 +10,8 @@ import pytest
 
 from support.airflow_stack import AirflowStack
 
+pytestmark = pytest.mark.slow  # backfills over MXNet builds through a real Airflow stack
+
 CONF = {"only_variants": ["cpu1-bs64"], "repeats": 3, "epochs": 1, "synthetic_images": 500}
 FROM, TO = "2026-11-07", "2026-11-08"  # config/mxnet-builds.json: mxnet==1.9.0, then mxnet==1.9.1
 DEADLINE_S = 15 * 60
@@ -25,21 +27,18 @@ def backfilled(tmp_path_factory):
                   "--dag-run-conf", json.dumps(CONF))
     # a paused DAG runs no task, backfilled or not; unpaused, it also makes today's scheduled run
     stack.airflow("dags", "unpause", "mxbench_regression")
-    try:
+    with stack.stopped_at_end():
         stack.start()
 
         def finished():
             out = stack.airflow("dags", "list-runs", "mxbench_regression", "-o", "json")
-            runs = json.loads(next((l for l in reversed(out.splitlines()) if l.startswith("[")), "[]"))  # past warnings
+            # the JSON is the last line starting with "[": warnings may come before it
+            runs = json.loads(next((line for line in reversed(out.splitlines()) if line.startswith("[")), "[]"))
             return len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) and runs
 
         yield stack, stack.wait_for(finished, DEADLINE_S, "the backfill", every=3)
-    finally:
-        left = stack.stop()
-        assert not left, f"Airflow processes outlived the stack: {left}"
 
 
-@pytest.mark.slow
 def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfilled):
     from mxbench import store
 
@@ -66,7 +65,6 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     assert "Step finder" in (folder / "report" / "report.md").read_text()
 
 
-@pytest.mark.slow
 def test_the_ui_shows_a_regression_run_and_the_history_of_both_builds(backfilled):
     stack, runs = backfilled
     viewer = stack.token("viewer")

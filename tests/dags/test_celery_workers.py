@@ -19,6 +19,8 @@ import pytest
 from conftest import train_python
 from support.celery_stack import WORKERS, CeleryStack, cmdline, descendants
 
+pytestmark = pytest.mark.slow  # a real CeleryExecutor stack: Redis, PostgreSQL, two workers, S3
+
 DAG = "mxbench_benchmark"
 BASE = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "epochs": 1, "synthetic_images": 500}
 BOTH_LEGS = {**BASE, "launchers": ["local", "ssh"], "repeats": 1, "notes": ["celery stack: two legs"]}
@@ -33,14 +35,11 @@ def stack(tmp_path_factory, postgres_url, ssh_hosts):
     started = time.monotonic()
     stack = CeleryStack(tmp_path_factory.mktemp("celery-stack"), postgres_url,
                         env=ssh_hosts.airflow_env(mxbench_python=train_python()))
-    try:
+    with stack.stopped_at_end():  # Redis and the S3 server too: prepare() starts them
         stack.prepare()
         stack.start()
         print(f"celery stack up in {time.monotonic() - started:.0f} s")
         yield stack
-    finally:
-        left = stack.stop()
-        assert not left, f"processes outlived the celery stack: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,8 @@ def dag_run_name(run_id: str) -> str:
 def leftovers(stack, worker: str, words) -> list:
     """Paths under a worker's MXBENCH_HOME that name any of ``words`` (a run key, a DAG run)."""
     home = stack.home_of(worker)
-    return sorted(str(p.relative_to(home)) for p in home.rglob("*") if any(w in str(p.relative_to(home)) for w in words))
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*")
+                  if any(w in str(p.relative_to(home)) for w in words))
 
 
 # --- two legs, two workers ----------------------------------------------------------------------

@@ -14,6 +14,8 @@ import pytest
 from conftest import kubernetes_connection, run_dag, train_python
 from mxbench import artifacts
 
+pytestmark = pytest.mark.slow  # dag.test() runs with every launcher
+
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32"], "repeats": 1, "epochs": 1,
         "synthetic_images": 500, "launchers": ["local"]}
 

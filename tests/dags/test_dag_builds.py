@@ -14,6 +14,8 @@ import pytest
 
 from conftest import REPO, kubernetes_connection, pods_created, pods_left, train_python
 
+pytestmark = pytest.mark.slow  # dag.test() runs of several MXNet builds
+
 # config/mxnet-builds.json: mxnet==1.9.0 since 2026-11-04, mxnet==1.9.1 (the training env) since 2026-11-08
 OLD_DAY = pendulum.datetime(2026, 11, 5, tz="UTC")
 NEW_DAY = pendulum.datetime(2026, 12, 1, tz="UTC")
@@ -28,7 +30,7 @@ def image_of(day) -> str:
     machine (made here, as an image would be built; the training env itself for the pinned build)."""
     from mxbench import builds
 
-    return str(Path(builds.training_python(builds.build_for(day))).parent.parent)
+    return str(Path(builds.python_for(builds.build_for(day))).parent.parent)
 
 
 def run_regression(day, env: dict, conf=CONF):
@@ -110,7 +112,8 @@ def test_a_build_with_no_image_is_refused_at_expand_and_no_pod_is_made(airflow_d
     assert run.state == "failed"
     assert {ti.task_id: ti.state for ti in run.get_task_instances()}["expand_variants"] == "failed"
     cause = json.loads((dag_dir / "stages.json").read_text())["expand"]
-    assert cause == ("expanding the variants failed: variant cpu1-bs64 under kubernetes: kubernetes connection 'mxbench_kubernetes' has no image "
+    assert cause == ("expanding the variants failed: variant cpu1-bs64 under kubernetes: "
+                     "kubernetes connection 'mxbench_kubernetes' has no image "
                      "for MXNet build mxnet==1.9.0: give one in mxbench_pod.images (by version or package) or "
                      "mxbench_pod.image_template")
     assert pods_created(kube_standin) == before and pods_left(kube_standin) == []

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REPO, run_dag, train_python
 
+pytestmark = pytest.mark.slow  # dag.test() runs that train
+
 CRASHING_PYTHON = REPO / "tests" / "fixtures" / "bin" / "python-crashing-bs64"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32", "cpu2w-bs32", "cpu1-bs64"], "repeats": 2,
         "epochs": 2, "synthetic_images": 500, "launchers": ["local"]}
@@ -65,7 +67,7 @@ def test_report_lists_the_failure_with_variant_and_cause(dag_run):
     _, dag_dir = dag_run
     md = (dag_dir / "report" / "report.md").read_text()
     assert "SYNTHETIC DATA" in md
-    failure = next(l for l in md.splitlines() if l.startswith("| cpu1-bs64__local__r1"))
+    failure = next(line for line in md.splitlines() if line.startswith("| cpu1-bs64__local__r1"))
     # the crashing wrapper exits 139, as a shell does when its child segfaults
     assert "role worker-0 on host 127.0.0.1 was killed by SIGSEGV (exit status 139)" in failure
     assert "Segmentation fault (simulated crash" in failure
@@ -128,6 +130,7 @@ def test_mxbench_report_rebuilds_the_same_tables(dag_run, tmp_path):
 
 def test_seed_preset_on_a_machine_without_gpus_is_refused_before_anything_runs(airflow_db, capfd):
     from airflow.dag_processing.dagbag import DagBag
+
     from mxbench import config
 
     dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]

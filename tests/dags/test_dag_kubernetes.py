@@ -1,5 +1,5 @@
 """The Kubernetes leg through the real KubernetesPodOperator subclass and the real `kubernetes`
-client, against the loopback API server stand-in (tests/support/kube_standin.py), with real
+client, against the loopback API server stand-in (standins.kube), with real
 tiny MXNet training in every pod: a single-pod run, role-pod dist_sync runs on two nodes (pod
 network and hostNetwork), side by side with ssh in one DAG run; a role pod that exits non-zero;
 a pod that never schedules; the task killed by SIGTERM; the task SIGKILLed, then retried; an
@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, core_api, kubernetes_connection, pods_created, pods_left, run_dag, train_python
+
+pytestmark = pytest.mark.slow  # dag.test() runs as pods on the stand-in
 
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2h-bs64", "cpu2h-bs64-hostnet"],
         "launchers": ["ssh", "kubernetes"], "repeats": 2, "epochs": 2, "synthetic_images": 1000}
@@ -156,7 +158,7 @@ def test_a_failing_role_pod_ends_its_run_and_deletes_its_pods_while_others_go_on
 def test_a_pod_that_never_schedules_fails_with_a_named_timeout(airflow_db, kube_standin, tmp_path):
     from mxbench import config, connections
     from mxbench.variants import Variant
-    from mxbench_train.launcher import RoleFailed
+    from mxbench_train.plan_runner import RoleFailed
 
     os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(kube_standin,
                                                                                       startup_timeout_s=2))
@@ -231,7 +233,7 @@ def test_no_pod_starts_once_the_task_is_being_killed(kube_standin, cifar_rec, tm
 def test_a_pod_deleted_by_someone_else_fails_the_run(kube_standin, cifar_rec, tmp_path):
     import threading
 
-    from mxbench_train.launcher import RoleFailed
+    from mxbench_train.plan_runner import RoleFailed
 
     launcher = launcher_with(kube_standin, data={"host_path": str(cifar_rec.parent)})
     run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # dag.test() runs that train
+
 CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_images": 1000, "baseline_runs": 3}
 DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
 
@@ -78,7 +80,7 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
     """The first run judged again, now with two earlier DAG runs of its own speed in the store (a
     second real run would measure whatever else this machine is doing; the rule's behaviour on
     noise is test_regression.py's, on seeded histories)."""
-    from mxbench import pipeline, store
+    from mxbench import dag_run_failures, regression_check, store
     from mxbench.report import build_report
 
     run, dag_dir = first_run
@@ -86,10 +88,10 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
         plant(url, dag_dir, f"quiet-{i}", DAY.subtract(days=10 - i), 1.0)
     fingerprints = store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id=run.run_id,
                                         trigger="manual", logical_date=DAY)["fingerprints"]
-    (finding,) = pipeline.check_regressions(dag_dir, url, run.dag_id, run.run_id, fingerprints, baseline_runs=3,
-                                            min_drop=0.05)
+    (finding,) = regression_check.check_regressions(dag_dir, url, run.dag_id, run.run_id, fingerprints,
+                                                    baseline_runs=3, min_drop=0.05)
     assert finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1", finding["message"]
-    assert pipeline.verdict_of(dag_dir) is None
+    assert dag_run_failures.failure_message(dag_dir) is None
     build_report(dag_dir)
     assert (dag_dir / "report" / "history.png").stat().st_size > 10_000
 
@@ -119,7 +121,8 @@ def test_notifiers_come_from_configuration_and_bad_ones_are_named():
         [{"notifier": "support.notifier.RecordingNotifier", "kwargs": {"path": "/tmp/x"}}])})
     assert isinstance(notifier, RecordingNotifier) and notifier.path == "/tmp/x"
     assert failure_notifiers({}) == []
-    for bad, message in (("[1]", "must be a JSON list"), ('[{"notifier": "json.loads"}]', "not an Airflow BaseNotifier"),
+    for bad, message in (("[1]", "must be a JSON list"),
+                         ('[{"notifier": "json.loads"}]', "not an Airflow BaseNotifier"),
                          ('[{"notifier": "no.such.Module"}]', "cannot import")):
         with pytest.raises(ValueError, match=message):
             failure_notifiers({"MXBENCH_NOTIFIERS": bad})

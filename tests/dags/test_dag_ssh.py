@@ -12,6 +12,8 @@ import pytest
 
 from conftest import run_dag, train_python
 
+pytestmark = pytest.mark.slow  # dag.test() runs over real sshd
+
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["local", "ssh"], "repeats": 2,
         "epochs": 2, "synthetic_images": 1000, "notes": ["ssh leg test <b>escaped</b>"]}
 
@@ -29,7 +31,7 @@ def ssh_dag_run(airflow_db, ssh_hosts):
 def test_both_legs_measure_and_the_dag_run_succeeds(ssh_dag_run):
     run, dag_dir = ssh_dag_run
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
-    assert runs["status"].to_dict() == {f"cpu2h-bs64__{l}__r{r}": "ok" for r in (1, 2) for l in ("local", "ssh")}
+    assert runs["status"].to_dict() == {f"cpu2h-bs64__{name}__r{r}": "ok" for r in (1, 2) for name in ("local", "ssh")}
     assert (runs["samples_per_sec"] > 0).all() and (runs["sec_per_epoch"] > 0).all()
     assert run.state == "success"
     # one mapped task for both launchers, in the machine set's pool

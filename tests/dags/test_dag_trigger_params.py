@@ -11,6 +11,8 @@ import pytest
 from conftest import run_dag
 from support.counting_listener import counting_listener
 
+pytestmark = pytest.mark.slow  # dag.test() runs and the REST API on real connections
+
 SECRET = b"worker-only secret 51d0e2\n"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs32"], "repeats": 1, "epochs": 1, "synthetic_images": 500}
 

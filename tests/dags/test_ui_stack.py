@@ -14,6 +14,8 @@ import pytest
 from conftest import REPO
 from support.airflow_stack import AirflowStack
 
+pytestmark = pytest.mark.slow  # a real Airflow stack and headless Chromium
+
 DAG = "mxbench_benchmark"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"], "repeats": 2, "epochs": 1,
         "synthetic_images": 500, "notes": ["UI test run"]}
@@ -26,12 +28,9 @@ ARTIFACTS = Path(os.environ.get("MXBENCH_TEST_ARTIFACTS", REPO / "test-artifacts
 def stack(tmp_path_factory):
     stack = AirflowStack(tmp_path_factory.mktemp("ui-stack"))
     stack.prepare()
-    try:
+    with stack.stopped_at_end():
         stack.start()
         yield stack
-    finally:
-        left = stack.stop()
-        assert not left, f"Airflow processes outlived the stack: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -140,12 +139,9 @@ def team_stack(tmp_path_factory):
     for team in ("bench", "rivals"):  # a bundle's team must exist before the bundle is synced
         stack.airflow("teams", "create", team)
     stack.prepare()
-    try:
+    with stack.stopped_at_end():
         stack.start(["api-server"])
         yield stack
-    finally:
-        left = stack.stop()
-        assert not left, f"Airflow processes outlived the stack: {left}"
 
 
 def test_a_viewer_of_another_team_is_refused_the_pages_of_these_dags(team_stack):
@@ -205,7 +201,8 @@ def framed_page(browser, stack, path: str, title: str):
     wait = WebDriverWait(browser, 60)
     wait.until(seen.frame_to_be_available_and_switch_to_it((By.CSS_SELECTOR, f"iframe[title='{title}']")))
     wait.until(lambda b: b.find_elements(By.TAG_NAME, "table") and b.execute_script(
-        "const imgs = [...document.images]; return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0)"))
+        "const imgs = [...document.images]; "
+        "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0)"))
 
 
 def screenshot(browser, name: str) -> Path:
@@ -236,7 +233,8 @@ def test_a_person_sees_the_report_and_the_history_in_the_airflow_ui(stack, finis
     screenshot(browser, "benchmark-report.png")
 
     framed_page(browser, stack, "/plugin/benchmark-history", "Benchmark history")
-    table = browser.find_element(By.XPATH, "//h2[starts-with(text(), 'Throughput by variant')]/following-sibling::table[1]")
+    table = browser.find_element(
+        By.XPATH, "//h2[starts-with(text(), 'Throughput by variant')]/following-sibling::table[1]")
     assert "cpu1-bs64" in table.text and "1.9.1" in table.text
     assert browser.find_element(By.TAG_NAME, "img").get_property("naturalWidth") > 300
     screenshot(browser, "benchmark-history.png")

@@ -76,7 +76,8 @@ def test_a_store_naming_a_missing_connection_says_so(tmp_path, monkeypatch):
 
 def test_a_scheme_without_its_provider_is_named(monkeypatch):
     monkeypatch.setenv("MXBENCH_ARTIFACTS", "nosuchfs://bucket/x")
-    with pytest.raises(MxbenchError, match=r"artifact store nosuchfs://bucket/x \(MXBENCH_ARTIFACTS\) cannot be opened"):
+    with pytest.raises(MxbenchError,
+                       match=r"artifact store nosuchfs://bucket/x \(MXBENCH_ARTIFACTS\) cannot be opened"):
         artifacts.Store()
 
 
@@ -170,17 +171,17 @@ def test_a_run_folder_from_another_machine_never_signals_pids_here(tmp_path):
     import subprocess
 
     from mxbench.launchers.local import LocalLauncher
-    from mxbench_train.launcher import _start_time
+    from mxbench_train.localhost import pid_scope, start_ticks
 
     victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         run_dir = tmp_path / "run"
         run_dir.mkdir()
         (run_dir / "pids.json").write_text(json.dumps({"worker-0": {"pid": victim.pid,
-                                                                    "start": _start_time(victim.pid)}}))
+                                                                    "start": start_ticks(victim.pid)}}))
         (run_dir / "meta.json").write_text(json.dumps({"machine": "other-worker/0000"}))
         assert LocalLauncher().reap(run_dir) == [] and victim.poll() is None
-        (run_dir / "meta.json").write_text(json.dumps({"machine": config.machine_id()}))
+        (run_dir / "meta.json").write_text(json.dumps({"machine": pid_scope()}))
         assert LocalLauncher().reap(run_dir) == [("worker-0", victim.pid)]
         assert victim.wait(timeout=10) == -9
     finally:

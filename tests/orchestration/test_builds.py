@@ -129,7 +129,7 @@ def test_the_install_spec_is_the_training_requirements_with_the_build_and_its_pi
 
 
 def test_the_pinned_build_is_the_training_env_itself(manifest):
-    assert builds.training_python(manifest[2]) == config.train_python()
+    assert builds.python_for(manifest[2]) == config.train_env_python()
 
 
 def test_the_base_python_is_the_one_the_training_env_names(tmp_path):
@@ -162,7 +162,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
     monkeypatch.setattr(builds, "_create", fake_create)
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(builds.training_python(manifest[0], tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(builds.python_for(manifest[0], tmp_path)))
                for _ in range(3)]
     for thread in threads:
         thread.start()
@@ -170,7 +170,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
         thread.join()
     assert len(made) == 1 and len(set(results)) == 1 and results[0].startswith(str(tmp_path))
     # a different spec (a pin) is a different venv
-    assert builds.training_python(manifest[1], tmp_path) != results[0] and len(made) == 2
+    assert builds.python_for(manifest[1], tmp_path) != results[0] and len(made) == 2
 
 
 def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path, monkeypatch, train_py):
@@ -178,7 +178,7 @@ def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
     build = Build(dt.date(2026, 1, 1), "mxnet==1.8.0.post0", "mxbench-train:1.8.0.post0-cu112")
     with pytest.raises(MxbenchError) as raised:
-        builds.training_python(build, tmp_path / "envs")
+        builds.python_for(build, tmp_path / "envs")
     message = str(raised.value)
     assert message.startswith("cannot make the training env for MXNet build mxnet==1.8.0.post0 (since 2026-01-01): "
                               "pip install mxnet==1.8.0.post0 "), message
@@ -231,11 +231,11 @@ def test_a_second_build_gets_its_own_venv_once_and_trains(cifar_rec, tmp_path):
     build = builds.build_for("2026-11-05")  # the repository manifest's 1.9.0
     assert build.package == "mxnet==1.9.0" and not builds.is_pinned(build)
     started = time.monotonic()
-    python = builds.training_python(build)
+    python = builds.python_for(build)
     made_in = time.monotonic() - started
     assert Path(python).parent.parent.parent == config.home() / "envs"
     started = time.monotonic()
-    assert builds.training_python(build) == python
+    assert builds.python_for(build) == python
     assert time.monotonic() - started < 1.0, "the second call must be a cache hit"
     stamp = json.loads((Path(python).parent.parent / builds.STAMP).read_text())
     assert stamp["mxnet_version"] == "1.9.0" and stamp["spec"][0] == "mxnet==1.9.0"
@@ -290,12 +290,12 @@ def test_a_local_wheel_and_a_hashed_download_are_accepted(tmp_path):
                                                                ("mxnet-cu112", "1.9.1")]
 
 
-def test_training_python_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
+def test_python_for_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(builds, "_create", lambda *a: pytest.fail("pip must not run"))
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     build = Build(dt.date(2026, 1, 1), "mxnet @ http://bob:s3cret@wheels.example/mxnet-1.9.1-py3-none-any.whl", "i")
     with pytest.raises(MxbenchError) as raised:
-        builds.training_python(build, tmp_path / "envs")
+        builds.python_for(build, tmp_path / "envs")
     assert str(raised.value) == (
         "refusing to install MXNet build mxnet @ http://wheels.example/mxnet-1.9.1-py3-none-any.whl (since "
         "2026-01-01): http://wheels.example/mxnet-1.9.1-py3-none-any.whl is fetched over http without "

@@ -19,9 +19,9 @@ import pytest
 from mxbench import builds, caches, config, pipeline
 from mxbench.launchers import Launched
 from mxbench.variants import Target, expand_runs
+from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
-from mxbench_train.synthetic import VERSION as SYNTHETIC_VERSION
 
 DAY = 86400
 
@@ -145,7 +145,7 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
                            "rec-dddddddddddd", new_source.name, recent_synthetic.name]), log
     assert not pruned.exists() and not old_synthetic.exists() and mine.exists() and elsewhere.exists()
     assert f"mxbench: pruned prepared data set {pruned} (last used " in log
-    line = next(l for l in log.splitlines() if l.startswith(f"mxbench: pruned prepared data set {pruned}"))
+    line = next(text for text in log.splitlines() if text.startswith(f"mxbench: pruned prepared data set {pruned}"))
     assert line.endswith(" MB freed") and 2.0 <= float(line.split("): ")[1].split()[0]) < 2.3, line  # 2 MiB + folders
     assert "mxbench: kept prepared data set rec-cccccccccccc (past the 2 most recently used): in use" in log
     assert f"mxbench: pruned synthetic source {old_synthetic} (last used " in log
@@ -177,11 +177,11 @@ def test_a_build_being_made_is_never_pruned_and_each_use_stamps_it(home, monkeyp
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
     envs = home / "envs"
-    maker = threading.Thread(target=builds.training_python, args=(first,))
+    maker = threading.Thread(target=builds.python_for, args=(first,))
     maker.start()
     try:
         assert making_first.wait(30)
-        second_python = builds.training_python(second)
+        second_python = builds.python_for(second)
     finally:
         release_first.set()
         maker.join()
@@ -192,14 +192,14 @@ def test_a_build_being_made_is_never_pruned_and_each_use_stamps_it(home, monkeyp
     # then the first's call, done making it, stamped it and pruned the second, older by use
     assert first_venv.is_dir() and not second_venv.exists(), log
     assert f"mxbench: pruned build venv {second_venv} (last used " in log
-    builds.training_python(third)
+    builds.python_for(third)
     log = capsys.readouterr().out
     assert [p.name for p in envs.iterdir() if p.is_dir()] == [builds.env_dir(third, envs).name], log
     assert f"mxbench: pruned build venv {first_venv} (last used " in log
     # the pinned build (the training env itself) prunes the others too, and is never one of them
     monkeypatch.setattr(builds, "is_pinned", lambda build: True)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
-    assert builds.training_python(first) == config.train_python()
+    assert builds.python_for(first) == config.train_env_python()
     assert len([p for p in envs.iterdir() if p.is_dir()]) == 1
 
 

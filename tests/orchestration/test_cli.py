@@ -41,8 +41,8 @@ def test_parse_json_on_a_real_training_log(cifar_rec, tmp_path):
     log = tmp_path / "train.log"
     log.write_text(done.stdout + done.stderr)  # as a user would capture it: both streams
     (result,) = json.loads(mxbench("parse", "--json", log).stdout)
-    readings = [float(l.split("Speed: ")[1].split()[0]) for l in done.stdout.splitlines()
-                if "Epoch[1] Batch" in l and "Speed:" in l]
+    readings = [float(line.split("Speed: ")[1].split()[0]) for line in done.stdout.splitlines()
+                if "Epoch[1] Batch" in line and "Speed:" in line]
     assert result["samples_per_sec"] == pytest.approx(statistics.median(readings))
     assert [e["epoch"] for e in result["epochs"]] == [0, 1]
     assert all(0 <= e["validation_accuracy"] <= 1 for e in result["epochs"])
@@ -60,8 +60,9 @@ def test_parse_names_a_log_without_speed_lines_and_goes_on():
 
 def write_runs(folder: Path, speeds: dict):
     (folder / "tables").mkdir(parents=True)
-    rows = [{"key": f"{v}__{l}__r{i}", "variant": v, "launcher": l, "status": "ok", "samples_per_sec": s}
-            for (v, l), values in speeds.items() for i, s in enumerate(values, 1)]
+    rows = [{"key": f"{v}__{launcher}__r{i}", "variant": v, "launcher": launcher, "status": "ok",
+             "samples_per_sec": s}
+            for (v, launcher), values in speeds.items() for i, s in enumerate(values, 1)]
     pd.DataFrame(rows).to_csv(folder / "tables" / "runs.csv", index=False)
 
 

@@ -78,7 +78,8 @@ def chart_validator():
     """The chart's schema excerpt, its ``#/definitions/io.k8s...`` references served by the
     Kubernetes definitions that kubernetes_validate ships (the chart inlines the same ones)."""
     schema = json.loads(CHART_SCHEMA.read_text())
-    defs_file = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{K8S_VERSION}-local-strict" / "_definitions.json"
+    defs_file = (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{K8S_VERSION}-local-strict"
+                 / "_definitions.json")
     k8s = json.loads(defs_file.read_text().replace('"#/$defs/', '"#/definitions/'))["$defs"]
     schema["definitions"] = {**k8s, **schema.get("definitions", {})}
     jsonschema.Draft7Validator.check_schema(schema)
@@ -91,7 +92,8 @@ def validator():
 
 
 def errors(validator, vals):
-    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}" for e in validator.iter_errors(vals)]
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}"
+            for e in validator.iter_errors(vals)]
 
 
 def test_the_files_are_there():
@@ -139,7 +141,7 @@ def granted(rules):
 
 def test_rbac_grants_every_call_the_launcher_makes_and_no_more():
     code = "".join((REPO / "plugins" / "mxbench" / f).read_text()
-                   for f in ("launchers/kubernetes.py", "operators.py"))
+                   for f in ("launchers/kubernetes.py", "launchers/kubernetes_roles.py", "operators.py"))
     calls = set(re.findall(r"client\.((?:create|read|list|delete|patch|replace|connect|watch)_\w+)\(", code))
     unknown = calls - set(API_CALLS)
     assert not unknown, f"API calls with no RBAC rule in this test: {unknown}; add them to API_CALLS and the Role"
@@ -179,7 +181,8 @@ def test_role_pods_run_as_an_account_without_token_or_bindings():
 def test_the_data_volume_is_the_connections_and_mounted_apart_from_mxbench_home():
     conn = kubernetes_connection()
     assert conn["conn_type"] == "kubernetes" and conn["extra"]["in_cluster"] is True
-    pod = pod_settings(DEFAULT_KUBERNETES_CONNECTION, conn["extra"])  # mxbench's own parser: refuses what would not work
+    # mxbench's own parser: refuses what would not work
+    pod = pod_settings(DEFAULT_KUBERNETES_CONNECTION, conn["extra"])
     pvc = one("PersistentVolumeClaim")
     assert pvc["metadata"]["name"] == pod.data["pvc"]
     assert pvc["metadata"]["namespace"] == conn["extra"]["namespace"]
@@ -212,7 +215,8 @@ def test_settings_come_from_env_and_connections_from_secrets_only():
             assert conn_id.startswith("mxbench_")  # marked for mxbench by its id
             assert f"AIRFLOW_CONN_{conn_id.upper()}" in secrets, f"{path.name}: {conn_id} is not set from a Secret"
         assert "MXBENCH_RESULTS_URL" in secrets  # it holds the database password
-        in_clear = [n for n in env if n.startswith("AIRFLOW_CONN_") or n in ("MXBENCH_RESULTS_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")]
+        in_clear = [n for n in env if n.startswith("AIRFLOW_CONN_")
+                    or n in ("MXBENCH_RESULTS_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")]
         assert not in_clear, f"{path.name}: set from a Secret, not in clear: {in_clear}"
         assert vals["data"]["metadataSecretName"] and vals["postgresql"]["enabled"] is False
     assert artifacts_conn == "mxbench_artifacts"
@@ -222,7 +226,8 @@ def test_bucket_policy_lets_the_store_and_the_logs_in_and_nothing_else():
     policy = json.loads((HELM / "bucket-policy.json").read_text())
     vals = values(HELM / "values-celery.yaml")
     bucket, prefix = re.fullmatch(r"s3://\w+@([^/]+)/(.+)", env_of(vals)["MXBENCH_ARTIFACTS"]).groups()
-    log_bucket, log_prefix = re.fullmatch(r"s3://([^/]+)/(.+)", vals["config"]["logging"]["remote_base_log_folder"]).groups()
+    log_folder = vals["config"]["logging"]["remote_base_log_folder"]
+    log_bucket, log_prefix = re.fullmatch(r"s3://([^/]+)/(.+)", log_folder).groups()
     assert log_bucket == bucket
 
     def actions(statement):

@@ -5,11 +5,11 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
+from test_store import IMAGE_190, VENV_190, make_dag_dir, ok_runs, variant
 
 from mxbench import store
 from mxbench.regression import judge_history
 from mxbench.report import history_page
-from test_store import IMAGE_190, VENV_190, make_dag_dir, ok_runs, variant
 
 CV = 0.03
 

@@ -18,14 +18,28 @@ import pytest
 
 from mxbench.jobs import job_for
 from mxbench.launchers.base import LOCAL_ONLY
-from mxbench.launchers.kubernetes_pods import (DATA_MOUNT, RUN_DIR, pod_data_dir, pod_settings, pod_template,
-                                               role_pod, run_id)
+from mxbench.launchers.kubernetes_pods import (
+    DATA_MOUNT,
+    RUN_DIR,
+    pod_data_dir,
+    pod_settings,
+    pod_template,
+    role_pod,
+    run_label,
+)
 from mxbench.metrics import kubernetes_gap
 from mxbench.variants import Target, VariantError, expand_runs, preset
-from mxbench_train.role_log import lines_of
 from mxbench_train.errors import MxbenchError
-from mxbench_train.pod_outputs import (BEGIN, END, HEADER_BYTES_PER_MEMBER, MAX_HEADER_RECORD_BYTES, BundleError,
-                                       OutputsBlock, unpack)
+from mxbench_train.pod_outputs import (
+    BEGIN,
+    END,
+    HEADER_BYTES_PER_MEMBER,
+    MAX_HEADER_RECORD_BYTES,
+    BundleError,
+    OutputsBlock,
+    unpack,
+)
+from mxbench_train.role_log import lines_of
 from mxbench_train.roles import plan_roles
 
 K8S_VERSION = "1.34.0"
@@ -60,7 +74,7 @@ def test_role_pods_are_strictly_valid_and_wired_as_ps_lite_needs():
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], image_pull_secrets=["regcred"],
         service_account="mxbench")
     assert set(pods) == {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}
-    for name, pod in pods.items():
+    for pod in pods.values():
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
         assert DNS_LABEL.match(pod["metadata"]["name"]) and len(pod["metadata"]["name"]) <= 63
         assert pod["metadata"]["labels"]["mxbench.io/run"] == "0123456789abcdef"
@@ -148,10 +162,10 @@ def test_the_data_set_must_be_on_the_data_volume(tmp_path):
 
 
 def test_run_labels_are_the_same_on_every_attempt_and_differ_between_runs(tmp_path):
-    a = run_id(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
-    assert a == run_id(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
-    assert a != run_id(tmp_path / "dag-run-2" / "cpu1__kubernetes__r1")
-    assert a != run_id(tmp_path / "dag-run-1" / "cpu1__kubernetes__r2")
+    a = run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
+    assert a == run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
+    assert a != run_label(tmp_path / "dag-run-2" / "cpu1__kubernetes__r1")
+    assert a != run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r2")
 
 
 def read_log(lines):
@@ -163,7 +177,8 @@ def read_log(lines):
 
 def test_pod_role_prints_its_outputs_and_passes_the_exit_code_on(tmp_path):
     out = tmp_path / "run"
-    script = f"import pathlib; pathlib.Path({str(out)!r}, 'rank0.log').write_text('Epoch[0] ok\\n'); print('hi'); exit(3)"
+    script = (f"import pathlib; pathlib.Path({str(out)!r}, 'rank0.log').write_text('Epoch[0] ok\\n'); "
+              "print('hi'); exit(3)")
     done = subprocess.run([sys.executable, "-m", "mxbench_train", "pod-role", "--outputs", str(out), "--",
                            sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
@@ -206,12 +221,14 @@ def test_the_kubernetes_image_param_must_match_the_connections_allowed_images():
     assert pod_settings("k", allowing, image="registry.example.com/mxbench-train:1.8.0").image.endswith(":1.8.0")
     for image in ("registry.example.com/mxbench-train-evil:1", "registry.example.com.evil.io/mxbench-train:1",
                   "REGISTRY.EXAMPLE.COM/mxbench-train:1", "attacker.io/registry.example.com/mxbench-train:1"):
-        with pytest.raises(MxbenchError, match=r"mxbench_pod.allowed_images \('registry.example.com/mxbench-train:\*'\)"):
+        with pytest.raises(MxbenchError,
+                           match=r"mxbench_pod.allowed_images \('registry.example.com/mxbench-train:\*'\)"):
             pod_settings("k", allowing, image=image)
 
 
 def test_host_network_needs_the_connection_to_allow_it():
-    with pytest.raises(MxbenchError, match="mxbench_pod.host_network is true but mxbench_pod.allow_host_network is not"):
+    with pytest.raises(MxbenchError,
+                       match="mxbench_pod.host_network is true but mxbench_pod.allow_host_network is not"):
         settings(host_network=True)
     assert not settings().allow_host_network
     assert settings(host_network=True, allow_host_network=True).host_network

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO
-from mxbench import launchers, pipeline
+from mxbench import build_provenance, launchers, pipeline, run_folder
 from mxbench.launchers.base import Launched, RoleLogSink, RunBuild
 from mxbench.launchers.kubernetes import KubernetesLauncher
 from mxbench.launchers.kubernetes_pods import image_for, pod_settings, role_pod
@@ -25,7 +25,7 @@ from mxbench.launchers.ssh_commands import SshHost, build_command, builds_proble
 from mxbench.variants import Target, VariantError, expand_runs
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
-from mxbench_train.launcher import describe_exit
+from mxbench_train.plan_runner import describe_exit
 from mxbench_train.roles import Role
 
 LAUNCHER_DIR = REPO / "plugins" / "mxbench" / "launchers"
@@ -49,8 +49,10 @@ def test_one_registry_names_every_launcher_and_each_takes_the_build_in_execute()
 
 
 def test_no_launcher_imports_another_and_pure_parts_import_no_client_library():
-    own = {"local": set(), "ssh": {"ssh_commands"}, "kubernetes": {"kubernetes_pods"},
-           "ssh_commands": set(), "kubernetes_pods": set()}
+    own = {"local": set(), "ssh": {"ssh_commands", "ssh_roles", "ssh_transfer"},
+           "kubernetes": {"kubernetes_pods", "kubernetes_roles"}, "ssh_commands": set(),
+           "ssh_roles": {"ssh_commands"}, "ssh_transfer": {"ssh_commands"}, "kubernetes_pods": set(),
+           "kubernetes_roles": {"kubernetes_pods"}}
     for name, allowed in own.items():
         tree = ast.parse((LAUNCHER_DIR / f"{name}.py").read_text())
         siblings = {node.module for node in ast.walk(tree)
@@ -87,7 +89,8 @@ def test_one_log_sink_writes_the_role_log_and_echoes_workers_with_one_prefix(tmp
     sink.write(b"39.26 samples/sec\npartial")
     sink.write_line(b"a whole line")
     sink.close()
-    assert (tmp_path / "worker-0.log").read_bytes() == b"Epoch[0] Batch [20] Speed: 939.26 samples/sec\npartiala whole line\n"
+    assert (tmp_path / "worker-0.log").read_bytes() == \
+        b"Epoch[0] Batch [20] Speed: 939.26 samples/sec\npartiala whole line\n"
     out = capsys.readouterr().out.splitlines()
     assert out == ["[worker-0@gpu-host-1] Epoch[0] Batch [20] Speed: 939.26 samples/sec",
                    "[worker-0@gpu-host-1] a whole line"]
@@ -153,8 +156,10 @@ def test_an_ssh_host_that_makes_venvs_cannot_install_a_file_of_the_airflow_worke
     assert "installs a file of the Airflow worker" in builds_problem(ssh_host(), wheel)
     assert builds_problem(ssh_host(), OLD) is None
     assert "no install spec" in builds_problem(ssh_host(), RunBuild("mxnet==1.9.0", "1.9.0"))
-    launcher = SshLauncher([ssh_host(), host_settings("mxbench_gpu_2", "10.0.0.6", {"mxbench_builds": {"1.9.1": "/p"}})])
-    assert launcher.build_problem(OLD).startswith("ssh connection 'mxbench_gpu_2': its mxbench_builds has no interpreter")
+    launcher = SshLauncher([ssh_host(),
+                            host_settings("mxbench_gpu_2", "10.0.0.6", {"mxbench_builds": {"1.9.1": "/p"}})])
+    assert launcher.build_problem(OLD).startswith(
+        "ssh connection 'mxbench_gpu_2': its mxbench_builds has no interpreter")
     assert launcher.build_problem(None) is None
 
 
@@ -167,7 +172,8 @@ def test_a_pod_runs_the_builds_image_from_the_map_or_the_template():
     assert image_for(pod(images={"mxnet==1.9.0": "reg/x:pkg"}, image_template="t:{mxnet_version}"), OLD) == "reg/x:pkg"
     assert image_for(pod(image_template="registry.example/mxbench-train:{mxnet_version}"), OLD) == \
         "registry.example/mxbench-train:1.9.0"
-    assert image_for(pod(image_template="registry.example/{image}"), OLD) == "registry.example/mxbench-train:1.9.0-cu112"
+    assert image_for(pod(image_template="registry.example/{image}"), OLD) == \
+        "registry.example/mxbench-train:1.9.0-cu112"
     # a build without a manifest image gives no image from a template that needs it, not "registry.example/"
     assert image_for(pod(image_template="registry.example/{image}"), RunBuild("mxnet==1.9.0", "1.9.0")) is None
     with pytest.raises(MxbenchError, match=r"image_template .* is not a template of \{mxnet_version\}"):
@@ -234,12 +240,13 @@ def test_prepare_builds_refuses_what_a_launcher_cannot_honour_and_marks_failed_p
 @pytest.mark.parametrize("asked, reported, same", [("1.9.0", "1.9.0", True), ("1.7.0.post2", "1.7.0", True),
                                                    ("1.9.0", "1.9.1", False), ("1.9.0", None, False)])
 def test_a_rebuilt_wheel_is_the_same_release_another_version_is_not(asked, reported, same):
-    assert pipeline.same_release(asked, reported) is same
+    assert build_provenance.same_release(asked, reported) is same
 
 
 def test_a_failed_run_still_records_what_it_ran_with(tmp_path):
-    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "launchers": ["kubernetes"]},
-                    {"kubernetes": Target("kubernetes", 1, 0)})
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"],
+                          "launchers": ["kubernetes"]},
+                         {"kubernetes": Target("kubernetes", 1, 0)})
     run = {**run, "build": {"package": "mxnet==1.9.0", "version": "1.9.0"}}
 
     class CrashesAfterStart:
@@ -263,7 +270,7 @@ def test_a_run_expanded_before_runs_carried_their_build_still_trains_with_it(tmp
     (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
                          {"local": Target("local", 1, 0, one_machine=True)})
     run = {**run, "train_python": "/envs/190/bin/python"}
-    pipeline.write_json(tmp_path / "request.json", {"build": {"package": "mxnet==1.9.0", "version": "1.9.0"}})
+    run_folder.write_json(tmp_path / "request.json", {"build": {"package": "mxnet==1.9.0", "version": "1.9.0"}})
     seen = []
 
     class Records:

@@ -83,7 +83,8 @@ def test_summary_scaling_efficiency_against_the_one_device_baseline():
     assert summary.loc["four", "samples_per_sec"] == 360 and summary.loc["four", "speedup"] == pytest.approx(3.6)
     assert summary.loc["four", "scaling_efficiency"] == pytest.approx(0.9)
     assert summary.loc["four", "runs_ok"] == 3 and summary.loc["four", "runs_failed"] == 1
-    assert summary.loc["four", "samples_per_sec_min"] == 340 and summary.loc["one", "samples_per_sec_cv"] == pytest.approx(0.1)
+    assert (summary.loc["four", "samples_per_sec_min"] == 340
+            and summary.loc["one", "samples_per_sec_cv"] == pytest.approx(0.1))
 
 
 def test_launcher_ratio_carries_the_verdict_statistics():

@@ -117,7 +117,8 @@ def test_interleaved_seed_log_is_two_workers_and_no_restart():
 def test_second_run_start_event_of_a_rank_is_a_restart():
     start = ':::MXBENCH {"event": "run_start", "rank": %d, "num_workers": 2}'
     run = [f"Node[0] {start % 0}", f"Node[1] {start % 1}",
-           "Node[0] Epoch[0] Batch [0-5]\tSpeed: 100 samples/sec", "Node[1] Epoch[0] Batch [0-5]\tSpeed: 90 samples/sec"]
+           "Node[0] Epoch[0] Batch [0-5]\tSpeed: 100 samples/sec",
+           "Node[1] Epoch[0] Batch [0-5]\tSpeed: 90 samples/sec"]
     parsed = parse_lines(run + [f"Node[0] {start % 0}", "Node[0] Epoch[0] Batch [0-5]\tSpeed: 300 samples/sec"])
     assert parsed.restarts == [5]
     assert parsed.speed["samples_per_sec"].tolist() == [300.0]
@@ -126,7 +127,8 @@ def test_second_run_start_event_of_a_rank_is_a_restart():
 
 
 def test_tagged_worker_back_in_an_epoch_it_finished_is_a_restart():
-    lines = ["Node[0] Epoch[0] Batch [0-5]\tSpeed: 100 samples/sec", "Node[1] Epoch[0] Batch [0-5]\tSpeed: 90 samples/sec",
+    lines = ["Node[0] Epoch[0] Batch [0-5]\tSpeed: 100 samples/sec",
+             "Node[1] Epoch[0] Batch [0-5]\tSpeed: 90 samples/sec",
              "Node[0] Epoch[0] Time cost=1.0", "Node[1] Epoch[0] Time cost=1.1",
              "Node[0] Epoch[0] Validation-accuracy=0.5",  # after Time cost, still the same run
              "Node[0] Epoch[0] Batch [0-5]\tSpeed: 300 samples/sec"]

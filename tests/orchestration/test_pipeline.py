@@ -7,6 +7,8 @@ from dataclasses import asdict
 import pytest
 
 from mxbench import pipeline
+from mxbench.dag_run_failures import failed_runs, failure_message
+from mxbench.run_folder import write_json
 from mxbench.variants import Target, expand_runs, preset
 from mxbench_train.errors import MxbenchError
 
@@ -31,7 +33,7 @@ def test_parse_lists_runs_that_never_started(tmp_path):
     pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
     pipeline.parse_all(tmp_path)
     pipeline.join(tmp_path)
-    assert pipeline.failures(tmp_path) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
+    assert failed_runs(tmp_path) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
                                             "cause": "the run never started (an upstream task failed)"}]
 
 
@@ -133,8 +135,8 @@ def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(
         pipeline.prepare_data({"dataset": str(missing)}, tmp_path, tmp_path / "data")
     pipeline.parse_all(tmp_path)
     cause = f"data preparation failed: CIFAR-10 source {missing} does not exist"
-    assert {f["cause"] for f in pipeline.failures(tmp_path)} == {f"the run never started: {cause}"}
-    assert pipeline.verdict_of(tmp_path) == f"{cause} (2 run(s) not run)"
+    assert {f["cause"] for f in failed_runs(tmp_path)} == {f"the run never started: {cause}"}
+    assert failure_message(tmp_path) == f"{cause} (2 run(s) not run)"
 
 
 def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
@@ -145,13 +147,15 @@ def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
         pipeline.expand({"preset": "seed", "repeats": 1, "only_variants": ["8gpu-bs1024"]}, tmp_path, targets)
     with pytest.raises(MxbenchError, match="^expanding the variants failed: variant 8gpu-bs1024 needs 8 GPUs"):
         pipeline.parse_all(tmp_path)
-    assert pipeline.verdict_of(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
+    assert failure_message(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
 
 
 def test_task_timeout_is_the_run_deadline_plus_grace():
     from datetime import timedelta
 
-    assert pipeline.task_timeout({"run_timeout_minutes": 7}) == timedelta(minutes=12)
+    from mxbench.operators import task_timeout
+
+    assert task_timeout({"run_timeout_minutes": 7}) == timedelta(minutes=12)
 
 
 def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
@@ -162,8 +166,8 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        pipeline.write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
-        pipeline.write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
+        write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
+        write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         with pytest.raises(pipeline.RunFailed):
             pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
         assert leftover.wait(timeout=5) == -9
@@ -181,13 +185,13 @@ def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        pipeline.write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
-        pipeline.write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
+        write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
+        write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         pipeline.parse_all(tmp_path)
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
-    (failure,) = pipeline.failures(tmp_path)
+    (failure,) = failed_runs(tmp_path)
     assert failure["cause"] == "the run was interrupted (its task died mid-run); killed 1 leftover process(es)"
 
 
@@ -204,7 +208,7 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
         def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             # while this attempt hung, a retry moved its folder to attempts/ and started afresh
             run_dir.replace(tmp_path / "attempts-by-the-retry")
-            pipeline.write_json(run_dir / "meta.json", newer)
+            write_json(run_dir / "meta.json", newer)
             return launchers.Launched([], [])
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
@@ -257,9 +261,9 @@ def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
 def test_a_store_failure_fails_the_dag_run_though_every_run_measured(tmp_path):
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.md").write_text("# report")
-    assert pipeline.verdict_of(tmp_path) is None
-    pipeline.write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
-    assert pipeline.verdict_of(tmp_path) == ("storing the results in the results database failed: "
+    assert failure_message(tmp_path) is None
+    write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
+    assert failure_message(tmp_path) == ("storing the results in the results database failed: "
                                              "OperationalError: could not connect to server")
 
 
@@ -304,7 +308,7 @@ def test_every_stage_of_a_dag_run_begun_before_folders_were_keyed_by_dag_keeps_t
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import config, stages
+    from mxbench import config, dag_tasks
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
     run_id = "scheduled__2026-10-01T00:00:00+00:00"
@@ -313,11 +317,11 @@ def test_every_stage_of_a_dag_run_begun_before_folders_were_keyed_by_dag_keeps_t
     pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, legacy, TARGETS,
                     dag_id="mxbench_regression")
     dag_run = SimpleNamespace(dag_id="mxbench_regression")
-    stages.parse_logs.function(params={"launchers": ["local"]}, run_id=run_id, dag_run=dag_run)
-    stages.join_results.function({}, run_id=run_id, dag_run=dag_run)
-    built = stages.report.function({}, run_id=run_id, dag_run=dag_run)
+    dag_tasks.parse_logs.function(params={"launchers": ["local"]}, run_id=run_id, dag_run=dag_run)
+    dag_tasks.join_results.function({}, run_id=run_id, dag_run=dag_run)
+    built = dag_tasks.report.function({}, run_id=run_id, dag_run=dag_run)
     with pytest.raises(AirflowFailException, match=r"1 run\(s\) without a result:\ncpu1-bs32__local__r1: not run"):
-        stages.check_runs.function(run_id=run_id, dag_run=dag_run)
+        dag_tasks.check_runs.function(run_id=run_id, dag_run=dag_run)
     assert (legacy / "tables" / "summary.csv").is_file() and built["html"].startswith(str(legacy))
     assert not config.dag_run_dir("mxbench_regression", run_id).exists()
 
@@ -337,7 +341,7 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     old_venv, new_venv = envs / "mxnet-1.6.0-0123456789", envs / "mxnet-1.9.0-fedcba9876"
     for age, entry in ((86400, old_data), (0, new_data), (86400, old_venv), (0, new_venv)):
         (entry / "bin").mkdir(parents=True)
-        (entry / "bin" / "python").symlink_to(config.train_python())
+        (entry / "bin" / "python").symlink_to(config.train_env_python())
         os.utime(entry, (os.path.getmtime(entry) - age,) * 2)
     # later DAG runs' prepare_data and resolve_build prune what they did not use
     assert [p.path for p in caches.prune_data(data_root, used=[new_data])] == [old_data]

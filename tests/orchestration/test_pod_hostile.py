@@ -1,4 +1,4 @@
-"""A hostile pod against the Kubernetes launcher, on the loopback stand-in (tests/support/kube_standin.py).
+"""A hostile pod against the Kubernetes launcher, on the loopback stand-in (standins.kube).
 
 The pod's "python" is tests/fixtures/bin/python-hostile-pod: it trains nothing and prints a
 crafted outputs block (names aimed at the launcher's records and outside the run folder), a
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from conftest import core_api, pods_left
-from mxbench.launchers import kubernetes
+from mxbench.launchers import kubernetes_roles
 from mxbench.launchers.kubernetes import KubernetesLauncher
 from mxbench.launchers.kubernetes_pods import pod_settings
 from mxbench.variants import Variant
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import LaunchTimeout
+from mxbench_train.plan_runner import LaunchTimeout
 from mxbench_train.role_log import ECHO_LINE_CHARS, MAX_LINE_BYTES
 
 HOSTILE_PYTHON = Path(__file__).parents[1] / "fixtures" / "bin" / "python-hostile-pod"
@@ -89,11 +89,12 @@ def test_an_endless_line_is_capped_and_the_outputs_block_at_the_end_still_comes_
     assert b"mxbench outputs" not in text
     assert "Speed: 100.0" in (run_dir / "rank0.log").read_text()  # unpacked from behind 8 MiB of log
     out, _ = capfd.readouterr()
-    assert max(map(len, out.splitlines())) <= len("[worker-0@standin-node-1] ") + ECHO_LINE_CHARS + 100  # cut, saying so
+    # cut, saying so
+    assert max(map(len, out.splitlines())) <= len("[worker-0@standin-node-1] ") + ECHO_LINE_CHARS + 100
 
 
 def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, small_role_logs, monkeypatch, capfd):
-    monkeypatch.setattr(kubernetes, "FETCH_MAX_BYTES", 2 << 20)
+    monkeypatch.setattr(kubernetes_roles, "FETCH_MAX_BYTES", 2 << 20)
     run_dir, outcome = run_hostile(kube_standin, tmp_path, "endless")
     assert not isinstance(outcome, Exception), outcome
     _, err = capfd.readouterr()

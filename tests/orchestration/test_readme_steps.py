@@ -3,6 +3,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
 
 
@@ -13,6 +15,7 @@ def readme_steps():
     return [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
 
 
+@pytest.mark.slow
 def test_running_it_for_real_steps_work_on_a_new_home(tmp_path):
     steps = readme_steps()
     assert steps[-1] == "airflow standalone"

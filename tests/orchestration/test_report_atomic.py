@@ -4,9 +4,9 @@ import json
 import os
 
 import pytest
+from test_store import make_dag_dir, ok_runs
 
 from mxbench import pipeline, report
-from test_store import make_dag_dir, ok_runs
 
 FILES = ("report.html", "report.md", "summary.csv", "scaling.png", "epoch_time.png", "accuracy.png")
 

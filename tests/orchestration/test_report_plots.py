@@ -3,12 +3,13 @@ import pandas as pd
 import pytest
 
 from mxbench import report
+from mxbench.report import plots
 
 
 @pytest.fixture
 def figures(monkeypatch):
     kept = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: kept.append(fig))
+    monkeypatch.setattr(plots, "_save", lambda fig, path: kept.append(fig))
     return kept
 
 

@@ -3,7 +3,7 @@
 A compromised host must not become a compromised Airflow worker, and another local user of a
 shared host must not get into a run. Real components throughout: a hostile SFTP server built on
 paramiko's own server classes (in this process, on loopback), the real sshd hosts of
-``mxbench.loopback_sshd``, real MXNet training where a run is needed.
+``standins.sshd``, real MXNet training where a run is needed.
 """
 import json
 import os
@@ -19,16 +19,16 @@ import paramiko
 import pytest
 
 from conftest import train_python
+from mxbench import connections
+from mxbench.launchers import ssh as ssh_launcher
+from mxbench.launchers.ssh import SshLauncher
+from mxbench.launchers.ssh_commands import SshHost, host_settings, isolation_flag, role_command
+from mxbench.launchers.ssh_roles import RemoteRole
+from mxbench.launchers.ssh_transfer import FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, fetch_outputs
+from mxbench.variants import Variant
 from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
-
-from mxbench import connections
-from mxbench.launchers import ssh as ssh_launcher
-from mxbench.launchers.ssh import (FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, RemoteRole, SshLauncher,
-                                   fetch_outputs)
-from mxbench.launchers.ssh_commands import SshHost, host_settings, isolation_flag, role_command
-from mxbench.variants import Variant
 
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
 ONE_HOST = Variant("tiny1", "1 process (CPU)", 32, kvstore="local", num_layers=8, epochs=1, disp_batches=2)
@@ -353,7 +353,7 @@ def test_a_role_that_floods_keeps_a_capped_log_and_bounded_memory(ssh_hosts, mon
     assert data.startswith(b"HEAD: the P2P notice\nspam 000000\n") and data.endswith(b"x\nlast line\n")
     assert len(data) < 65536 + 200
     assert f"[mxbench: {sent - 65536} bytes of this log were dropped here".encode() in data
-    shown = "".join(l for l in capsys.readouterr().out.splitlines(True) if l.startswith("[worker-0@"))
+    shown = "".join(line for line in capsys.readouterr().out.splitlines(True) if line.startswith("[worker-0@"))
     assert "[worker-0@mxbench_ssh_1] HEAD: the P2P notice" in shown
     assert f"the rest is in {log} only" in shown
     assert len(shown) < 2 * 65536 + 1000  # the task log got about as much as the role log keeps
@@ -374,8 +374,8 @@ def test_an_endless_line_is_shown_cut_not_buffered(ssh_hosts, monkeypatch, tmp_p
         remote.close()
     finally:
         ssh.close()
-    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[worker-1@")]
-    assert lines and all(len(l) <= role_log.ECHO_LINE_CHARS + 100 for l in lines)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[worker-1@")]
+    assert lines and all(len(line) <= role_log.ECHO_LINE_CHARS + 100 for line in lines)
     assert lines[0].endswith("[line cut]")
 
 
@@ -484,7 +484,8 @@ def test_workdir_preparation_on_the_host_resolves_home_and_makes_folders_0700(mo
     assert done == {"workdir": str(tmp_path / "home/.cache/mxbench"), "run_dir": str(run),
                     "python": list(sys.version_info[:2])}
     for name in ("home/.cache/mxbench", "home/.cache/mxbench/runs", "home/.cache/mxbench/runs/d",
-                 "home/.cache/mxbench/runs/d/r", "home/.cache/mxbench/runs/d/r/h1", "home/.cache/mxbench/runs/d/r/h1/pids"):
+                 "home/.cache/mxbench/runs/d/r", "home/.cache/mxbench/runs/d/r/h1",
+                 "home/.cache/mxbench/runs/d/r/h1/pids"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o700, name
     (run / "stale.log").write_text("an earlier attempt's")
     other = prepare("~/.cache/mxbench", "d", "r", "h2")["run_dir"]  # another host, the same (NFS) home

@@ -18,13 +18,16 @@ from pathlib import Path
 import pytest
 
 from conftest import alive, train_python
-from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import LaunchTimeout, RoleFailed
-from mxbench_train.roles import Role
-
 from mxbench import connections
 from mxbench.launchers.ssh_commands import SshHost, host_settings, role_command, setup_command
 from mxbench.variants import Variant
+from mxbench_train.errors import MxbenchError
+from mxbench_train.localhost import free_port, processes, start_ticks
+from mxbench_train.plan_runner import LaunchTimeout, RoleFailed
+from mxbench_train.roles import Role
+from support.waiting import wait_for
+
+pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts
 
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
 ONE_HOST = Variant("tiny1", "1 process (CPU)", 32, kvstore="local", num_layers=8, epochs=1, disp_batches=2)
@@ -37,7 +40,8 @@ LONG = Variant("long2h", "2 hosts x 1 worker", 32, workers=2, hosts=2, kvstore="
 def use_hosts(monkeypatch, fleet, extras=({}, {}), connections_=None):
     """Point the mxbench_ssh_* connections at the fleet (the training env's python on each)."""
     for i, conn_id in enumerate(CONN_IDS):
-        conn = connections_[i] if connections_ else fleet.connection(i, **{"mxbench_python": train_python(), **extras[i]})
+        conn = connections_[i] if connections_ else \
+            fleet.connection(i, **{"mxbench_python": train_python(), **extras[i]})
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
     return {"ssh_connections": list(CONN_IDS)}
 
@@ -85,21 +89,11 @@ def before_removal(monkeypatch, fleet, run_dir):
 
 
 def children_of(parent):
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            found.append(int(stat.parent.name))
-    return found
+    return [pid for pid, stat in processes() if stat.ppid == parent]
 
 
 def wait_all_dead(pids, seconds=10.0):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and any(alive(p) for p in pids):
-        time.sleep(0.1)
+    wait_for(lambda: not any(alive(p) for p in pids), timeout=seconds, interval=0.1)
     return [p for p in pids if alive(p)]
 
 
@@ -133,7 +127,8 @@ def test_connection_extras_are_checked_before_anything_runs():
     assert (ok.address, ok.workdir, ok.python, ok.data_dir) == ("127.0.0.2", "/srv/mx", "/opt/py/bin/python", None)
     assert host_settings("c", "localhost", {}).address == "127.0.0.1"  # roles bind an address, not a name
     assert host_settings("c", "gpu1.example", {"mxbench_address": "10.1.2.3"}).address == "10.1.2.3"
-    for extra, why in [({"mxbench_workdir": "relative/dir"}, "absolute"), ({"mxbench_python": "py\nthon"}, "interpreter"),
+    for extra, why in [({"mxbench_workdir": "relative/dir"}, "absolute"),
+                       ({"mxbench_python": "py\nthon"}, "interpreter"),
                        ({"mxbench_python": "-c"}, "interpreter"), ({"mxbench_python": "A=B"}, "interpreter"),
                        ({"mxbench_data_dir": "data"}, "absolute")]:
         with pytest.raises(MxbenchError, match=why):
@@ -309,7 +304,7 @@ def test_reap_kills_what_an_earlier_attempt_left_on_a_host(ssh_hosts, monkeypatc
     (remote / "pids").mkdir(parents=True)
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        start = int(Path(f"/proc/{leftover.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        start = start_ticks(leftover.pid)
         (remote / "pids" / "worker-1.json").write_text(json.dumps({"worker-1": {"pid": leftover.pid, "start": start}}))
         (run_dir / "remote.json").write_text(json.dumps([{"conn_id": "mxbench_ssh_2", "address": "127.0.0.2",
                                                           "run_dir": str(remote)}]))
@@ -321,16 +316,9 @@ def test_reap_kills_what_an_earlier_attempt_left_on_a_host(ssh_hosts, monkeypatc
 
 # --- connection faults: each names the host and the cause ---------------------------------------
 
-def free_port(address):
-    import socket
-
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
 def test_a_dead_host_is_named_with_its_cause(ssh_hosts, monkeypatch):
-    dead = {**ssh_hosts.connection(0, mxbench_python=train_python()), "host": "127.0.0.3", "port": free_port("127.0.0.3")}
+    dead = {**ssh_hosts.connection(0, mxbench_python=train_python()), "host": "127.0.0.3",
+            "port": free_port("127.0.0.3")}
     params = use_hosts(monkeypatch, ssh_hosts,
                        connections_=[ssh_hosts.connection(0, mxbench_python=train_python()), dead])
     started = time.monotonic()
@@ -358,7 +346,8 @@ def test_an_unknown_or_wrong_host_key_is_refused_while_checking_is_on(ssh_hosts,
         launcher(params).target()
     # turning checking off is explicit, and then the unknown key is accepted
     unknown["extra"]["no_host_key_check"] = True
-    params = use_hosts(monkeypatch, ssh_hosts, connections_=[unknown, ssh_hosts.connection(1, mxbench_python=train_python())])
+    params = use_hosts(monkeypatch, ssh_hosts,
+                       connections_=[unknown, ssh_hosts.connection(1, mxbench_python=train_python())])
     assert launcher(params).target().hosts == 2
 
 
@@ -411,7 +400,7 @@ def test_a_connection_lost_mid_run_fails_the_run_naming_the_host_and_stops_every
 
 
 def test_a_changed_file_on_the_host_is_copied_again(ssh_hosts, monkeypatch, cifar_rec, tmp_path):
-    from mxbench.launchers.ssh import local_manifest, stage
+    from mxbench.launchers.ssh_transfer import local_manifest, stage
 
     host = ssh_hosts.hosts[0]
     ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
@@ -438,8 +427,9 @@ def test_a_shared_data_folder_is_used_as_is_and_checked(ssh_hosts, monkeypatch, 
 
     shared = tmp_path / "shared"
     shutil.copytree(cifar_rec, shared)
-    params = use_hosts(monkeypatch, ssh_hosts, ({"mxbench_data_dir": str(shared), "mxbench_env": {"MXBENCH_MARK": "a b"}},
-                                                {"mxbench_data_dir": str(shared)}))
+    params = use_hosts(monkeypatch, ssh_hosts,
+                       ({"mxbench_data_dir": str(shared), "mxbench_env": {"MXBENCH_MARK": "a b"}},
+                        {"mxbench_data_dir": str(shared)}))
     run_dir = run_dir_for(tmp_path)
     launched = launcher(params).execute(ONE_HOST, cifar_rec, run_dir, 300)
     plan, results = launched.plan, launched.results

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mxbench import cli, store
+from standins import postgres
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CPU_BOX = {"python": "3.11.9", "host": "box-1", "cpu_model": "AMD EPYC 7B13", "cpu_count": 2,
@@ -78,11 +79,7 @@ def url(request, tmp_path):
         return f"sqlite:///{tmp_path / 'results.db'}"
     server = request.getfixturevalue("postgres_url")
     name = f"store_test_{next(_databases)}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    return server.rsplit("/", 1)[0] + f"/{name}"
+    return postgres.create_database(server, name)
 
 
 def count(url, table):
@@ -210,7 +207,8 @@ def test_migrate_an_empty_database_twice(url):
     assert store.migrate(url) == HEAD
     with store.engine(url).connect() as connection:
         inspector = sa.inspect(connection)
-        assert {"dag_runs", "repeats", "variants", "environments", "alembic_version"} <= set(inspector.get_table_names())
+        assert ({"dag_runs", "repeats", "variants", "environments", "alembic_version"}
+                <= set(inspector.get_table_names()))
         assert "ix_repeats_baseline" in {i["name"] for i in inspector.get_indexes("repeats")}
 
 
@@ -226,7 +224,7 @@ def test_the_migrated_schema_is_schema_py(url):
 
 def test_upgrade_a_0001_database_keeps_its_data(url, tmp_path):
     with store.engine(url).begin() as connection:
-        cfg = store._alembic_config(connection)
+        cfg = store.alembic_config(connection)
         command.upgrade(cfg, "0001")
         columns = {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
         assert "machine_set" not in columns
@@ -488,7 +486,7 @@ def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path):
 
 def upgrade_to(url, revision):
     with store.engine(url).begin() as connection:
-        command.upgrade(store._alembic_config(connection), revision)
+        command.upgrade(store.alembic_config(connection), revision)
 
 
 def test_upgrade_a_0002_database_keeps_every_row_under_the_dag_that_wrote_it(url, tmp_path):
@@ -538,7 +536,7 @@ def test_downgrade_to_0002_keeps_the_rows(url, tmp_path):
     store.record_dag_run(url, make_dag_dir(tmp_path, "run1", ok_runs()), dag_id="mxbench_regression",
                          run_id=SHARED_ID, trigger="scheduled")
     with store.engine(url).begin() as connection:
-        command.downgrade(store._alembic_config(connection), "0002")
+        command.downgrade(store.alembic_config(connection), "0002")
         assert "dag_id" not in {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
     assert [(r["dag_run"], r["samples_per_sec"]) for r in rows(url, "repeats")] == [(SHARED_ID, 100.0),
                                                                                     (SHARED_ID, 102.0)]
@@ -591,7 +589,7 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     import traceback
     from types import SimpleNamespace
 
-    from mxbench import config, pipeline, stages
+    from mxbench import config, dag_run_failures, dag_tasks, pipeline
     from mxbench.report import build_report
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
@@ -603,13 +601,13 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     dag_run = SimpleNamespace(dag_id="mxbench_benchmark", run_type="manual", logical_date=None,
                               data_interval_start=None, data_interval_end=None)
     with pytest.raises(store.StoreError) as raised:
-        stages.store_results.function({}, params={}, dag_run=dag_run, run_id="manual__1")
+        dag_tasks.store_results.function({}, params={}, dag_run=dag_run, run_id="manual__1")
     printed = capsys.readouterr()
     log = "".join(traceback.format_exception(raised.value)) + printed.out + printed.err
     stored = (dag_dir / "stored.json").read_text()
     assert "not a database URL" in stored and "not a database URL" in log
     assert SECRET not in stored and SECRET not in log
-    failure = pipeline.verdict_of(dag_dir)  # what check_runs fails the DAG run with
+    failure = dag_run_failures.failure_message(dag_dir)  # what check_runs fails the DAG run with
     assert "storing the results in the results database failed" in failure and SECRET not in failure
 
 
@@ -628,7 +626,7 @@ def test_the_regression_check_quotes_no_password_of_a_store_that_fails_under_it(
     import traceback
     from types import SimpleNamespace
 
-    from mxbench import config, stages
+    from mxbench import config, dag_tasks
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
     url = f"sqlite:///{tmp_path / 'results.db'}"
@@ -637,7 +635,7 @@ def test_the_regression_check_quotes_no_password_of_a_store_that_fails_under_it(
                               data_interval_start=T0, data_interval_end=T0)
     dag_dir = config.dag_run_dir("mxbench_regression", "scheduled__1")
     make_dag_dir(dag_dir.parent, dag_dir.name, ok_runs())
-    stored = stages.store_results.function({}, params={}, dag_run=dag_run, run_id="scheduled__1")
+    stored = dag_tasks.store_results.function({}, params={}, dag_run=dag_run, run_id="scheduled__1")
     secret_url = f"postgresql+psycopg2://u:{SECRET}@db.example/results"
     monkeypatch.setenv("MXBENCH_RESULTS_URL", secret_url)
 
@@ -649,7 +647,7 @@ def test_the_regression_check_quotes_no_password_of_a_store_that_fails_under_it(
 
     monkeypatch.setattr(store, "baseline", driver_failure)
     with pytest.raises(store.StoreError) as raised:
-        stages.check_regression.function(stored, params={"baseline_runs": 3, "min_drop": 0.05},
+        dag_tasks.check_regression.function(stored, params={"baseline_runs": 3, "min_drop": 0.05},
                                          run_id="scheduled__1", dag_run=dag_run)
     log = "".join(traceback.format_exception(raised.value))
     assert "lost postgresql+psycopg2://u:***@db.example/results mid-query" in log and SECRET not in log

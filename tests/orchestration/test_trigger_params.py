@@ -2,7 +2,7 @@
 and an SSH host never gets the worker's ssh-agent keys unless its connection asks.
 
 Real components: Airflow connections from AIRFLOW_CONN_* through the providers' hooks, two real
-sshd on loopback (mxbench.loopback_sshd), a real ssh-agent, the Kubernetes stand-in, and a plain
+sshd on loopback (standins.sshd), a real ssh-agent, the Kubernetes stand-in, and a plain
 TCP listener that counts whoever connects (an unmarked connection must never reach it).
 """
 import json
@@ -14,11 +14,10 @@ import time
 import pytest
 
 from conftest import kubernetes_connection, train_python
-from support.counting_listener import counting_listener
-from mxbench_train.errors import MxbenchError
-
 from mxbench import connections
 from mxbench.launchers.ssh import connect
+from mxbench_train.errors import MxbenchError
+from support.counting_listener import counting_listener
 
 MARKING = 'an administrator marks a connection by an id starting with \'mxbench_\' or by "mxbench": true in its extra'
 

@@ -2,8 +2,18 @@
 import jsonschema
 import pytest
 
-from mxbench.variants import (PARAMS_SCHEMA, SEED_REFERENCE, Target, VariantError, check_fits, cpu_demo_preset,
-                              expand_runs, preset, seed_preset, select_variants)
+from mxbench.variants import (
+    PARAMS_SCHEMA,
+    SEED_REFERENCE,
+    Target,
+    VariantError,
+    check_fits,
+    cpu_demo_preset,
+    expand_runs,
+    preset,
+    seed_preset,
+    select_variants,
+)
 
 NO_GPU = {"local": Target("local", hosts=1, gpus_per_host=0)}
 LOCAL = {"local": Target("local", hosts=1, gpus_per_host=0, one_machine=True)}

@@ -69,8 +69,8 @@ def runs(rows):
 
 def legs(starts):
     """(launcher, repeat, start) -> runs of 10 s each."""
-    return runs([{"variant": "v", "launcher": l, "repeat": r, "started_at": t, "ended_at": t + 10,
-                  "samples_per_sec": 8000.0 if l == "ssh" else 7600.0} for l, r, t in starts])
+    return runs([{"variant": "v", "launcher": launcher, "repeat": r, "started_at": t, "ended_at": t + 10,
+                  "samples_per_sec": 8000.0 if launcher == "ssh" else 7600.0} for launcher, r, t in starts])
 
 
 def test_the_ratio_table_says_how_the_legs_were_ordered():

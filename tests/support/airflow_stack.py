@@ -2,17 +2,19 @@
 SQLite metadata DB) in a scratch home, on a free loopback port, with this checkout's DAGs and
 plugins. Users log in through the simple auth manager with passwords the stack chooses. Stopped
 by process group at the end; ``stop()`` says which processes outlived it."""
+import contextlib
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from mxbench_train.localhost import free_port, is_running
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -21,21 +23,6 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 USERS = {"admin": "admin", "viewer": "viewer", "outsider": ""}
 PROCESSES = {"api-server": ["api-server", "--workers", "1"], "dag-processor": ["dag-processor"],
              "scheduler": ["scheduler"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def alive(pid) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class Response:
@@ -128,17 +115,38 @@ class AirflowStack:
             except ProcessLookupError:
                 pass
             proc.wait()
-        return [p.pid for p in self.procs if alive(p.pid)]
+        return [p.pid for p in self.procs if is_running(p.pid)]
+
+    @contextlib.contextmanager
+    def stopped_at_end(self):
+        """For a with block that starts the stack: stops it when the block ends, however it ends, and
+        asserts that none of its processes outlived it."""
+        try:
+            yield self
+        finally:
+            left = self.stop()
+            assert not left, f"processes outlived the stack in {self.home}: {left}"
+
+    def ended(self) -> list:
+        """The names of the stack's processes that ended (none should while it runs)."""
+        return [p.args[1] for p in self.procs if p.poll() is not None]
 
     def wait_for(self, condition, timeout: float, what: str, every: float = 2):
+        """Call condition every ``every`` seconds until it returns something true, and return that;
+        AssertionError when a process of the stack ended (with its log's last lines, which usually
+        say why: a missing module, a port taken) or after ``timeout`` seconds."""
         end = time.monotonic() + timeout
         while True:
             value = condition()
             if value:
                 return value
-            dead = [p.args[1] for p in self.procs if p.poll() is not None]
-            if dead or time.monotonic() > end:
-                raise AssertionError(f"{what}: {', '.join(dead) + ' ended' if dead else 'timed out'}; logs in {self.logs}")
+            dead = self.ended()
+            if dead:
+                tail = (self.logs / f"{dead[0]}.log").read_text(errors="replace")[-1500:]
+                raise AssertionError(f"{what}: {', '.join(dead)} ended; logs in {self.logs}; {dead[0]}'s last "
+                                     f"lines:\n{tail}")
+            if time.monotonic() > end:
+                raise AssertionError(f"{what}: timed out; logs in {self.logs}")
             time.sleep(every)
 
     # --- HTTP ---------------------------------------------------------------------------------

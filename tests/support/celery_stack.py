@@ -22,7 +22,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from .airflow_stack import AIRFLOW, PROCESSES, REPO, AirflowStack, alive, free_port
+from mxbench_train.localhost import descendants, free_port, is_running
+from standins import postgres
+
+from .airflow_stack import AIRFLOW, PROCESSES, REPO, AirflowStack
 from .s3_server import S3Server
 
 REDIS_SERVER = "/usr/bin/redis-server"
@@ -89,24 +92,6 @@ class Redis:
                 self.proc.wait()
 
 
-def descendants(pid: int) -> list:
-    """Every process below ``pid`` by parent links, read from /proc (trainers run in sessions of
-    their own, so a process group would miss them)."""
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -168,20 +153,13 @@ class CeleryStack(AirflowStack):
     def prepare(self):
         """Redis, the S3 server and its bucket, the two databases; then the metadata DB migrated,
         the pools made and the DAGs serialized (``AirflowStack.prepare``)."""
-        import sqlalchemy as sa
-
         self.preflight()
         self.redis = Redis(self.home / "redis")
         self.s3 = S3Server(self.logs / "s3.log")
         self.s3.create_bucket(self.bucket)
         self.env.update({"AIRFLOW__CELERY__BROKER_URL": self.redis.url, **self.s3.connection(ARTIFACTS_CONN)})
-        admin = sa.create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as connection:
-                for url in (self.metadata_url, self.results_url):
-                    connection.execute(sa.text(f'CREATE DATABASE "{url.database}"'))
-        finally:
-            admin.dispose()
+        for url in (self.metadata_url, self.results_url):
+            postgres.create_database(self.admin_url, url.database)
         super().prepare()
 
     def preflight(self):
@@ -192,7 +170,8 @@ class CeleryStack(AirflowStack):
             done = subprocess.run([python, "-c", f"import {module}"], env=self.env, capture_output=True, text=True,
                                   timeout=120)
             if done.returncode != 0:
-                cause = next((line for line in reversed(done.stderr.splitlines()) if "Error" in line), done.stderr[-500:])
+                cause = next((line for line in reversed(done.stderr.splitlines()) if "Error" in line),
+                             done.stderr[-500:])
                 raise RuntimeError(f"{what} cannot be imported ({cause.strip()}): check requirements.txt "
                                    "and rerun scripts/setup.sh")
 
@@ -202,7 +181,7 @@ class CeleryStack(AirflowStack):
         super().start(names)
         for name in names:
             if name in self.worker_names:
-                self.wait_for(lambda: b" ready." in (self.logs / f"{name}.log").read_bytes(), 120,
+                self.wait_for(lambda name=name: b" ready." in (self.logs / f"{name}.log").read_bytes(), 120,
                               f"celery worker {name}", every=1)
 
     def _spawn(self, name: str):
@@ -223,21 +202,10 @@ class CeleryStack(AirflowStack):
     def process(self, name: str) -> subprocess.Popen:
         return next(p for p in self.procs if self.names[p.pid] == name)
 
-    def wait_for(self, condition, timeout: float, what: str, every: float = 2):
-        """As AirflowStack's, naming the process that ended; a worker killed on purpose is not one."""
-        end = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            dead = [self.names[p.pid] for p in self.procs if p.poll() is not None and self.names[p.pid] not in self.killed]
-            if dead:  # its last lines usually say why (a missing module, a port taken)
-                tail = (self.logs / f"{dead[0]}.log").read_text(errors="replace")[-1500:]
-                raise AssertionError(f"{what}: {', '.join(dead)} ended; logs in {self.logs}; {dead[0]}'s last "
-                                     f"lines:\n{tail}")
-            if time.monotonic() > end:
-                raise AssertionError(f"{what}: timed out; logs in {self.logs}")
-            time.sleep(every)
+    def ended(self) -> list:
+        """As AirflowStack's (what its ``wait_for`` checks), by this stack's process names; a worker
+        killed on purpose is not one."""
+        return [self.names[p.pid] for p in self.procs if p.poll() is not None and self.names[p.pid] not in self.killed]
 
     def kill_worker(self, name: str) -> list:
         """Worker ``name``'s machine dies: SIGKILL to the worker and everything below it at once,
@@ -263,9 +231,9 @@ class CeleryStack(AirflowStack):
         self.killed.add(name)
         proc.wait(timeout=30)
         end = time.monotonic() + 30
-        while any(alive(pid) for pid in frozen) and time.monotonic() < end:
+        while any(is_running(pid) for pid in frozen) and time.monotonic() < end:
             time.sleep(0.2)
-        left = [pid for pid in frozen if alive(pid)]
+        left = [pid for pid in frozen if is_running(pid)]
         assert not left, f"processes of worker {name} outlived SIGKILL: {left}"
         return sorted(frozen)
 
@@ -278,9 +246,9 @@ class CeleryStack(AirflowStack):
             if server is not None:
                 server.stop()
         end = time.monotonic() + 10
-        while any(alive(pid) for pid in tracked) and time.monotonic() < end:
+        while any(is_running(pid) for pid in tracked) and time.monotonic() < end:
             time.sleep(0.2)
-        return left + sorted(pid for pid in tracked if alive(pid))
+        return left + sorted(pid for pid in tracked if is_running(pid))
 
     # --- the artifact store, as a test reads it ----------------------------------------------------
 

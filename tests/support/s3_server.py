@@ -5,12 +5,13 @@ names the ``endpoint_url``."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from mxbench_train.localhost import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MOTO_SERVER = REPO / ".venv" / "s3" / "bin" / "moto_server"
@@ -18,18 +19,12 @@ MOTO_SERVER = REPO / ".venv" / "s3" / "bin" / "moto_server"
 ACCESS_KEY, SECRET_KEY = "mxbench-test-key", "mxbench-test-secret"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class S3Server:
     def __init__(self, log_path: Path):
         if not MOTO_SERVER.exists():
             raise RuntimeError(f"{MOTO_SERVER} is missing: run scripts/setup.sh (it makes .venv/s3 from "
                                "requirements-s3.txt)")
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
         with open(self.log_path, "wb") as log:
@@ -44,7 +39,7 @@ class S3Server:
             except (urllib.error.URLError, ConnectionError, OSError):
                 if self.proc.poll() is not None or time.monotonic() > end:
                     self.stop()
-                    raise RuntimeError(f"moto's S3 server did not start: {self.log_path.read_text()[-2000:]}")
+                    raise RuntimeError(f"moto's S3 server did not start: {self.log_path.read_text()[-2000:]}") from None
                 time.sleep(0.2)
 
     def create_bucket(self, name: str) -> None:
@@ -68,7 +63,7 @@ class S3Server:
                 query += f"&continuation-token={urllib.request.quote(token)}"
             tree = ET.fromstring(urllib.request.urlopen(f"{self.endpoint}/{bucket}?{query}", timeout=10).read())
             ns = {"s3": tree.tag.split("}")[0].strip("{")} if tree.tag.startswith("{") else {}
-            find = (lambda e, tag: e.findall(f"s3:{tag}", ns)) if ns else (lambda e, tag: e.findall(tag))
+            find = (lambda e, tag, ns=ns: e.findall(f"s3:{tag}", ns)) if ns else (lambda e, tag: e.findall(tag))
             keys += [c.find("s3:Key", ns).text if ns else c.find("Key").text for c in find(tree, "Contents")]
             nxt = find(tree, "NextContinuationToken")
             if not nxt:

@@ -18,6 +18,8 @@ import pytest
 
 from conftest import train_python
 
+pytestmark = pytest.mark.slow  # builds MXNet venvs
+
 BUILD = {"package": "mxnet==1.9.0", "version": "1.9.0",
          "spec": ["mxnet==1.9.0", "numpy<1.24", "opencv-python-headless==4.11.0.86"]}
 OTHER_BUILD = {"package": "mxnet==1.8.0.post0", "version": "1.8.0.post0", "spec": ["mxnet==1.8.0.post0"]}
@@ -91,7 +93,6 @@ def made(tmp_path_factory):
     return workdir, results, time.monotonic() - started
 
 
-@pytest.mark.slow
 def test_first_use_makes_a_venv_with_the_builds_mxnet_once(made):
     workdir, results, seconds = made
     print(f"first use: made the mxnet==1.9.0 venv in {seconds:.1f} s (its own figure: "
@@ -123,7 +124,6 @@ def test_first_use_makes_a_venv_with_the_builds_mxnet_once(made):
     assert stamp["spec"] == BUILD["spec"] and stamp["mxnet_version"] == "1.9.0"
 
 
-@pytest.mark.slow
 def test_the_second_call_reuses_the_venv_fast(made):
     workdir, results, _ = made
     stamp = Path(results[0]["venv"]) / ".mxbench-build.json"
@@ -137,7 +137,6 @@ def test_the_second_call_reuses_the_venv_fast(made):
     assert stamp.stat().st_mtime_ns == before
 
 
-@pytest.mark.slow
 def test_check_only_passes_the_made_build_and_names_a_missing_one(made):
     workdir, results, _ = made
     done, _ = host_build(workdir, BUILD, "--check-only")
@@ -150,7 +149,6 @@ def test_check_only_passes_the_made_build_and_names_a_missing_one(made):
     assert sorted(p.name for p in (workdir / "builds").iterdir()) == entries  # nothing made, no lock file
 
 
-@pytest.mark.slow
 def test_an_updated_trainer_is_copied_again_not_remade(made):
     workdir, results, _ = made
     venv = Path(results[0]["venv"])

@@ -13,45 +13,15 @@ import time
 
 import pytest
 
-from conftest import alive
-from mxbench_train.launcher import KILL_GRACE_S
+from mxbench_train.localhost import group_members, is_running, start_ticks
+from mxbench_train.plan_runner import KILL_GRACE_S
+from support.waiting import wait_for
 
 # sleepers never hold the supervisor's stdout: reading it to EOF must not wait for them
 QUIET = ">/dev/null 2>&1"
 # a role with a grandchild in its process group, both sleeping
 SH_WITH_GRANDCHILD = ["sh", "-c", f"sleep 300 {QUIET} & echo ready; exec sleep 300 {QUIET}"]
 
-
-
-def start_time(pid):
-    """Field 22 of /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
-
-
-def group(pgid):
-    """Live (non-zombie) processes in process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(pgrp) == pgid and state != "Z":
-            members.append(int(entry))
-    return members
-
-
-def wait_for(predicate, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def read_line(stream, timeout=10.0):
@@ -140,8 +110,8 @@ def test_role_exit_kills_what_it_left_in_its_group(supervisor):
     grandchild = int(read_line(proc.stdout))
     rc, _, err = finish(proc)
     assert rc == 0, err
-    assert wait_for(lambda: not alive(grandchild), 5), "the role's leftover outlived the supervisor"
-    assert group(role_pid(pid_file)) == []
+    assert wait_for(lambda: not is_running(grandchild), 5), "the role's leftover outlived the supervisor"
+    assert group_members(role_pid(pid_file)) == []
 
 
 def test_environment_and_argv_pass_as_is_without_a_shell(supervisor, tmp_path):
@@ -183,9 +153,9 @@ def test_channel_eof_kills_role_and_grandchild(supervisor):
     assert read_line(proc.stdout) == "ready\n"
     pid = role_pid(pid_file)  # the role may print before the supervisor has written the file
     record = json.loads(pid_file.read_text())
-    assert alive(pid) and record == {"worker-0": {"pid": pid, "start": start_time(pid)}}
-    assert wait_for(lambda: len(group(pid)) >= 2), "the grandchild is not in the role's group"
-    members = group(pid)
+    assert is_running(pid) and record == {"worker-0": {"pid": pid, "start": start_ticks(pid)}}
+    assert wait_for(lambda: len(group_members(pid)) >= 2), "the grandchild is not in the role's group"
+    members = group_members(pid)
 
     began = time.monotonic()
     proc.stdin.close()  # what the launcher does; sshd does the same when the launcher dies
@@ -193,7 +163,7 @@ def test_channel_eof_kills_role_and_grandchild(supervisor):
     assert time.monotonic() - began < KILL_GRACE_S, "SIGTERM should have been enough, not the SIGKILL"
     assert rc == 128 + signal.SIGTERM
     assert err == "mxbench supervise: worker-0: channel closed, stopping the role\n"
-    assert wait_for(lambda: not any(alive(p) for p in members), 5)
+    assert wait_for(lambda: not any(is_running(p) for p in members), 5)
 
 
 def test_role_ignoring_sigterm_is_killed_after_the_grace(supervisor):
@@ -207,7 +177,7 @@ def test_role_ignoring_sigterm_is_killed_after_the_grace(supervisor):
     elapsed = time.monotonic() - began
     assert rc == 128 + signal.SIGKILL, err
     assert KILL_GRACE_S - 0.5 <= elapsed < KILL_GRACE_S + 3
-    assert group(pid) == []
+    assert group_members(pid) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -215,28 +185,28 @@ def test_stop_signal_to_supervisor_stops_role(supervisor, sig):
     proc, pid_file = supervisor(*SH_WITH_GRANDCHILD)
     assert read_line(proc.stdout) == "ready\n"
     pid = role_pid(pid_file)
-    assert wait_for(lambda: len(group(pid)) >= 2)
+    assert wait_for(lambda: len(group_members(pid)) >= 2)
     proc.send_signal(sig)
     rc, _, err = finish(proc, timeout=KILL_GRACE_S + 5)
     assert rc == 128 + signal.SIGTERM  # the role got SIGTERM from the supervisor, whatever it got itself
     assert err == f"mxbench supervise: worker-0: got {sig.name}, stopping the role\n"
-    assert wait_for(lambda: group(pid) == [], 5)
+    assert wait_for(lambda: group_members(pid) == [], 5)
 
 
 def test_supervisor_sigkilled_role_dies_and_reap_gets_the_rest(supervisor, tmp_path):
     proc, pid_file = supervisor(*SH_WITH_GRANDCHILD)
     assert read_line(proc.stdout) == "ready\n"
     pid = role_pid(pid_file)
-    assert wait_for(lambda: len(group(pid)) >= 2)
+    assert wait_for(lambda: len(group_members(pid)) >= 2)
     proc.kill()
     proc.wait(timeout=5)
-    assert wait_for(lambda: not alive(pid), 5), "the role outlived its SIGKILLed supervisor"
-    leftovers = group(pid)
+    assert wait_for(lambda: not is_running(pid), 5), "the role outlived its SIGKILLed supervisor"
+    leftovers = group_members(pid)
     assert leftovers, "nothing left for reap: PR_SET_PDEATHSIG reaches the role only"
 
     assert run_reap(pid_file.parent) == [["worker-0", pid]]
-    assert wait_for(lambda: group(pid) == [], 5)
-    assert not any(alive(p) for p in leftovers)
+    assert wait_for(lambda: group_members(pid) == [], 5)
+    assert not any(is_running(p) for p in leftovers)
 
 
 # --- the channel goes silent: no EOF ever comes ---------------------------------------------------
@@ -247,15 +217,15 @@ def test_heartbeats_keep_the_role_and_silence_stops_it(supervisor):
     proc, pid_file = supervisor(*SH_WITH_GRANDCHILD, options=("--heartbeat-timeout", f"{timeout}"))
     assert read_line(proc.stdout) == "ready\n"
     pid = role_pid(pid_file)
-    assert wait_for(lambda: len(group(pid)) >= 2)
-    members = group(pid)
+    assert wait_for(lambda: len(group_members(pid)) >= 2)
+    members = group_members(pid)
 
     end = time.monotonic() + 3.0  # twice the timeout: only the heartbeats keep it going
     while time.monotonic() < end:
         proc.stdin.write("x")  # the byte means nothing but "still here"
         proc.stdin.flush()
         time.sleep(0.3)
-    assert proc.poll() is None and alive(pid), "the role was stopped despite the heartbeats"
+    assert proc.poll() is None and is_running(pid), "the role was stopped despite the heartbeats"
     proc.stdin.write("\n")  # the last heartbeat; stdin stays open, as over a dead connection
     proc.stdin.flush()
     silent_since = time.monotonic()
@@ -265,7 +235,7 @@ def test_heartbeats_keep_the_role_and_silence_stops_it(supervisor):
     assert timeout - 0.2 <= elapsed < timeout + KILL_GRACE_S, elapsed
     assert rc == 128 + signal.SIGTERM
     assert err == "mxbench supervise: worker-0: no heartbeat from the launcher for 1.5 s, stopping the role\n"
-    assert wait_for(lambda: not any(alive(p) for p in members), 5)
+    assert wait_for(lambda: not any(is_running(p) for p in members), 5)
 
 
 def test_without_heartbeat_timeout_silence_is_not_a_reason_to_stop(supervisor):
@@ -273,7 +243,7 @@ def test_without_heartbeat_timeout_silence_is_not_a_reason_to_stop(supervisor):
     assert read_line(proc.stdout) == "ready\n"
     pid = role_pid(pid_file)
     time.sleep(3.0)
-    assert proc.poll() is None and alive(pid), "stopped with no heartbeat asked for"
+    assert proc.poll() is None and is_running(pid), "stopped with no heartbeat asked for"
     proc.stdin.close()
     rc, _, err = finish(proc, timeout=KILL_GRACE_S + 5)
     assert rc == 128 + signal.SIGTERM
@@ -305,10 +275,10 @@ def test_reap_kills_recorded_process_and_spares_a_reused_pid(tmp_path):
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         (pids_dir / "server-0.json").write_text(
-            json.dumps({"server-0": {"pid": live.pid, "start": start_time(live.pid)}}))
+            json.dumps({"server-0": {"pid": live.pid, "start": start_ticks(live.pid)}}))
         # the recorded start time is not this process's: its pid was reused, it must be left alone
         (pids_dir / "server-1.json").write_text(
-            json.dumps({"server-1": {"pid": stranger.pid, "start": start_time(stranger.pid) - 1}}))
+            json.dumps({"server-1": {"pid": stranger.pid, "start": start_ticks(stranger.pid) - 1}}))
         (pids_dir / "notes.txt").write_text("not a pid file")
         assert run_reap(pids_dir) == [["server-0", live.pid]]
         assert live.wait(timeout=5) == -signal.SIGKILL

@@ -10,6 +10,8 @@ import pytest
 from conftest import run_trainer
 from mxbench_train import telemetry
 from mxbench_train.events import parse_event
+from mxbench_train.localhost import is_running
+from support.waiting import wait_for
 
 STAND_IN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
 
@@ -77,25 +79,15 @@ time.sleep(300)
 """
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_sigkilled_trainer_takes_its_gpu_sampler_with_it(fake_gpus, tmp_path):
     trainer = subprocess.Popen([sys.executable, "-c", SAMPLING_TRAINER, tmp_path / "gpu.csv"],
                                stdout=subprocess.PIPE, text=True)
     try:
         sampler_pid = int(trainer.stdout.readline())
-        assert alive(sampler_pid)
+        assert is_running(sampler_pid)
         trainer.kill()
         trainer.wait()
-        end = time.monotonic() + 5
-        while alive(sampler_pid) and time.monotonic() < end:
-            time.sleep(0.05)
-        assert not alive(sampler_pid)
+        wait_for(lambda: not is_running(sampler_pid), timeout=5)
+        assert not is_running(sampler_pid)
     finally:
         trainer.kill()

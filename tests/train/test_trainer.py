@@ -31,7 +31,8 @@ def test_training_on_the_generated_rec_prints_mxnet_standard_lines(cifar_rec, tm
     assert start["batch_size"] == 50 and start["devices"] == ["cpu(0)"] and start["kvstore"] == "local"
     assert start["environment"]["mxnet_version"] == "1.9.1" and "DIST_KVSTORE" in start["environment"]["mxnet_features"]
     assert start["environment"]["gpu"]["available"] is False
-    assert end["status"] == "ok" and end["exit_code"] == 0 and end["epochs_completed"] == 2 and end["images_seen"] == 2 * 1000
+    assert end["status"] == "ok" and end["exit_code"] == 0 and end["epochs_completed"] == 2 \
+        and end["images_seen"] == 2 * 1000
     assert end["gpu"] == {"available": False, "reason": "training on the CPU"}
 
 
@@ -43,6 +44,7 @@ def test_benchmark_mode_trains_on_synthetic_batches_without_data_files(tmp_path)
     assert events(done.stdout)[-1]["images_seen"] == 600  # 12 batches: Speedometer at 5 and 10
 
 
+@pytest.mark.slow
 def test_resume_from_checkpoint(cifar_rec, tmp_path):
     common = (*TINY, "--data-train", cifar_rec / "cifar10_train.rec", "--data-val", "",
               "--model-prefix", tmp_path / "ckpt" / "resnet8")
@@ -79,7 +81,7 @@ def test_bad_input_is_a_one_line_error_naming_input_and_cause(cifar_rec, tmp_pat
     rec = make_rec(cifar_rec, tmp_path) if make_rec else cifar_rec / "cifar10_train.rec"
     done = run_trainer("train", *TINY, "--num-epochs", 1, "--data-train", rec, "--data-val", "", *extra)
     assert done.returncode != 0
-    errors = [l for l in done.stderr.splitlines() if "error:" in l]
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and message.format(rec=rec) in errors[0], done.stderr[-2000:]
 
 

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import run_trainer, train_python
-from mxbench_train import cifar10
+from mxbench_train import data_sources, download
 
 BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
@@ -215,7 +215,7 @@ def test_download_larger_than_the_cap_is_refused(tmp_path, serve, length, expect
 
 
 def test_redirect_from_https_to_http_is_refused():
-    handler = cifar10.SafeRedirect()
+    handler = download.SafeRedirect()
     request = urllib.request.Request("https://data.example/cifar-10-python.tar.gz")
     with pytest.raises(urllib.error.URLError, match="refused redirect from https to http://mirror.example/c.tgz"):
         handler.redirect_request(request, None, 302, "Found", {}, "http://mirror.example/c.tgz")
@@ -309,7 +309,7 @@ def test_a_batch_asking_for_a_huge_or_object_array_is_refused(tmp_path, dtype, r
 
 def test_query_credentials_are_redacted_too():
     url = "https://store.example/cifar.tar.gz?X-Amz-Signature=abc123&token=t0k&version=2"
-    assert cifar10.redact(url) == "https://store.example/cifar.tar.gz?X-Amz-Signature=REDACTED&token=REDACTED&version=2"
+    assert data_sources.redact(url) == "https://store.example/cifar.tar.gz?X-Amz-Signature=REDACTED&token=REDACTED&version=2"
 
 
 def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
@@ -447,6 +447,8 @@ def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_pa
     goes to the address that was checked, and every lookup is checked."""
     import socket
 
+    from mxbench_train.errors import MxbenchError
+
     server, _ = serve({"/c.tgz": _send(b"x")})
     answers = []
 
@@ -457,7 +459,7 @@ def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_pa
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
     monkeypatch.setenv("MXBENCH_DOWNLOAD_TIMEOUT_S", "2")
-    policy = cifar10.SourcePolicy.from_env([tmp_path])
-    with pytest.raises(cifar10.MxbenchError, match="cannot download CIFAR-10 from http://rebind.example"):
-        cifar10.fetch(f"http://rebind.example:{server.server_port}/c.tgz", tmp_path / "downloads", policy)
+    policy = download.SourcePolicy.from_env([tmp_path])
+    with pytest.raises(MxbenchError, match="cannot download CIFAR-10 from http://rebind.example"):
+        download.fetch(f"http://rebind.example:{server.server_port}/c.tgz", tmp_path / "downloads", policy)
     assert answers and server.seen == []

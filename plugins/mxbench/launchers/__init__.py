@@ -2,9 +2,10 @@
 
 ``base`` says what a launcher is (the ``Launcher`` and ``RoleHandle`` protocols) and holds what
 they share. ``local`` is the embedded default; ``ssh`` runs each role on an SSH host
-(``ssh_commands``: its pure part, every command line); ``kubernetes`` runs each role as a pod
-(``kubernetes_pods``: its pure part, settings and manifests), with the pod building of the DAG's
-run operator (``mxbench.operators``). ``mxbench.connections`` makes the ssh and kubernetes ones
+(``ssh_commands``: its pure part, every command line; ``ssh_transfer``: the data set and the
+run's outputs over SFTP); ``kubernetes`` runs each role as a pod (``kubernetes_roles``: a run's
+pods and each role's; ``kubernetes_pods``: its pure part, settings and manifests), with the pod
+building of the DAG's run operator (``mxbench.operators``). ``mxbench.connections`` makes the ssh and kubernetes ones
 from Airflow connections. No launcher imports another.
 """
 from mxbench_train.errors import MxbenchError

@@ -21,7 +21,7 @@ from mxbench_train.host_build import shown
 from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 
 if TYPE_CHECKING:
-    from mxbench_train.launcher import RoleResult
+    from mxbench_train.plan_runner import RoleResult
     from mxbench_train.roles import Role
 
     from ..variants import Target, Variant
@@ -65,8 +65,8 @@ class Launched:
 
 
 class RoleHandle(Protocol):
-    """One started role, as ``run_plan`` drives it (``mxbench_train.launcher.LocalProcess``,
-    ``ssh.RemoteRole``, ``kubernetes.RolePod``)."""
+    """One started role, as ``run_plan`` drives it (``mxbench_train.plan_runner.LocalProcess``,
+    ``ssh_roles.RemoteRole``, ``kubernetes_roles.RolePod``)."""
 
     pid: Optional[int]
 
@@ -105,7 +105,7 @@ class Launcher(Protocol):
 
 # --- shared by the launchers -----------------------------------------------------------------
 
-class Steps:
+class StepTimes:
     """Times named steps into a JSON file, rewritten after each, so a failed run has them too."""
 
     def __init__(self, path: Path):

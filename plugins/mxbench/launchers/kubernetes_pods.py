@@ -1,9 +1,9 @@
 """The Kubernetes launcher's pure part: its settings and every manifest it sends.
 
-Nothing here talks to an API server: ``kubernetes.py`` does, with these. Pod settings are
-configuration (the Kubernetes connection's extra ``mxbench_pod``), checked against
-``SETTINGS_SCHEMA``; the image of a run is the connection's, or with an MXNet build under test,
-the build's (``images``, ``image_template``), never another one.
+Nothing here talks to an API server: ``kubernetes.py`` and ``kubernetes_roles.py`` do, with
+these. Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
+against ``SETTINGS_SCHEMA``; the image of a run is the connection's, or with an MXNet build under
+test, the build's (``images``, ``image_template``), never another one.
 """
 import copy
 import fnmatch
@@ -107,7 +107,8 @@ class PodSettings:
         return self.data.get("local_path") or self.data["host_path"]
 
 
-def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None, image: Optional[str] = None) -> PodSettings:
+def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None,
+                 image: Optional[str] = None) -> PodSettings:
     """PodSettings from a connection's ``mxbench_pod`` extra; refuses what could not work, by name."""
     import jsonschema
 
@@ -181,8 +182,9 @@ def image_allowed(image: str, patterns: Sequence[str]) -> bool:
 
 # --- pods: pure ------------------------------------------------------------------------------
 
-def run_id(run_dir) -> str:
-    """A label value naming one run of one DAG run (its folder): the same on every attempt."""
+def run_label(run_dir) -> str:
+    """The ``mxbench.io/run`` label value of one run of one DAG run: a hash of its folder (not
+    Airflow's run id), the same on every attempt."""
     run_dir = Path(run_dir)
     return hashlib.sha256(f"{run_dir.parent.name}/{run_dir.name}".encode()).hexdigest()[:16]
 

@@ -4,14 +4,15 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import free_port, reap, run_plan
+from mxbench_train.localhost import free_port, pid_scope
+from mxbench_train.plan_runner import reap, run_plan
 from mxbench_train.roles import plan_roles
 from mxbench_train.telemetry import gpu_environment
 
 from .. import config
 from ..jobs import job_for
 from ..variants import Target, Variant
-from .base import Launched, RunBuild, Steps, local_cores, write_plan
+from .base import Launched, RunBuild, StepTimes, local_cores, write_plan
 
 HOST = "127.0.0.1"
 
@@ -39,12 +40,13 @@ class LocalLauncher:
 
     @staticmethod
     def python_for(build: Optional[RunBuild]) -> str:
-        return build.python if build is not None else config.train_python()
+        return build.python if build is not None else config.train_env_python()
 
     def plan(self, variant: Variant, data_dir, run_dir, python: Optional[str] = None):
         hosts = loopback_hosts(variant.hosts)
-        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=python or config.train_python(),
-                      hosts=hosts, port=free_port(HOST), cores_per_host=local_cores(len(hosts)))  # the hosts share the cores
+        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=python or config.train_env_python(),
+                      hosts=hosts, port=free_port(HOST),
+                      cores_per_host=local_cores(len(hosts)))  # the hosts share the cores
         return plan_roles(job)
 
     def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
@@ -55,7 +57,7 @@ class LocalLauncher:
         python = self.python_for(build)
         plan = self.plan(variant, data_dir, run_dir, python)
         write_plan(run_dir, plan)
-        steps = Steps(Path(run_dir) / "local.json")  # as ssh.json and kubernetes.json time theirs
+        steps = StepTimes(Path(run_dir) / "local.json")  # as ssh.json and kubernetes.json time theirs
         with steps("roles_s"):
             results = run_plan(plan, run_dir, deadline_s=deadline_s)
         return Launched(plan, results, {"python": python})
@@ -66,6 +68,6 @@ class LocalLauncher:
         that machine's processes, and their pids here are someone else's."""
         ran_on = json.loads((Path(run_dir) / "meta.json").read_text()).get("machine") \
             if (Path(run_dir) / "meta.json").is_file() else None
-        if ran_on not in (None, config.machine_id()):
+        if ran_on not in (None, pid_scope()):
             return []
         return reap(Path(run_dir) / "pids.json")

@@ -24,18 +24,13 @@ are its other local users: the work folder (default ``~/.cache/mxbench``) must b
 user's own and closed to others (``mxbench_train.host_workdir`` checks it there before each
 run); no interpreter runs with a host-writable folder on ``sys.path`` (``-P``, or ``-I`` before
 Python 3.11, which also hides a ``pip install --user``); what comes back is capped in bytes and
-files and lands only as new plain files in the run folder (``fetch_outputs``); streamed role logs
-are capped.
+files and lands only as new plain files in the run folder (``ssh_transfer.fetch_outputs``); streamed
+role logs are capped.
 """
-import hashlib
-import itertools
 import json
-import os
 import posixpath
 import socket
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -43,119 +38,33 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from mxbench_train.errors import MxbenchError
-from mxbench_train.launcher import LaunchInterrupted, describe_exit, run_plan
-from mxbench_train.roles import Role, plan_roles
+from mxbench_train.plan_runner import LaunchInterrupted, run_plan
+from mxbench_train.roles import plan_roles
 
 from ..jobs import job_for
 from ..variants import Target, Variant
-from .base import Launched, RoleLogSink, RunBuild, Steps, cores_per_host, write_plan
-from .ssh_commands import (DATA_FILES, HEARTBEAT_S, SshHost, build_command, builds_problem, command_error,
-                           isolation_flag, output_name_ok, probe_command, reap_command, remote_data_dir,
-                           remove_command, role_command, setup_command, sha256_command, version_command)
+from .base import Launched, RunBuild, StepTimes, cores_per_host, write_plan
+from .ssh_commands import (
+    SshHost,
+    build_command,
+    builds_problem,
+    command_error,
+    isolation_flag,
+    probe_command,
+    reap_command,
+    remote_data_dir,
+    remove_command,
+    role_command,
+    setup_command,
+    sha256_command,
+    version_command,
+)
+from .ssh_roles import RemoteRole
+from .ssh_transfer import ByteBudget, check_shared, fetch_outputs, fetch_run_max_bytes, local_manifest, stage
 
-MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
 BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may download a GPU wheel of 1 GB
 BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and import-check limits, and some slack
-# what a run brings back from its hosts: rank logs and GPU CSVs of a 300-epoch, 8-GPU run are
-# tens of MB; these only stop a host that sends without end (env overrides, in bytes)
-FETCH_FILE_MAX_BYTES = 256 << 20  # MXBENCH_FETCH_FILE_MAX_BYTES
-FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one run together
-FETCH_HOST_MAX_NAMES = 1000  # names read from one host's run folder listing (a real one lists a few per role)
-FETCH_FILE_OVERHEAD = 4096  # what each file costs the run's byte budget besides its bytes: empty files are not free
-FETCH_CHUNK = 1 << 16
-
-
-# --- a role on a host: the handle run_plan drives ----------------------------------------------
-
-class RemoteRole:
-    """A role running on a host through one SSH channel; its output streams into its log, and a
-    worker's into the task log too (``RoleLogSink``: capped, long lines cut).
-
-    It sends the supervisor a heartbeat byte every HEARTBEAT_S: a connection that dies without
-    a word (a partition; stock sshd never notices) stops the role after HEARTBEAT_TIMEOUT_S.
-    """
-
-    def __init__(self, client, host: SshHost, role: Role, command: str, log_path: Path, echo: bool = False):
-        import paramiko
-
-        self.host, self.role, self.pid = host, role, None  # the remote pid lives in its pid file there
-        self._code = None
-        self._beat = time.monotonic()
-        self.chan = None
-        try:
-            self.chan = client.get_transport().open_session()
-            self.chan.set_combine_stderr(True)
-            self.chan.exec_command(command)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            if self.chan is not None:
-                self.chan.close()
-            hint = (" (sshd limits sessions per connection: its MaxSessions must exceed the roles per host)"
-                    if isinstance(exc, paramiko.ChannelException) else "")
-            raise MxbenchError(f"cannot start role {role.name} on {host}: {exc or type(exc).__name__}{hint}"
-                               ) from None
-        self._log = RoleLogSink(log_path, role.name, host.conn_id, echo)
-        self._reader = threading.Thread(target=self._copy, daemon=True, name=f"ssh-{role.name}")
-        self._reader.start()
-
-    def _copy(self):
-        while True:
-            try:
-                data = self.chan.recv(65536)
-            except Exception:  # the channel or the connection is gone
-                break
-            if not data:
-                break
-            self._log.write(data)
-
-    @property
-    def returncode(self) -> Optional[int]:
-        return self._code
-
-    def poll(self) -> Optional[int]:
-        if self._code is None and self.chan.exit_status_ready():
-            # sshd may send the status before the last output: let the log catch up first, so
-            # that an error quoting the log's last line quotes the right one
-            self._reader.join(timeout=2)
-            if not self._reader.is_alive():
-                self._log.flush()  # a capped log writes its tail now and then: all of it, for the error
-            self._code = self.chan.recv_exit_status()  # -1: the channel closed without a status
-        elif self._code is None and time.monotonic() - self._beat > HEARTBEAT_S:
-            self._beat = time.monotonic()
-            try:
-                self.chan.send(b".")
-            except Exception:
-                pass  # the connection is gone: exit_status_ready() says so next
-        return self._code
-
-    def describe(self) -> str:
-        if self._code is None or self._code < 0:
-            return f"lost its SSH connection to {self.host} (no exit status came back)"
-        return describe_exit(self._code)
-
-    def terminate(self):
-        """EOF on the supervisor's stdin: it stops the role's group (TERM, then KILL)."""
-        try:
-            self.chan.shutdown_write()
-        except Exception:
-            pass
-
-    def kill(self):
-        self.chan.close()
-
-    def wait(self, timeout: float):
-        end = time.monotonic() + timeout
-        while self.poll() is None and time.monotonic() < end:
-            time.sleep(0.05)
-
-    def close(self):
-        self._reader.join(timeout=2)  # the output still in flight, before the channel goes
-        self.chan.close()
-        self._reader.join(timeout=2)
-        self._log.close()
-
-    def record(self):
-        return None  # nothing local to reap: the supervisor's pid file on the host is
 
 
 # --- the launcher -------------------------------------------------------------------------------
@@ -226,7 +135,7 @@ class SshLauncher:
     # the launcher interface
 
     def target(self) -> Target:
-        from mxbench_train.probe import machine_id
+        from mxbench_train.localhost import machine_id
 
         try:
             probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h, isolation=self._flag(h)),
@@ -289,7 +198,7 @@ class SshLauncher:
         run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
         remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
-        steps, ran, interrupted = Steps(run_dir / "ssh.json"), False, False
+        steps, ran, interrupted = StepTimes(run_dir / "ssh.json"), False, False
         try:
             with steps("setup_s"):  # connect, checked folders, the build, cores and a port: all hosts at once
                 ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote, build, steps))
@@ -335,7 +244,7 @@ class SshLauncher:
         return Launched(plan, results, {"python": hosts[0].python})
 
     def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str], build: Optional[RunBuild] = None,
-               steps: Optional[Steps] = None) -> dict:
+               steps: Optional[StepTimes] = None) -> dict:
         """The host's work folder checked and a fresh folder for its part of the run made (recorded
         in ``remote``), the build's venv found in the same command (expand_variants made it), then
         what the host offers with the build's interpreter: {workdir, run_dir, python (its version),
@@ -457,7 +366,7 @@ class SshLauncher:
         return killed
 
 
-# --- SSH and SFTP helpers -----------------------------------------------------------------------
+# --- SSH helpers ---------------------------------------------------------------------------------
 
 def connect(host: SshHost):
     """An authenticated client for ``host``, or an error that says which host and why."""
@@ -499,203 +408,3 @@ def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
         return -1, "", f"no answer within {timeout:.0f} s"
     except (paramiko.SSHException, OSError, EOFError) as exc:  # the connection went away mid-command
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def local_manifest(data_dir: Path) -> dict:
-    """{file: {size, sha256}} of the data set, checksums cached beside it by size and mtime."""
-    cache_path = data_dir / ".sha256.json"
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    manifest, changed = {}, False
-    for name in DATA_FILES:
-        try:
-            st = (data_dir / name).stat()
-        except OSError:
-            raise MxbenchError(f"the prepared data set {data_dir} lacks {name}") from None
-        entry = cache.get(name, {})
-        if entry.get("size") != st.st_size or entry.get("mtime_ns") != st.st_mtime_ns:
-            entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_of(data_dir / name)}
-            cache[name], changed = entry, True
-        manifest[name] = {"size": entry["size"], "sha256": entry["sha256"]}
-    if changed:
-        tmp = cache_path.with_name(f".sha256.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        tmp.replace(cache_path)
-    return manifest
-
-
-def _remote_json(sftp, path: str):
-    try:
-        with sftp.open(path, "r") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None
-
-
-def stage(sftp, remote_dir: str, data_dir: Path, want: dict) -> bool:
-    """Copy the data set into ``remote_dir`` unless it is there already; copied?
-
-    "There" means: the host's manifest lists the same checksums, and each file still has the size
-    and modification time it had when copied (a file changed since is copied again).
-    """
-    manifest = posixpath.join(remote_dir, MANIFEST)
-    have = _remote_json(sftp, manifest) or {}
-    if have.get("files") == want and all(
-            _size_mtime(sftp, posixpath.join(remote_dir, name)) == [want[name]["size"], have["mtimes"].get(name)]
-            for name in want):
-        return False
-    _makedirs(sftp, remote_dir)
-    try:
-        sftp.remove(manifest)  # a copy cut short must not look complete
-    except OSError:
-        pass
-    mtimes = {}
-    for name in want:  # under a temporary name, so a half-copied file never looks complete
-        tmp = posixpath.join(remote_dir, f".{name}.partial")
-        sftp.put(str(data_dir / name), tmp, confirm=True)
-        sftp.posix_rename(tmp, posixpath.join(remote_dir, name))
-        mtimes[name] = _size_mtime(sftp, posixpath.join(remote_dir, name))[1]
-    tmp = posixpath.join(remote_dir, f".{MANIFEST}.partial")
-    with sftp.open(tmp, "w") as f:
-        f.write(json.dumps({"files": want, "mtimes": mtimes}, indent=1, sort_keys=True))
-    sftp.posix_rename(tmp, manifest)
-    return True
-
-
-def _size_mtime(sftp, path: str):
-    try:
-        st = sftp.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime]
-
-
-def check_shared(sftp, host: SshHost, remote_dir: str, want: dict):
-    wrong = [name for name in want if _size(sftp, posixpath.join(remote_dir, name)) != want[name]["size"]]
-    if wrong:
-        raise MxbenchError(f"{host}: the shared data folder {remote_dir} (mxbench_data_dir) lacks the prepared "
-                           f"{', '.join(wrong)} (or holds other versions of them)")
-
-
-def _size(sftp, path: str) -> Optional[int]:
-    try:
-        return sftp.stat(path).st_size
-    except OSError:
-        return None
-
-
-def _makedirs(sftp, path: str):
-    parts = []
-    while path not in ("/", ""):
-        parts.append(path)
-        path = posixpath.dirname(path)
-    for part in reversed(parts):
-        try:
-            sftp.mkdir(part)
-        except OSError:
-            if _size(sftp, part) is None:
-                raise
-
-
-def fetch_file_max_bytes() -> int:
-    return _env_bytes("MXBENCH_FETCH_FILE_MAX_BYTES", FETCH_FILE_MAX_BYTES)
-
-
-def fetch_run_max_bytes() -> int:
-    return _env_bytes("MXBENCH_FETCH_RUN_MAX_BYTES", FETCH_RUN_MAX_BYTES)
-
-
-def _env_bytes(name: str, default: int) -> int:
-    text = os.environ.get(name, "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else default
-
-
-class ByteBudget:
-    """Bytes one run may still bring back, over all its hosts."""
-
-    def __init__(self, total: int):
-        self.total = self.left = total
-
-
-def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
-                  budget: Optional[ByteBudget] = None):
-    """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
-
-    What a host lists is untrusted: only the first FETCH_HOST_MAX_NAMES names are read; a name is
-    taken only when ``output_name_ok``; a file is only ever created, never written over an existing
-    one or through a symlink (O_EXCL, O_NOFOLLOW); at most fetch_file_max_bytes() a file and
-    ``budget`` a run are read, each file costing FETCH_FILE_OVERHEAD more (so that empty files
-    cannot fill the worker's inodes). Whatever was refused or cut, the rest is still fetched, then
-    one error names ``where`` and each file.
-    """
-    import stat
-
-    budget = budget or ByteBudget(fetch_run_max_bytes())
-    file_max = fetch_file_max_bytes()
-    problems = []
-    # read lazily, never past the cap: a host may list names without end. Stopped early, the
-    # listing leaves its folder handle open; it goes with the SFTP session, closed after the fetch.
-    listing = sftp.listdir_iter(remote_dir)
-    try:
-        entries = list(itertools.islice(listing, FETCH_HOST_MAX_NAMES + 1))
-    except UnicodeDecodeError:
-        raise MxbenchError(f"{where}: the run folder {remote_dir} lists a name that is not UTF-8") from None
-    finally:
-        listing.close()
-    if len(entries) > FETCH_HOST_MAX_NAMES:
-        entries.pop()
-        problems.append(f"it lists more than {FETCH_HOST_MAX_NAMES} names: the rest were not read")
-    for entry in entries:
-        name = entry.filename
-        if not stat.S_ISREG(entry.st_mode or 0):
-            continue
-        shown = repr(name)[:80]
-        if not output_name_ok(name):
-            problems.append(f"refused {shown}: not a plain name of a run output")
-            continue
-        if budget.left < FETCH_FILE_OVERHEAD:
-            problems.append(f"{shown} not fetched: the run's {budget.total} bytes (MXBENCH_FETCH_RUN_MAX_BYTES) "
-                            f"are used up (each file counts {FETCH_FILE_OVERHEAD} bytes more than its size)")
-            continue
-        limit = min(file_max, budget.left - FETCH_FILE_OVERHEAD)
-        try:
-            written, cut = _fetch_file(sftp, posixpath.join(remote_dir, name), run_dir / name, limit, entry.st_size)
-        except FileExistsError:
-            problems.append(f"refused {shown}: the run folder has a file of that name already")
-            continue
-        budget.left -= FETCH_FILE_OVERHEAD + written
-        if cut:
-            cap = "MXBENCH_FETCH_FILE_MAX_BYTES" if limit == file_max else "MXBENCH_FETCH_RUN_MAX_BYTES"
-            problems.append(f"{shown} cut at {limit} bytes ({cap}); the rest was not read")
-    if problems:
-        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise MxbenchError(f"{where}: fetching the run folder {remote_dir}: {'; '.join(problems[:10])}{more}")
-
-
-def _fetch_file(sftp, remote_path: str, local_path: Path, limit: int, size_hint=None):
-    """At most ``limit`` bytes of a remote file into a new local one: (bytes written, whether more
-    was there). Raises FileExistsError where the local name is taken (a symlink included)."""
-    fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    written = 0
-    with os.fdopen(fd, "wb") as out, sftp.open(remote_path, "rb") as src:
-        if size_hint:
-            src.prefetch(min(size_hint, limit))  # requests in flight together, as sftp.get does
-        while True:
-            chunk = src.read(min(FETCH_CHUNK, limit + 1 - written))
-            if not chunk:
-                return written, False
-            if written + len(chunk) > limit:
-                out.write(chunk[:limit - written])
-                return limit, True
-            out.write(chunk)
-            written += len(chunk)

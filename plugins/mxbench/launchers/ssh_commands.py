@@ -233,11 +233,11 @@ def build_command(host: SshHost, build: RunBuild, workdir: str, isolation: str =
 
 def command_error(code: int, err: str, host: SshHost, isolation: Optional[str] = None) -> str:
     """The one line that says why a command on a host failed."""
-    lines = [l.strip() for l in err.splitlines() if l.strip()]
-    mine = [l for l in lines if l.startswith("error:")]  # mxbench_train's own one-line errors
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    mine = [line for line in lines if line.startswith("error:")]  # mxbench_train's own one-line errors
     if mine:
         return mine[-1][len("error: "):]
-    if code == 127 or any(re.search(r"No module named '?mxbench_train\b", l) for l in lines):
+    if code == 127 or any(re.search(r"No module named '?mxbench_train\b", line) for line in lines):
         hint = (" (its Python is older than 3.11, so mxbench runs it with -I, which ignores the user's "
                 "site-packages: the training env must be a venv or a system install, not pip install --user)"
                 if isolation == "-I" else "")

@@ -3,8 +3,8 @@
 Revision ID: 0001
 Revises:
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0001"
 down_revision = None

@@ -9,8 +9,8 @@ known only at the DAG run's level (``dag_runs.mxnet_version``).
 Revision ID: 0004
 Revises: 0003
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0004"
 down_revision = "0003"

@@ -1,4 +1,4 @@
-"""The loopback Kubernetes stand-in (tests/support/kube_standin.py), driven by the real
+"""The loopback Kubernetes stand-in (standins.kube), driven by the real
 ``kubernetes`` client and, once, by Airflow's KubernetesPodOperator."""
 import json
 import os
@@ -13,7 +13,9 @@ import pytest
 from kubernetes import client, config
 
 from conftest import alive
-from support.kube_standin import PID_ANNOTATION, start
+from standins.kube import PID_ANNOTATION, start
+
+pytestmark = pytest.mark.slow  # the stand-in serving the real operator and client
 
 PY = sys.executable
 
@@ -299,7 +301,8 @@ def test_invalid_and_unsupported_manifests_are_refused(standin, api):
     assert code == 422 and "imagee" in body["message"] and "spec.containers[0]" in body["message"]
     fractional = pod("half-gpu", "print(1)", resources={"limits": {"nvidia.com/gpu": "0.5"}})
     assert "must be an integer" in rejection(api, fractional)[1]["message"]
-    mismatched = pod("gpu-req", "print(1)", resources={"limits": {"nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 2}})
+    mismatched = pod("gpu-req", "print(1)",
+                     resources={"limits": {"nvidia.com/gpu": 1}, "requests": {"nvidia.com/gpu": 2}})
     assert "must be equal to nvidia.com/gpu limit" in rejection(api, mismatched)[1]["message"]
     assert "metadata.name" in rejection(api, pod("Upper_Case", "print(1)"))[1]["message"]
     always = pod("always", "print(1)", restartPolicy="Always")

@@ -3,7 +3,7 @@
 Each "host" is its own ``sshd -D`` process listening on one loopback address (127.0.0.1,
 127.0.0.2, ...) and a free port, with its own ed25519 host key, its own work folder and
 public-key authentication only. One client key (ed25519, no passphrase) is authorized on all
-of them. Stdlib only; no Airflow import.
+of them. Stdlib only (and ``mxbench_train.localhost``, stdlib only); no Airflow import.
 
 Library use (tests)::
 
@@ -16,9 +16,9 @@ Library use (tests)::
 
 Shell use (demo)::
 
-    eval "$(python -m mxbench.loopback_sshd start --root /tmp/fleet)"   # idempotent
-    python -m mxbench.loopback_sshd stop --root /tmp/fleet
-    python -m mxbench.loopback_sshd check                               # "ok" or why not
+    eval "$(python -m standins.sshd start --root /tmp/fleet)"   # idempotent
+    python -m standins.sshd stop --root /tmp/fleet
+    python -m standins.sshd check                               # "ok" or why not
 
 Layout under ROOT: ``client_key`` (+ ``.pub``), ``authorized_keys``, ``fleet.json`` (CLI), and
 per host ``<name>/sshd_config``, ``<name>/ssh_host_ed25519_key``, ``<name>/sshd.pid``,
@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
+
+from mxbench_train import localhost
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
@@ -106,48 +108,14 @@ def _sshd_version() -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-# ---------------------------------------------------------------------------- /proc helpers
-
-def _stat(pid: int) -> Optional[tuple[str, int, int]]:
-    """(state, ppid, starttime) of a process, or None when it is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    rest = data[data.rindex(")") + 2:].split()
-    return rest[0], int(rest[1]), int(rest[19])
-
-
-def _alive(pid: int, starttime: Optional[int] = None) -> bool:
-    """Running (not a zombie) and, when starttime is given, still the same process."""
-    st = _stat(pid)
-    return st is not None and st[0] not in "ZXx" and (starttime is None or st[2] == starttime)
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for p in _pids():
-        st = _stat(p)
-        if st:
-            children.setdefault(st[1], []).append(p)
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return out
-
+# ---------------------------------------------------------------------------- processes
 
 def _session_pids(address: str, port: int) -> list[int]:
     """Processes whose SSH_CONNECTION says they came in through address:port, wherever they
     were reparented to (sshd's per-connection children call setsid(), so killpg misses them)."""
     tail = f" {address} {port}".encode()
     out = []
-    for p in _pids():
+    for p, _ in localhost.processes():
         try:
             env = Path(f"/proc/{p}/environ").read_bytes()
         except OSError:
@@ -163,9 +131,9 @@ def _starttimes(pids: Iterable[int]) -> dict[int, int]:
     """{pid: starttime} of those still there, never this process."""
     out = {}
     for p in pids:
-        st = _stat(p)
-        if st and p != os.getpid():
-            out[p] = st[2]
+        start = localhost.start_ticks(p)
+        if start is not None and p != os.getpid():
+            out[p] = start
     return out
 
 
@@ -184,7 +152,7 @@ def _looks_like_sshd(pid: int, config: Path) -> bool:
 def _kill(pids: dict[int, int], deadline_s: float = 3.0) -> None:
     """SIGTERM {pid: starttime}, wait, then SIGKILL what is still the same process."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        live = {p: t for p, t in pids.items() if _alive(p, t)}
+        live = {p: t for p, t in pids.items() if localhost.is_running(p, t)}
         for p in live:
             try:
                 os.kill(p, sig)
@@ -193,7 +161,7 @@ def _kill(pids: dict[int, int], deadline_s: float = 3.0) -> None:
         end = time.monotonic() + deadline_s
         while live and time.monotonic() < end:
             time.sleep(0.02)
-            live = {p: t for p, t in live.items() if _alive(p, t)}
+            live = {p: t for p, t in live.items() if localhost.is_running(p, t)}
         if not live:
             return
 
@@ -220,7 +188,7 @@ class Host:
 
     def alive(self) -> bool:
         """The listener is still this sshd (same pid, start time and config)."""
-        return _alive(self.pid, self.starttime or None) and _looks_like_sshd(self.pid, self.config)
+        return localhost.is_running(self.pid, self.starttime or None) and _looks_like_sshd(self.pid, self.config)
 
     def to_json(self) -> dict:
         return {"name": self.name, "address": self.address, "port": self.port, "pid": self.pid,
@@ -267,8 +235,8 @@ class Fleet:
                 continue  # a recorded listener that is gone: its address:port may be someone else's now
             victims: dict[int, int] = {}
             if running:
-                victims[h.pid] = h.starttime or (_stat(h.pid) or (0, 0, 0))[2]
-                victims.update(_starttimes(_descendants(h.pid)))
+                victims[h.pid] = h.starttime or localhost.start_ticks(h.pid) or 0
+                victims.update(_starttimes(localhost.descendants(h.pid)))
             victims.update(_starttimes(_session_pids(h.address, h.port)))
             _kill(victims)
             if proc is not None:
@@ -313,12 +281,6 @@ def _keygen(path: Path, comment: str) -> None:
                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"ssh-keygen for {path} failed: {done.stderr.strip()}")
-
-
-def _free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _config_text(hostdir: Path, address: str, port: int, root: Path, version: tuple[int, int]) -> str:
@@ -397,7 +359,7 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
 
     failure = ""
     for _ in range(PORT_TRIES):
-        port = _free_port(address)
+        port = localhost.free_port(address)
         config.write_text(_config_text(hostdir, address, port, root, version))
         test = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True, timeout=30,
                               stdin=subprocess.DEVNULL)
@@ -429,8 +391,7 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
                     pass
             time.sleep(0.02)
         if ready:
-            st = _stat(proc.pid)
-            return Host(name, address, port, proc.pid, host_key, workdir, st[2] if st else 0), proc
+            return Host(name, address, port, proc.pid, host_key, workdir, localhost.start_ticks(proc.pid) or 0), proc
         if proc.poll() is None:
             proc.kill()
         proc.wait()
@@ -478,7 +439,7 @@ def _exports(env: dict[str, str]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mxbench.loopback_sshd",
+    ap = argparse.ArgumentParser(prog="python -m standins.sshd",
                                  description="Loopback sshd hosts standing in for remote machines.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start (or reuse) a fleet; print `export AIRFLOW_CONN_...` lines")

@@ -1,4 +1,4 @@
-"""mxbench.loopback_sshd: real Debian sshd processes on loopback addresses, driven by real paramiko
+"""standins.sshd: real Debian sshd processes on loopback addresses, driven by real paramiko
 and by Airflow's SSHHook. No mocks: each assertion is about a live server."""
 import base64
 import getpass
@@ -12,9 +12,10 @@ import time
 import paramiko
 import pytest
 
-from mxbench import loopback_sshd
+from mxbench_train import localhost
+from standins import sshd
 
-SSHD_CLI = [sys.executable, "-m", "mxbench.loopback_sshd"]
+SSHD_CLI = [sys.executable, "-m", "standins.sshd"]
 
 
 def _client(host, key_file, host_key_line=None):
@@ -58,7 +59,8 @@ def test_each_host_accepts_the_client_key_with_host_key_checking(ssh_hosts):
     for host in ssh_hosts.hosts:
         assert host.host_key.startswith("ssh-ed25519 AAAA")
         with _client(host, ssh_hosts.client_key, host.host_key) as client:
-            lines = _run(client, "echo $SSH_CONNECTION; id -u; test -d " + str(host.workdir) + " && echo ok").split("\n")
+            lines = _run(client, "echo $SSH_CONNECTION; id -u; test -d " + str(host.workdir)
+                         + " && echo ok").split("\n")
         client_ip, _, server_ip, server_port = lines[0].split()
         assert (server_ip, int(server_port)) == (host.address, host.port)
         assert client_ip.startswith("127.")
@@ -115,7 +117,7 @@ def test_sftp_into_the_host_workdir(ssh_hosts):
 
 
 def test_stop_kills_listeners_and_session_children(tmp_path):
-    fleet = loopback_sshd.start(tmp_path / "fleet", addresses=("127.0.0.3", "127.0.0.4"))
+    fleet = sshd.start(tmp_path / "fleet", addresses=("127.0.0.3", "127.0.0.4"))
     try:
         host = fleet.hosts[0]
         client = _client(host, fleet.client_key, host.host_key)
@@ -123,25 +125,25 @@ def test_stop_kills_listeners_and_session_children(tmp_path):
         # (sshd's connection children call setsid()).
         _, out, _ = client.exec_command("echo $$; exec sleep 300")
         sleeper = int(out.readline())
-        assert loopback_sshd._alive(sleeper)
+        assert localhost.is_running(sleeper)
         listeners = [(h.pid, h.address, h.port) for h in fleet.hosts]
     finally:
         fleet.stop()
     client.close()
     for pid, address, port in listeners:
-        assert not loopback_sshd._alive(pid)
+        assert not localhost.is_running(pid)
         assert _refused(address, port)
-    assert not loopback_sshd._alive(sleeper)
-    assert not loopback_sshd._session_pids(host.address, host.port)
+    assert not localhost.is_running(sleeper)
+    assert not sshd._session_pids(host.address, host.port)
     fleet.stop()  # idempotent
 
 
 def test_unavailable_reason_when_sshd_is_missing(monkeypatch, tmp_path):
-    assert loopback_sshd.unavailable() is None  # this machine (and CI) can run it
-    monkeypatch.setattr(loopback_sshd, "SSHD", str(tmp_path / "no-sshd"))
-    assert "no-sshd" in loopback_sshd.unavailable()
+    assert sshd.unavailable() is None  # this machine (and CI) can run it
+    monkeypatch.setattr(sshd, "SSHD", str(tmp_path / "no-sshd"))
+    assert "no-sshd" in sshd.unavailable()
     with pytest.raises(RuntimeError, match="no-sshd"):
-        loopback_sshd.start(tmp_path / "fleet")
+        sshd.start(tmp_path / "fleet")
     assert not (tmp_path / "fleet").exists()
 
 
@@ -162,7 +164,7 @@ def test_cli_start_is_idempotent_and_stop_kills(tmp_path):
     try:
         first = start_via_shell()
         assert sorted(first) == ["AIRFLOW_CONN_A_ONE", "AIRFLOW_CONN_B_TWO"]
-        fleet = loopback_sshd.Fleet.load(root)
+        fleet = sshd.Fleet.load(root)
         assert fleet is not None and fleet.alive()  # outlived the CLI
         conn = first["AIRFLOW_CONN_B_TWO"]
         assert (conn["host"], conn["port"]) == ("127.0.0.2", fleet.hosts[1].port)
@@ -173,15 +175,15 @@ def test_cli_start_is_idempotent_and_stop_kills(tmp_path):
 
         second = start_via_shell()
         assert second == first  # reused: same ports, keys
-        assert [h.pid for h in loopback_sshd.Fleet.load(root).hosts] == [h.pid for h in fleet.hosts]
+        assert [h.pid for h in sshd.Fleet.load(root).hosts] == [h.pid for h in fleet.hosts]
     finally:
         stop = subprocess.run([*SSHD_CLI, "stop", "--root", str(root)], capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0, stop.stderr
     deadline = time.monotonic() + 5
-    while any(loopback_sshd._alive(h.pid) for h in fleet.hosts) and time.monotonic() < deadline:
+    while any(localhost.is_running(h.pid) for h in fleet.hosts) and time.monotonic() < deadline:
         time.sleep(0.05)
     for h in fleet.hosts:
-        assert not loopback_sshd._alive(h.pid)
+        assert not localhost.is_running(h.pid)
         assert _refused(h.address, h.port)
     assert not (root / "fleet.json").exists()
 

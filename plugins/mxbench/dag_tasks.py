@@ -1,6 +1,7 @@
-"""The pipeline's stages as Airflow tasks, shared by the DAGs (mxbench_benchmark, mxbench_regression).
+"""The DAGs' Airflow tasks, shared by mxbench_benchmark and mxbench_regression.
 
-Each task wraps a function of ``mxbench.pipeline`` or ``mxbench.store``, which need no Airflow;
+Each task wraps a stage function (``mxbench.pipeline``, ``mxbench.dag_run_failures``,
+``mxbench.regression_check``, ``mxbench.builds``, ``mxbench.store``), which need no Airflow;
 their imports sit inside the tasks, so that parsing a DAG file stays fast. Each works in the DAG
 run's folder as ``mxbench.artifacts`` gives it to the task: with the default artifact store, the
 folder itself (``config.existing_dag_run_dir``: a DAG run begun before folders were keyed by DAG
@@ -39,14 +40,14 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
 def _expand(build, params, dag_dir, dag_id) -> list[dict]:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import builds, connections, pipeline
+    from mxbench import builds, connections, dag_run_failures, pipeline
     from mxbench.variants import VariantError
     from mxbench_train.errors import MxbenchError
 
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         connections.results_url(params)
     except MxbenchError as exc:
-        cause = pipeline.stage_failed(dag_dir, "expand", exc)
+        cause = dag_run_failures.stage_failed(dag_dir, "expand", exc)
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
@@ -77,7 +78,8 @@ def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
 
 
 @task
-def pick(runs: list[dict], launchers: list[str]) -> list[dict]:
+def runs_for_launchers(runs: list[dict], launchers: list[str]) -> list[dict]:
+    """The runs of ``launchers`` (one machine set's): the input its run task is mapped over."""
     return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
 
 
@@ -90,7 +92,7 @@ def launch_runs(runs, data) -> list:
         def launch(machines=machines, launchers=launchers):
             return RunVariantOperator.partial(
                 task_id="run_variant", pool=f"mxbench_{machines}", pool_slots=1,
-                map_index_template="{{ task.run['key'] }}").expand(run=pick(runs, list(launchers)))
+                map_index_template="{{ task.run['key'] }}").expand(run=runs_for_launchers(runs, list(launchers)))
 
         launched.append(launch())
     data >> launched
@@ -123,7 +125,8 @@ def store_results(tables: dict, build: dict | None = None, params=None, dag_run=
 
 
 def _store(dag_dir, build, params, dag_run, run_id) -> dict:
-    from mxbench import artifacts, connections, pipeline, store
+    from mxbench import artifacts, connections, store
+    from mxbench.run_folder import write_json
 
     try:
         url = connections.results_url(params)
@@ -134,9 +137,9 @@ def _store(dag_dir, build, params, dag_run, run_id) -> dict:
                 folder=artifacts.published_folder(dag_run.dag_id, run_id), logical_date=dag_run.logical_date,
                 data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
     except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
-        pipeline.write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
+        write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    pipeline.write_json(dag_dir / "stored.json", stored)
+    write_json(dag_dir / "stored.json", stored)
     print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
           f"(hardware {stored['fingerprint']})")
     return stored
@@ -167,15 +170,15 @@ def check_runs(run_id=None, dag_run=None) -> None:
     Airflow's callbacks and alerting see it; after the report, which is built either way."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench import pipeline
+    from mxbench import dag_run_failures
 
     with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=("report.md",)) as dag_dir:
-        problem = pipeline.verdict_of(dag_dir)
+        problem = dag_run_failures.failure_message(dag_dir)
     if problem:
         raise AirflowFailException(problem)
 
 
-# --- the regression DAG's own stages ---------------------------------------------------------
+# --- the regression DAG's own tasks ----------------------------------------------------------
 
 @task
 def resolve_build(params=None, dag_run=None) -> dict:
@@ -195,7 +198,7 @@ def resolve_build(params=None, dag_run=None) -> dict:
         print(f"mxbench: interval from {when} measures {builds.shown(build.package)} (no local runs: no venv here)")
         return record
     try:
-        record["python"] = builds.training_python(build)
+        record["python"] = builds.python_for(build)
     except MxbenchError as exc:
         return {**record, "unsupported": str(exc)}
     record["unsupported"] = builds.check_trainer(record["python"])
@@ -207,13 +210,13 @@ def resolve_build(params=None, dag_run=None) -> dict:
 def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> list:
     """Each variant against its baseline (the last DAG runs on the same hardware): findings for the
     report; ``check_runs`` fails the DAG run on a regression."""
-    from mxbench import connections, pipeline, store
+    from mxbench import connections, regression_check, store
 
     url = connections.results_url(params)
     with dag_folder(dag_run, run_id, "check_regression", tables=True) as dag_dir, \
             store.errors_without_password(url):  # a driver's message may quote the URL
-        findings = pipeline.check_regressions(dag_dir, url, dag_run.dag_id, run_id,
-                                              stored["fingerprints"], params["baseline_runs"], params["min_drop"])
+        findings = regression_check.check_regressions(dag_dir, url, dag_run.dag_id, run_id, stored["fingerprints"],
+                                                      params["baseline_runs"], params["min_drop"])
     for finding in findings:
         print(f"mxbench: {finding['message']}")
     return findings

@@ -1,10 +1,12 @@
-"""Run a role plan as local processes: one log per role, a deadline, fail fast.
+"""Run a role plan (``roles.plan_roles``): one log per role, a deadline, fail fast.
 
+``run_plan`` drives one handle per role: a local process (``LocalProcess``, the default and
+``python -m mxbench_train launch``), or what the SSH and Kubernetes launchers start.
 Replaces ``mxnet.tools.launch`` (which crashes on Python 3.11, orphans its
 scheduler and hangs forever when a worker dies). Every role runs in its own
 process group, so killing a role kills whatever it started too; no process
 outlives ``run_plan``, whether the job succeeds, fails, times out or the
-launcher itself gets SIGTERM. A launcher killed outright (SIGKILL) takes its
+launcher (the process running ``run_plan``) gets SIGTERM. A launcher killed outright (SIGKILL) takes its
 roles with it (PR_SET_PDEATHSIG), and ``reap`` kills what an earlier attempt
 left behind all the same.
 """
@@ -12,7 +14,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import MxbenchError
+from .localhost import is_running, proc_stat, start_ticks
 from .roles import Role
 
 POLL_S = 0.05
@@ -63,13 +65,6 @@ class RoleResult:
     # a scheduler/server that ended abnormally by itself after every worker exited 0: the
     # results stand, but say so (None otherwise, also for a role the teardown killed)
     warning: Optional[str] = None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now, for the scheduler of a local job."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def describe_exit(returncode: int) -> str:
@@ -133,7 +128,7 @@ class LocalProcess:
         signal_group(self.pid, signal.SIGKILL)
 
     def record(self) -> Optional[dict]:
-        return {"pid": self.pid, "start": _start_time(self.pid)}
+        return {"pid": self.pid, "start": start_ticks(self.pid)}
 
 
 def signal_group(pid, sig):
@@ -270,8 +265,8 @@ def reap(pids_path) -> List[Tuple[str, int]]:
         if not isinstance(record, dict) or not record.get("start"):
             continue  # no start time to tell the role from a process that got its pid since
         pid = record["pid"]
-        stat = _stat(pid)
-        if stat is not None and stat[1] != record["start"]:
+        stat = proc_stat(pid)
+        if stat is not None and stat.start_ticks != record["start"]:
             continue  # the pid is someone else's now, and so is any group of that number
         hit = _signal(os.killpg, pid)
         if stat is not None:
@@ -279,7 +274,7 @@ def reap(pids_path) -> List[Tuple[str, int]]:
         if hit:
             killed.append((name, pid))
     end = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < end and any(_running(pid) for _, pid in killed):
+    while time.monotonic() < end and any(is_running(pid) for _, pid in killed):
         time.sleep(0.05)
     return killed
 
@@ -290,26 +285,6 @@ def _signal(send, pid) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
-
-
-def _running(pid) -> bool:
-    stat = _stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
-def _stat(pid) -> Optional[Tuple[str, int]]:
-    """(state, start time in clock ticks after boot) of a process; None when there is none."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # the name before ")" may hold spaces
-    except OSError:
-        return None
-    return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
-
-
-def _start_time(pid) -> Optional[int]:
-    stat = _stat(pid)
-    return stat[1] if stat else None
 
 
 def die_with(launcher_pid):
@@ -359,7 +334,7 @@ def interruption() -> LaunchInterrupted:
 
 def _tail(path: Path, limit: int = 300) -> str:
     try:
-        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
     return lines[-1][-limit:] if lines else ""

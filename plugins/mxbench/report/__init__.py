@@ -1,0 +1,128 @@
+"""The report of one DAG run: Markdown, a self-contained HTML page, CSV tables and PNG plots.
+
+Reads only ``tables/*.csv``, ``request.json``, ``data.json`` and the runs'
+``metrics.json``, so ``mxbench report`` can rebuild it from the files alone.
+
+``build_report`` is here; the parts it puts together live in ``tables`` (tables for people),
+``notes`` (what a reader must know besides the numbers), ``plots`` (the PNGs) and ``pages`` (the
+HTML pages, the UI's history page too). Their public names are exported here too. Every file is
+written whole (``run_folder.write_atomically``): the UI serves them while a report task may be
+rebuilding them.
+"""
+from pathlib import Path
+from typing import Dict
+
+import pandas as pd
+
+from ..run_folder import load_table, read_json, write_atomically
+from .notes import data_line, environment, provenance, retried_notes
+from .pages import history_page, render_page
+from .plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
+from .tables import (
+    display_table,
+    gap_table,
+    markdown_table,
+    mxnet_notices,
+    ratio_table,
+    step_table,
+    variant_notes,
+    with_build,
+)
+
+REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-study.md in the mxbench repository."
+PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per epoch",
+         "accuracy.png": "Validation accuracy per epoch", "ratios.png": "Launcher speed ratio"}
+NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
+METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
+          "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run cannot leave out its "
+          "warm-up, and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
+          "are flagged under Notes on variants when more than 10% apart. Speedup and scaling efficiency use the "
+          "Speedometer figure. "
+          "Brackets: min–max over repeats. Launcher ratio: ratio of medians with a bootstrap confidence "
+          "interval over repeats; p from a two-sided permutation test on the log speeds; a difference is "
+          "called only when p < α and the interval excludes 100%; the detectable gap is what this rule "
+          "calls with 80% power at this n and spread (simulated).")
+
+
+def build_report(dag_dir: Path) -> Dict[str, str]:
+    dag_dir = Path(dag_dir)
+    out = dag_dir / "report"
+    out.mkdir(exist_ok=True)
+    tables = dag_dir / "tables"
+    runs, summary = load_table(tables / "runs.csv"), load_table(tables / "summary.csv")
+    ratios, epochs = load_table(tables / "ratios.csv"), load_table(tables / "epochs.csv")
+    gap = load_table(tables / "k8s_gap.csv")
+    if summary.empty:
+        summary = pd.DataFrame(columns=["variant", "launcher", "devices", "samples_per_sec", "sec_per_epoch"])
+    plots = dict(PLOTS)
+    plot_scaling(summary, out / "scaling.png")
+    plot_epoch_time(summary, out / "epoch_time.png")
+    plot_accuracy(epochs, out / "accuracy.png")
+    if ratios.empty:
+        plots.pop("ratios.png")
+        (out / "ratios.png").unlink(missing_ok=True)  # from an earlier build with two launchers
+    else:
+        plot_ratios(ratios, out / "ratios.png")
+
+    table = display_table(summary) if "setup" in summary else pd.DataFrame()
+    failed = runs.loc[runs["status"] != "ok", ["key", "status", "cause"]] if not runs.empty else pd.DataFrame()
+    data = read_json(dag_dir / "data.json", {})
+    env = environment(dag_dir, runs)
+    sections = [("Results", table)]
+    notes_on_variants = variant_notes(summary, runs) if not summary.empty else pd.DataFrame()
+    if not notes_on_variants.empty:
+        sections.append(("Notes on variants", notes_on_variants))
+    sections += [("Failed runs", failed),
+                 ("Launcher speed ratio", ratio_table(ratios) if not ratios.empty else NO_RATIO)]
+    if not gap.empty:
+        sections.append(("Where the Kubernetes/ssh gap comes from (container: k8s on the host network vs ssh; "
+                         "network: pod network vs host network)", gap_table(gap)))
+    if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
+        p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
+        sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
+    sections += history_sections(dag_dir, out, plots)
+    notices = mxnet_notices(dag_dir, runs)
+    if not notices.empty:
+        sections.append(("MXNet notices (C++ warnings from the role logs)", notices))
+    if env:
+        sections.append(("Environment", pd.DataFrame([env])))
+    notes = provenance(dag_dir)
+    title = f"mxbench report: {dag_dir.name}"
+    md = [f"# {title}\n"]
+    md += [f"> **{n}**\n" for n in notes]
+    md.append(data_line(data) + "\n")
+    for name, frame in sections:
+        body = frame + "\n" if isinstance(frame, str) else markdown_table(frame)
+        md.append(f"## {name}\n\n{body}")
+    md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
+    md.append(METHOD + "\n")
+    md.append(REFERENCE + "\n")
+    write_atomically(out / "report.md", lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
+    images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
+    page = render_page(title, notes, sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE])
+    write_atomically(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
+    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
+
+
+def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
+    """The regression check and the history, where the regression DAG left them."""
+    sections = []
+    findings = load_table(dag_dir / "tables" / "regression.csv")
+    if not findings.empty:
+        sections.append(("Regression check (against the last DAG runs on this hardware)",
+                         findings[["variant", "launcher", "status", "message"]]))
+    history = load_table(dag_dir / "tables" / "history.csv")
+    if not history.empty:
+        history = with_build(history)
+        plot_history(history, out / "history.png")
+        plots["history.png"] = "Throughput history by MXNet build"
+        sections.append(("Step finder: which build first got slower", step_table(history)))
+    return sections
+
+
+__all__ = ["build_report", "history_sections", "write_atomically", "render_page", "history_page", "provenance",
+           "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
+           "gap_table", "markdown_table", "mxnet_notices", "step_table", "with_build", "plot_scaling",
+           "plot_epoch_time", "plot_accuracy", "plot_history", "plot_ratios", "REFERENCE", "METHOD", "PLOTS",
+           "NO_RATIO"]

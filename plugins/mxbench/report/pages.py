@@ -1,0 +1,88 @@
+"""The HTML pages: ``render_page`` (a DAG run's report.html and the history page share it) and
+``history_page``, the UI's "Benchmark history"."""
+import base64
+import html
+import io
+from typing import List, Tuple
+
+import pandas as pd
+
+from .plots import plot_history
+from .tables import distinct, fmt, step_table, with_build
+
+
+def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
+                footer=()) -> str:
+    """A self-contained HTML page (plots inline as PNG data): the report of a DAG run (written to
+    report.html, served by the Airflow UI's "Benchmark report" view) and the "Benchmark history"
+    page. ``sections``: (heading, DataFrame or a sentence); ``notes`` are shown as warnings first."""
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
+             "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
+    parts += [f"<p>{html.escape(line)}</p>" for line in intro]
+    for name, frame in sections:
+        if isinstance(frame, str):
+            body = f"<p>{html.escape(frame)}</p>"
+        else:
+            body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
+        parts.append(f"<h2>{html.escape(name)}</h2>{body}")
+    if images:
+        parts.append("<h2>Plots</h2>")
+    for caption, png in images:
+        encoded = base64.b64encode(png).decode()
+        parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
+    parts += [f"<p>{html.escape(line)}</p>" for line in footer]
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def history_page(history: pd.DataFrame, source: str) -> str:
+    """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
+    the results store's rows (``regression.judge_history``'s, with ``verdict``); regressions ringed
+    in the plot and listed."""
+    title = "mxbench: benchmark history"
+    intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
+             "DAG judges (its default baseline and smallest drop) against the DAG runs before it on the same "
+             "variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
+             "and count, driver, CUDA, CPU). MXNet build: the version the trainer reported, which is what ran "
+             "whatever was asked for; runtime: the interpreter or image each run used."]
+    if history.empty:
+        return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
+                           intro=intro)
+    history = with_build(history).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
+    ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
+    # each repeat's own build asked for; rows stored before the store kept it have their DAG run's
+    ok = ok.assign(asked=ok["mxnet_asked"].astype(object).fillna(ok["mxnet_package"].astype(object)))
+    per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False,
+                         dropna=False).agg(
+        when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
+        runtime=("runtime", distinct))
+    group = ["variant", "launcher", "environment", "build"]
+    by_build = per_run.groupby(group, as_index=False, dropna=False).agg(
+        dag_runs=("run_id", "nunique"), median=("samples_per_sec", "median"), low=("samples_per_sec", "min"),
+        high=("samples_per_sec", "max"), last=("when", "max"),
+        regressions=("verdict", lambda v: int((v == "regression").sum())))
+    by_build = by_build.merge(ok.groupby(group, as_index=False, dropna=False).agg(
+        asked=("asked", distinct), runtime=("runtime", distinct)), on=group, how="left")
+    by_build = pd.DataFrame({
+        "variant": by_build["variant"], "launcher": by_build["launcher"], "machine": by_build["environment"],
+        "MXNet build": by_build["build"], "asked for": by_build["asked"], "runtime": by_build["runtime"],
+        "DAG runs": by_build["dag_runs"],
+        "samples/s (median of runs) [min–max]": [f"{fmt(m)} [{fmt(lo)}–{fmt(hi)}]" for m, lo, hi in
+                                                 zip(by_build["median"], by_build["low"], by_build["high"])],
+        "last run": by_build["last"].dt.strftime("%Y-%m-%d %H:%M"), "regressions": by_build["regressions"]})
+    flagged = per_run[per_run["verdict"] == "regression"].sort_values("when")
+    flagged = pd.DataFrame({"when": flagged["when"].dt.strftime("%Y-%m-%d %H:%M"), "DAG": flagged["dag_id"],
+                            "DAG run": flagged["run_id"], "variant": flagged["variant"],
+                            "launcher": flagged["launcher"], "machine": flagged["environment"],
+                            "MXNet build": flagged["build"], "runtime": flagged["runtime"],
+                            "samples/s (median)": flagged["samples_per_sec"].map(fmt)})
+    png = io.BytesIO()
+    plot_history(history, png)
+    sections = [("Throughput by variant and MXNet build", by_build),
+                ("Regressions flagged (red rings in the plot)", flagged),
+                ("Step finder: which build first got slower", step_table(history))]
+    return render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)

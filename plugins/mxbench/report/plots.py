@@ -1,0 +1,127 @@
+"""The report's PNG plots: throughput vs devices, seconds per epoch, validation accuracy,
+launcher ratios and the throughput history."""
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from ..regression import dag_run_keys
+from ..run_folder import write_atomically
+
+
+def _figure():
+    # a Figure of its own, not pyplot's global state: the api-server draws in several threads
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), dpi=100)
+    return fig, fig.subplots()
+
+
+def plot_scaling(summary: pd.DataFrame, path: Path):
+    fig, ax = _figure()
+    ok = summary.dropna(subset=["samples_per_sec"])
+    for (launcher, depth, per_device), group in ok.groupby(["launcher", "num_layers", "batch_per_device"]):
+        group = group.sort_values("devices")
+        err = [group["samples_per_sec"] - group["samples_per_sec_min"],
+               group["samples_per_sec_max"] - group["samples_per_sec"]]
+        line = ax.errorbar(group["devices"], group["samples_per_sec"], yerr=err, marker="o", capsize=3,
+                           label=f"{launcher}, ResNet-{depth}, {per_device}/device")
+        base = group[group["devices"] == 1]["samples_per_sec"]
+        if not base.empty:
+            xs = sorted(group["devices"].unique())
+            ax.plot(xs, [base.iloc[0] * x for x in xs], linestyle="--", color=line[0].get_color(), alpha=0.5)
+    devices = sorted(int(d) for d in ok["devices"].unique()) or [1]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(devices, [str(d) for d in devices])  # 1, 2, 4, 8: whole devices, not 2^0.5
+    ax.minorticks_off()
+    ax.set(xlabel="devices (GPUs, or worker processes on CPU; log2 scale)",
+           ylabel="samples/s (Speedometer; median, min–max)",
+           title="Throughput vs devices (dashed: ideal linear scaling)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_epoch_time(summary: pd.DataFrame, path: Path):
+    fig, ax = _figure()
+    ok = summary.dropna(subset=["sec_per_epoch"])
+    labels = [f"{r.variant}\n{r.launcher}" for r in ok.itertuples()]
+    err = [ok["sec_per_epoch"] - ok["sec_per_epoch_min"], ok["sec_per_epoch_max"] - ok["sec_per_epoch"]]
+    ax.bar(range(len(ok)), ok["sec_per_epoch"], yerr=err, capsize=3)
+    ax.set_xticks(range(len(ok)), labels, fontsize=7, rotation=45, ha="right")
+    ax.set(ylabel="seconds/epoch (median; first epoch excluded\nwhere a run had more than one)",
+           title="Seconds per epoch by variant")
+    _save(fig, path)
+
+
+def plot_accuracy(epochs: pd.DataFrame, path: Path):
+    fig, ax = _figure()
+    if not epochs.empty and epochs["validation_accuracy"].notna().any():
+        per_run = epochs.groupby(["variant", "launcher", "repeat", "epoch"],
+                                 as_index=False)["validation_accuracy"].mean()
+        curves = per_run.groupby(["variant", "launcher", "epoch"], as_index=False)["validation_accuracy"].median()
+        for (variant, launcher), group in curves.groupby(["variant", "launcher"]):
+            ax.plot(group["epoch"], group["validation_accuracy"], marker=".", label=f"{variant} ({launcher})")
+        ax.legend(fontsize=7, loc="best")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    else:
+        ax.text(0.5, 0.5, "no validation accuracy in the logs", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="epoch", ylabel="validation accuracy (median over repeats)", title="Validation accuracy")
+    _save(fig, path)
+
+
+def plot_history(history: pd.DataFrame, path: Path):
+    """Throughput per variant over the DAG runs' dates, one colour per MXNet build; DAG runs the
+    regression rule flagged are ringed red."""
+    fig, ax = _figure()
+    history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
+    builds = list(dict.fromkeys(history.sort_values("when")["build"]))
+    colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
+    machines = history["environment"].nunique()
+    for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
+        per_run = group.groupby([*dag_run_keys(group), "build"], as_index=False).agg(
+            when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
+        per_run = per_run.sort_values("when")
+        ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
+        ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18,
+                   zorder=3)
+        flagged = per_run[per_run["verdict"] == "regression"]
+        ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
+                   linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
+        if not per_run.empty:
+            label = f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")")
+            ax.annotate(label, (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),
+                        fontsize=7, xytext=(4, 0), textcoords="offset points")
+    for build, colour in colours.items():
+        ax.scatter([], [], color=colour, label=build)
+    ax.set(xlabel="data interval (DAG run)", ylabel="samples/s (median over repeats)",
+           title="Throughput history by MXNet build")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.autofmt_xdate()
+    _save(fig, path)
+
+
+def plot_ratios(ratios: pd.DataFrame, path: Path):
+    """Launcher ratios with their confidence intervals; only called when two launchers ran."""
+    fig, ax = _figure()
+    labels = [f"{r.variant}\n{r.launcher}/{r.reference}" for r in ratios.itertuples()]
+    ratio = ratios["ratio"]
+    err = [(ratio - ratios["ci_low"]).fillna(0), (ratios["ci_high"] - ratio).fillna(0)]
+    ax.errorbar(range(len(ratios)), ratio, yerr=err, fmt="o", capsize=4)
+    ax.axhline(1.0, color="grey", linestyle="--")
+    ax.set_xticks(range(len(ratios)), labels, fontsize=7)
+    level = ratios["level"].dropna()
+    ax.set(ylabel=f"speed ratio (median; bars: {level.iloc[0]:.0%} CI)" if not level.empty else "speed ratio",
+           title="Launcher speed ratio per variant")
+    _save(fig, path)
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    if isinstance(path, io.IOBase):  # the history page's in-memory image
+        fig.savefig(path, format="png")
+    else:
+        write_atomically(Path(path), lambda tmp: fig.savefig(tmp, format="png"))

@@ -1,0 +1,148 @@
+"""The report's tables, shaped for people: the seed-style results table, notes on variants,
+launcher ratios, the Kubernetes/ssh gap, MXNet notices and the step finder; and Markdown tables."""
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..parse import worth_reporting
+from ..run_folder import read_json
+from ..variants import SEED_REFERENCE
+
+
+def fmt(value, digits=1, pct=False):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if pct:
+        return f"{100 * value:.{digits}f}%"
+    return f"{value:,.{digits}f}"
+
+
+def display_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The seed-style table, formatted for people."""
+    rows = []
+    for r in summary.to_dict("records"):
+        seed = SEED_REFERENCE.get(r["variant"])
+        rows.append({
+            "setup": r["setup"], "variant": r["variant"], "launcher": r["launcher"],
+            "batch size": r["batch_size"], "devices (GPUs or CPU workers)": r["devices"],
+            "s/epoch": f"{fmt(r['sec_per_epoch'], 2)} [{fmt(r['sec_per_epoch_min'], 2)}–"
+                       f"{fmt(r['sec_per_epoch_max'], 2)}]",
+            "samples/s (Speedometer)": f"{fmt(r['samples_per_sec'])} [{fmt(r['samples_per_sec_min'])}–"
+                                       f"{fmt(r['samples_per_sec_max'])}]",
+            "CV (Speedometer)": fmt(r["samples_per_sec_cv"], 1, pct=True),
+            "samples/s (images/epoch ÷ s/epoch)": fmt(r["epoch_samples_per_sec"]),
+            "GPU util": "n/a" if pd.isna(r["gpu_util_pct"]) else f"{r['gpu_util_pct']:.0f}%",
+            "GPU mem (MiB)": fmt(r["gpu_mem_mib"], 0),
+            "speedup": fmt(r["speedup"], 2), "scaling eff.": fmt(r["scaling_efficiency"], 1, pct=True),
+            "val. acc. (last epoch)": fmt(r["validation_accuracy"], 3),
+            "runs ok/failed": f"{r['runs_ok']}/{r['runs_failed']}"
+                              + (f" ({r['runs_reused']} reused)" if r.get("runs_reused") else ""),
+            "seed s/epoch": f"{seed['sec_per_epoch']}" if seed else "",
+        })
+    table = pd.DataFrame(rows)
+    if not table.empty and not table["seed s/epoch"].any():
+        table = table.drop(columns="seed s/epoch")
+    return table
+
+
+def variant_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """What a reader must know about single variants: throughput disagreement, warm-up included,
+    warnings of runs that kept their results."""
+    rows = []
+    for r in summary.to_dict("records"):
+        warmup_included = r.get("warmup_excluded") is False
+        if r.get("throughput_check") and not pd.isna(r["throughput_check"]):
+            because = " (expected here: s/epoch includes the warm-up epoch)" if warmup_included else ""
+            rows.append({"variant": r["variant"], "launcher": r["launcher"], "note": r["throughput_check"] + because})
+        if warmup_included:
+            rows.append({"variant": r["variant"], "launcher": r["launcher"],
+                         "note": "1 epoch: its figures include warm-up (start-up, first batches; the Speedometer "
+                                 "figure leaves out only each worker's first reading); no later epoch to measure "
+                                 "the steady state from"})
+    if not runs.empty and "warnings" in runs:
+        for r in runs.dropna(subset=["warnings"]).to_dict("records"):
+            rows.append({"variant": r["variant"], "launcher": r["launcher"],
+                         "note": f"{r['key']} kept its results: {r['warnings']}"})
+    return pd.DataFrame(rows, columns=["variant", "launcher", "note"])
+
+
+def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
+    """Every launcher pair: ratio, CI, p, n, α, detectable gap, order, verdict."""
+    if ratios.empty:
+        return ratios
+    return pd.DataFrame({
+        "variant": ratios["variant"], "launcher / reference": ratios["launcher"] + " / " + ratios["reference"],
+        "ratio": ratios["ratio"].map(lambda v: fmt(v, 1, pct=True)),
+        "CI": [f"{lvl:.0%}: [{fmt(lo, 1, pct=True)}, {fmt(hi, 1, pct=True)}]"
+               for lvl, lo, hi in zip(ratios["level"], ratios["ci_low"], ratios["ci_high"])],
+        "p": ratios["p_value"].map(lambda v: "n/a" if pd.isna(v) else ("< 0.001" if v < 0.001 else f"{v:.3f}")),
+        "α": ratios["alpha"].map(lambda v: f"{v:g}"),
+        "n": [f"{a} vs {b}" for a, b in zip(ratios["n"], ratios["n_reference"])],
+        "detectable gap": ratios["min_detectable"].map(lambda v: "none at this n" if pd.isna(v) else f"≥ {v:.1%}"),
+        "order": ratios["order"], "verdict": ratios["verdict"],
+    })
+
+
+def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
+    """The k8s/ssh gap by part: ratio, CI, p, n, verdict."""
+    return pd.DataFrame({
+        "variant": gap["variant"], "part": gap["part"], "compared": gap["launcher"] + " / " + gap["reference"],
+        "ratio": gap["ratio"].map(lambda v: fmt(v, 1, pct=True)),
+        "CI": [f"{lvl:.0%}: [{fmt(lo, 1, pct=True)}, {fmt(hi, 1, pct=True)}]"
+               for lvl, lo, hi in zip(gap["level"], gap["ci_low"], gap["ci_high"])],
+        "n": [f"{a} vs {b}" for a, b in zip(gap["n"], gap["n_reference"])],
+        "verdict": gap["verdict"],
+    })
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_none_\n"
+    cells = [[str(c) for c in frame.columns]] + [[str(v).replace("|", "\\|") for v in row]
+                                                  for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    lines.insert(1, "|" + "---|" * len(frame.columns))
+    return "\n".join(lines) + "\n"
+
+
+def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """MXNet's C++ warnings worth a reader's time, once per variant and text, from every run's
+    notices.json (failed runs too)."""
+    rows, seen = [], set()
+    for r in runs.to_dict("records") if not runs.empty else []:
+        for notice in read_json(dag_dir / r["key"] / "notices.json", []) or []:
+            text = notice.split(": ", 1)[-1]
+            if worth_reporting(text) and (r["variant"], text) not in seen:
+                seen.add((r["variant"], text))
+                rows.append({"variant": r["variant"], "run": r["key"], "notice": notice})
+    return pd.DataFrame(rows, columns=["variant", "run", "notice"])
+
+
+def with_build(history: pd.DataFrame) -> pd.DataFrame:
+    """History rows named by the MXNet build that ran (``store.what_ran``), the version the trainer
+    reported rather than the package asked for; a history.csv older than that column included."""
+    from ..store import what_ran
+
+    return history.assign(build=what_ran(history))
+
+
+def distinct(values: pd.Series) -> str:
+    """The values a group holds, once each, in order: a table cell."""
+    return ", ".join(dict.fromkeys(str(v) for v in values.dropna()))
+
+
+def step_table(history: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, launcher and kind of machine (the store's environment fingerprint), the first
+    build that got slower than the one before it."""
+    from ..regression import find_step
+
+    steps = []
+    ok = history[history["status"] == "ok"]
+    for (variant, launcher, machine), group in ok.groupby(["variant", "launcher", "environment"], dropna=False):
+        step = find_step(group)
+        steps.append({"variant": variant, "launcher": launcher, "machine": machine,
+                      "first slower build": step["build"] if step else "none", "vs": step["previous"] if step else "",
+                      "change": (f"{step['change']:+.1%} [{step['ci_low']:+.1%}, {step['ci_high']:+.1%}]"
+                                 if step else "")})
+    return pd.DataFrame(steps, columns=["variant", "launcher", "machine", "first slower build", "vs", "change"])

@@ -1,0 +1,124 @@
+"""Reading the results store: every repeat's ``history``, the UI's ``read_history`` (which never
+migrates) and a regression check's ``baseline``; ``what_ran`` names the MXNet build a row ran."""
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Optional, Tuple, Union
+
+import pandas as pd
+import sqlalchemy as sa
+
+from .database import engine, ready_engine
+from .errors import UNSHOWN, StoreError, first_line, without_password
+from .recording import utc_time
+from .schema import dag_runs, repeats
+
+HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
+                   dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
+                   dag_runs.c.mxnet_package, dag_runs.c.mxnet_commit, repeats.c.mxnet_asked, repeats.c.mxnet_reported,
+                   repeats.c.runtime, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
+                   repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
+                   repeats.c.sec_per_epoch]
+# what a repeat ran, best source first: its trainer's own report (revision 0004), its DAG run's
+# first measured run's, the package asked for
+WHAT_RAN_SOURCES = ("mxnet_reported", "mxnet_version", "mxnet_package")
+
+
+def what_ran(rows: pd.DataFrame) -> pd.Series:
+    """Each history row's MXNet build as it ran, the ``build`` that histories and the step finder
+    group by: the first of ``WHAT_RAN_SOURCES`` the row has, else "unknown". A source column the
+    rows lack (a ``history.csv`` written before revision 0004) is passed over."""
+    ran = pd.Series(None, index=rows.index, dtype=object)
+    for column in WHAT_RAN_SOURCES:
+        if column in rows.columns:
+            ran = ran.fillna(rows[column].astype(object))
+    return ran.fillna("unknown")
+
+
+def _frame(connection, query) -> pd.DataFrame:
+    """The query's rows, with ``build`` (``what_ran``)."""
+    result = connection.execute(query)
+    rows = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+    return rows.assign(build=what_ran(rows))
+
+
+OF_ITS_DAG_RUN = (repeats.c.dag_id == dag_runs.c.dag_id) & (repeats.c.dag_run == dag_runs.c.run_id)
+
+
+def _history_query(variant=None, launcher=None, fingerprint=None, dag_ids=None, columns=HISTORY_COLUMNS):
+    query = (sa.select(*columns).join(dag_runs, OF_ITS_DAG_RUN)
+             .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.variant,
+                       repeats.c.launcher, repeats.c.repeat))
+    if variant:
+        query = query.where(repeats.c.variant == variant)
+    if dag_ids is not None:
+        query = query.where(dag_runs.c.dag_id.in_(list(dag_ids)))
+    if launcher:
+        query = query.where(repeats.c.launcher == launcher)
+    if fingerprint:
+        query = query.where(repeats.c.environment == fingerprint)
+    return query
+
+
+def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
+            fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """Every repeat of ``variant`` (or of every variant; optionally one launcher, one kind of
+    machine, the DAG runs of some DAGs), oldest first, with its DAG run's time, trigger and MXNet
+    build asked for, and its own: build asked for, version reported, runtime, and ``build``, what
+    ran (``what_ran``)."""
+    with ready_engine(url).connect() as connection:
+        return _frame(connection, _history_query(variant, launcher, fingerprint, dag_ids))
+
+
+def read_history(url: str) -> pd.DataFrame:
+    """``history`` of every variant for a reader (the UI's history page): it never creates or
+    upgrades the database; one that is not there yet, or has no tables yet, has no history, and
+    one at an older revision reads the columns it lacks as NULL."""
+    empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS] + ["build"])
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        raise StoreError(f"the results store's URL is not a database URL ({UNSHOWN})") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
+        return empty
+    try:
+        with engine(url).connect() as connection:
+            inspector = sa.inspect(connection)
+            if not inspector.has_table("repeats"):
+                return empty
+            # the api-server may run this code before any store task has upgraded the database
+            stored = {c["name"] for c in inspector.get_columns("repeats")}
+            columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
+                       for c in HISTORY_COLUMNS]
+            return _frame(connection, _history_query(columns=columns))
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(without_password(first_line(exc), url)) from None
+
+
+def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, Tuple[str, str]],
+             runs: int = 5) -> pd.DataFrame:
+    """The successful repeats of ``variant`` on ``launcher`` and this kind of machine in the last
+    ``runs`` DAG runs that measured it (of any DAG), strictly before ``before``: a datetime, or a
+    DAG run, ``(dag_id, run_id)`` (that run's time, the run itself excluded; a DAG run not stored
+    yet excludes nothing but itself). Ordered oldest first, as ``history``."""
+    measured = ((repeats.c.variant == variant) & (repeats.c.launcher == launcher)
+                & (repeats.c.environment == fingerprint) & (repeats.c.status == "ok")
+                & repeats.c.samples_per_sec.is_not(None))
+    with ready_engine(url).connect() as connection:
+        if isinstance(before, tuple):
+            itself = (dag_runs.c.dag_id == before[0]) & (dag_runs.c.run_id == before[1])
+            cutoff = connection.execute(sa.select(dag_runs.c.measured_at).where(itself)).scalar()
+            earlier = ~itself
+            if cutoff is not None:
+                earlier = earlier & (dag_runs.c.measured_at < cutoff)
+        else:
+            earlier = dag_runs.c.measured_at < utc_time(before)
+        # newest first through the measured_at index, each probed in ix_repeats_baseline
+        chosen = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id).where(earlier)
+                  .where(sa.exists().where(measured & OF_ITS_DAG_RUN))
+                  .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.dag_id.desc(), dag_runs.c.run_id.desc())
+                  .limit(runs).subquery())
+        query = (sa.select(*HISTORY_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+                 .join(chosen, (chosen.c.dag_id == repeats.c.dag_id) & (chosen.c.run_id == repeats.c.dag_run))
+                 .where(measured)
+                 .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.repeat))
+        return _frame(connection, query)

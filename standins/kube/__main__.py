@@ -1,0 +1,45 @@
+"""``python -m standins.kube start|serve|stop|check --root DIR``: see the package docstring."""
+import argparse
+import sys
+from pathlib import Path
+
+import standins.kube
+
+from .lifecycle import _stop_cli, answers, serve, spawn
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m standins.kube", description=standins.kube.__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("start", "serve"):
+        command = commands.add_parser(name)
+        command.add_argument("--root", required=True, type=Path)
+        command.add_argument("--nodes", type=int, default=2)
+        command.add_argument("--gpus-per-node", type=int, default=0)
+        command.add_argument("--port", type=int, default=0)
+        command.add_argument("--no-validate", dest="validate", action="store_false")
+        command.add_argument("--verbose", action="store_true")
+    for name in ("stop", "check"):
+        commands.add_parser(name).add_argument("--root", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args.root, args.nodes, args.gpus_per_node, args.port, args.validate, args.verbose)
+        return 0
+    if args.command == "start":
+        try:
+            spawn(args.root, args.nodes, args.gpus_per_node, args.validate, args.port)
+        except RuntimeError as error:
+            print(f"kube stand-in failed to start: {error}", file=sys.stderr)
+            return 1
+        print(args.root.resolve() / "kubeconfig")
+        return 0
+    if args.command == "stop":
+        return _stop_cli(args.root)
+    port_file = args.root / "port"
+    ok = port_file.exists() and answers(f"http://127.0.0.1:{int(port_file.read_text())}")
+    print("kube stand-in answers" if ok else "kube stand-in does not answer")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""This machine's identity, free ports and processes, as its kernel reports them (stdlib only).
+
+The one place that parses ``/proc/<pid>/stat``: the launcher, the stand-ins, the tests and the
+benchmarks all read processes through it.
+"""
+import os
+import socket
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+
+class ProcStat(NamedTuple):
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    ppid: int
+    pgrp: int
+    start_ticks: int  # clock ticks after boot: tells a process from a later one given its pid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now at ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def machine_id() -> str:
+    """Which box this is (``/etc/machine-id``, else the boot id, else the host name): two
+    addresses, or two pods, on one box share it, so a launcher can split the box's cores."""
+    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    return socket.gethostname()
+
+
+def pid_scope() -> str:
+    """Where this process's pids mean something: host name and boot id. Pods on one node share
+    the boot id, not the host name; a reboot changes the boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
+def proc_stat(pid) -> Optional[ProcStat]:
+    """Fields 3, 4, 5 and 22 of proc(5)'s ``/proc/<pid>/stat``; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (OSError, ValueError):
+        return None
+    fields = data[data.rindex(")") + 2:].split()  # the name before ")" may hold spaces and parens
+    return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+def start_ticks(pid) -> Optional[int]:
+    stat = proc_stat(pid)
+    return stat.start_ticks if stat else None
+
+
+def is_running(pid, start: Optional[int] = None) -> bool:
+    """The process exists and is not a zombie; when ``start`` (its start ticks) is given, it is
+    still that process and not a later one with a reused pid."""
+    stat = proc_stat(pid)
+    return stat is not None and stat.state not in "ZXx" and (start is None or stat.start_ticks == start)
+
+
+def processes() -> Iterator[Tuple[int, ProcStat]]:
+    """(pid, stat) of every process there is now."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = proc_stat(entry)
+            if stat is not None:
+                yield int(entry), stat
+
+
+def descendants(pid: int) -> List[int]:
+    """Every process below ``pid`` by parent links (a process group or session would miss those
+    that started their own)."""
+    children: Dict[int, List[int]] = {}
+    for child, stat in processes():
+        children.setdefault(stat.ppid, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def group_members(pgid: int) -> List[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    return [pid for pid, stat in processes() if stat.pgrp == pgid and stat.state != "Z"]
