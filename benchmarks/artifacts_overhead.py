@@ -272,7 +272,10 @@ def stack_part(scratch: Path, args) -> bool:
     print(f"\n3. DAG run wall time, {MATRIX_VARIANT} x {args.matrix_repeats} repeats, 1 epoch, {args.images} images, "
           f"{args.dag_runs} DAG run(s) per stack, alternating:")
     pg_root = Path(tempfile.mkdtemp(prefix="mxbench-artifacts-bench-pg-"))  # the server runs as postgres
-    pg_ctl, _, port = postgres.start(pg_root)
+    try:
+        pg_ctl, _, port = postgres.start(pg_root)
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
     stacks, left = {}, []
     try:
         # Celery first: its packages (Celery, asyncpg) are the ones that may be missing

@@ -4,7 +4,7 @@
 # training env's python as a subprocess). CI runs everything.
 #   scripts/test.sh                 # lint + every test
 #   scripts/test.sh --fast          # lint + the tests not marked slow (a few minutes)
-#   scripts/test.sh tests/train -k launcher   # any pytest arguments
+#   scripts/test.sh tests/train -k plan   # any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh

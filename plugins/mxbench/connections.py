@@ -14,7 +14,7 @@ extra says ``"no_host_key_check": true``, which the report then states.
 
 The Kubernetes cluster is a ``kubernetes`` connection (apache-airflow-providers-cncf-kubernetes):
 the provider's KubernetesHook reads its kubeconfig or in-cluster settings; its extra
-``mxbench_pod`` says how role pods look (``launchers.kubernetes.SETTINGS_SCHEMA``).
+``mxbench_pod`` says how role pods look (``launchers.kubernetes_pods.SETTINGS_SCHEMA``).
 
 Connection ids come from trigger params, which anyone who may trigger a DAG run chooses: every
 connection mxbench uses (hosts, cluster, results database) must be marked for mxbench by an

@@ -77,7 +77,7 @@ def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
     return artifacts.publish_data(data)  # once per data set: each run task fetches it from there
 
 
-@task
+@task(task_id="pick")  # the id runs and the UI already know
 def runs_for_launchers(runs: list[dict], launchers: list[str]) -> list[dict]:
     """The runs of ``launchers`` (one machine set's): the input its run task is mapped over."""
     return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved

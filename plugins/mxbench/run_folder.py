@@ -5,8 +5,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 CHUNK = 1 << 20
 
@@ -40,8 +42,10 @@ def read_json(path: Path, default=None):
         return default
 
 
-def load_table(path: Path) -> pd.DataFrame:
+def load_table(path: Path) -> "pd.DataFrame":
     """A CSV table; an empty frame when the file is missing or empty."""
+    import pandas as pd  # here: launchers and the artifact store use this module, and need no pandas
+
     try:
         return pd.read_csv(path)
     except (FileNotFoundError, pd.errors.EmptyDataError):

@@ -79,8 +79,8 @@ def test_structure(dagbag):
     dag = dagbag.dags["mxbench_benchmark"]
     edges = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
     assert edges == {
-        ("expand_variants", "prepare_data"), ("expand_variants", "local.runs_for_launchers"),
-        ("local.runs_for_launchers", "local.run_variant"), ("prepare_data", "local.run_variant"),
+        ("expand_variants", "prepare_data"), ("expand_variants", "local.pick"),
+        ("local.pick", "local.run_variant"), ("prepare_data", "local.run_variant"),
         ("local.run_variant", "parse_logs"), ("parse_logs", "join_results"),
         ("join_results", "report"), ("report", "check_runs"),
         ("join_results", "store_results"), ("store_results", "check_runs"),

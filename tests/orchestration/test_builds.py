@@ -173,6 +173,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
     assert builds.python_for(manifest[1], tmp_path) != results[0] and len(made) == 2
 
 
+@pytest.mark.slow
 def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path, monkeypatch, train_py):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds nothing, fast and offline
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))

@@ -11,6 +11,7 @@ from mxbench.dag_run_failures import failed_runs, failure_message
 from mxbench.run_folder import write_json
 from mxbench.variants import Target, expand_runs, preset
 from mxbench_train.errors import MxbenchError
+from mxbench_train.localhost import start_ticks
 
 TARGETS = {"local": Target("local", 1, 0)}
 
@@ -165,7 +166,7 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
     # an earlier attempt whose task was SIGKILLed: meta says running, its trainer still lives
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        start = start_ticks(leftover.pid)
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         with pytest.raises(pipeline.RunFailed):
@@ -184,7 +185,7 @@ def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
     (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        start = int(open(f"/proc/{leftover.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        start = start_ticks(leftover.pid)
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         pipeline.parse_all(tmp_path)

@@ -30,6 +30,8 @@ from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
 
+pytestmark = pytest.mark.slow  # hostile hosts through real sshd, some running MXNet
+
 CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
 ONE_HOST = Variant("tiny1", "1 process (CPU)", 32, kvstore="local", num_layers=8, epochs=1, disp_batches=2)
 MiB = 1 << 20

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import run_trainer, train_python
 
+pytestmark = pytest.mark.slow  # CIFAR-10 to RecordIO with im2rec, several times
+
 # Reads the .rec back through ImageRecordIter (what training uses) and compares every
 # image with the source arrays: labels and pixels must be exact.
 READ_BACK = r"""
@@ -121,7 +123,6 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, cifar_sour
     assert not list(out.glob(".tmp-*")) and not scratch.exists()  # the interrupted run's leftovers are gone
 
 
-@pytest.mark.slow
 def test_changed_source_is_reconverted(tmp_path, cifar_source):
     src = tmp_path / "cifar-10-batches-py"  # where the regeneration below writes
     shutil.copytree(cifar_source, src)
