@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mxbench_train.localhost import is_running as alive  # the tests import alive from here
+from mxbench_train.localhost import is_running
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dags"))
@@ -123,7 +123,7 @@ def kube_standin(tmp_path_factory):
         yield standin
     # every pod's processes, the roles' own children included, ended with the stand-in (their
     # command lines hold the pods' folders under its root)
-    left = [pid for pid in processes_mentioning(str(standin.root)) if alive(pid)]
+    left = [pid for pid in processes_mentioning(str(standin.root)) if is_running(pid)]
     assert not left, f"pod processes outlived the stand-in: {left}"
 
 
@@ -188,7 +188,7 @@ def postgres_url():
     finally:
         # "-m fast" ends client connections too, so engines still pooled there cannot hold it up
         postgres.stop(pg_ctl)
-    left = [pid for pid in processes_mentioning(str(data)) if alive(pid)]
+    left = [pid for pid in processes_mentioning(str(data)) if is_running(pid)]
     assert not left and not (data / "postmaster.pid").exists(), \
         f"the postgres server of {data} outlived the fixture: {left}"
     shutil.rmtree(data_root, ignore_errors=True)

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from conftest import train_python
-from support.celery_stack import WORKERS, CeleryStack, cmdline, descendants
+from mxbench_train.localhost import descendants
+from support.celery_stack import WORKERS, CeleryStack, cmdline
 
 pytestmark = pytest.mark.slow  # a real CeleryExecutor stack: Redis, PostgreSQL, two workers, S3
 

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import alive, train_python
+from conftest import train_python
 from mxbench import connections
 from mxbench.launchers.ssh_commands import SshHost, host_settings, role_command, setup_command
 from mxbench.variants import Variant
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, processes, start_ticks
+from mxbench_train.localhost import is_running as alive
 from mxbench_train.plan_runner import LaunchTimeout, RoleFailed
 from mxbench_train.roles import Role
 from support.waiting import wait_for

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from conftest import alive
+from mxbench_train.localhost import is_running as alive
 from standins.kube import PID_ANNOTATION, start
 
 pytestmark = pytest.mark.slow  # the stand-in serving the real operator and client
