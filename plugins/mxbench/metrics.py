@@ -5,14 +5,15 @@ summed, as each worker's Speedometer measures only its share), seconds/epoch
 (the first epoch excluded when later ones exist), validation accuracy.
 Per variant: median and spread over repeats, speedup and scaling efficiency
 against the 1-device baseline. Across launchers: the speed ratio with the
-verdict statistics of ``verdict``.
+verdict statistics of ``verdict``, paired by round when the runs came in rounds.
 """
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pandas as pd
 
 from . import verdict
+from .floors import rounds_needed
 from .parse import ParsedLog
 from .variants import HOST_NETWORK_SUFFIX
 
@@ -155,7 +156,7 @@ def add_scaling(summary: pd.DataFrame) -> pd.DataFrame:
 RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string", "ratio": "float64",
                  "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
                  "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
-                 "outcome": "string", "order": "string", "verdict": "string"}
+                 "outcome": "string", "order": "string", "analysis": "string", "verdict": "string"}
 
 
 # simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
@@ -173,27 +174,71 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.DataFrame:
     """For every variant run under two or more launchers: the speed of each against each simpler
-    one (or only against ``reference``), with the verdict statistics and how the two legs were
-    ordered in time."""
+    one (or only against ``reference``), with the verdict statistics, how the two legs were
+    ordered in time, and which analysis gave the verdict: paired by round when the two
+    launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
+    unpaired rule, saying why."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
     launchers = list(dict.fromkeys(ok["launcher"]))
     pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
     rows = []
     for variant, group in ok.groupby("variant", sort=False):
+        every_run = runs[runs["variant"] == variant]
         for launcher, ref_name in pairs:
             other = group.loc[group["launcher"] == launcher, "samples_per_sec"]
             ref = group.loc[group["launcher"] == ref_name, "samples_per_sec"]
             if other.empty or ref.empty:
                 continue
-            result = verdict.compare(other, ref, launcher, ref_name).to_dict()
+            rounds, why_not = paired_rounds(every_run, launcher, ref_name)
+            if rounds is not None and len(rounds) < rounds_needed():
+                # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
+                rounds, why_not = None, f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
+            if rounds is not None:
+                result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
+            else:
+                result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
+                          "analysis": f"unpaired: {why_not}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "order": leg_order(group, launcher, ref_name)})
     return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
 
 
+def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:
+    """The (a, b) samples/s of each round, in time order, when launchers ``a`` and ``b`` ran in
+    rounds: one measured run of each per round (``repeat``), the two back to back, rounds not
+    overlapping. Else (None, why not): then only the unpaired rule applies.
+
+    ``runs``: one variant's runs, failed ones included (a failed run leaves its round without a
+    partner, and a drift could then pass for a launcher effect in the others).
+    """
+    legs = runs[runs["launcher"].isin([a, b])]
+    if legs.empty:
+        return None, f"no runs of {a} or {b}"
+    if "started_at" not in legs or "ended_at" not in legs or "repeat" not in legs \
+            or legs[["started_at", "ended_at", "repeat"]].isna().any().any():
+        return None, "no start times to pair the runs by"
+    measured = (legs["status"] == "ok") & legs["samples_per_sec"].notna()
+    if not measured.all():
+        failed = legs[~measured].iloc[0]
+        return None, f"a run failed ({failed['launcher']} r{failed['repeat']}), so its round has no pair"
+    per_round = legs.groupby("repeat")["launcher"].agg(list)
+    if any(sorted(members) != sorted([a, b]) for members in per_round):
+        return None, f"a round without exactly one run of each of {a} and {b}"
+    timed = legs.sort_values("started_at")
+    rounds_in_time = list(timed["repeat"])
+    if rounds_in_time[0::2] != rounds_in_time[1::2]:
+        return None, "the two runs of a round were not back to back"
+    starts, ends = list(timed["started_at"]), list(timed["ended_at"])
+    if any(start < max(ends[:i]) for i, start in enumerate(starts) if i):
+        return None, "runs overlapped in time"
+    speed = {(row.launcher, row.repeat): float(row.samples_per_sec) for row in timed.itertuples()}
+    return [(speed[a, r], speed[b, r]) for r in rounds_in_time[0::2]], ""
+
+
 def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
     """How the repeats of launchers ``a`` and ``b`` followed each other in time. Interleaved legs
-    (a r1, b r1, a r2, ...) spread a drift over both; all of one, then all of the other, does not."""
+    (a r1, b r1, a r2, ...) spread a drift over both, and counterbalanced ones (a r1, b r1, b r2,
+    a r2, ...) cancel a linear drift; all of one, then all of the other, does not."""
     if "started_at" not in runs or "ended_at" not in runs:
         return "unknown (no start times)"
     legs = runs[runs["launcher"].isin([a, b])].dropna(subset=["started_at", "ended_at"]).sort_values("started_at")
@@ -210,6 +255,13 @@ def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
     switches = sum(x != y for x, y in zip(order, order[1:]))
     if switches == len(order) - 1 and switches:
         return f"interleaved ({sequence})"
+    rounds_in_time = list(legs["repeat"])
+    in_rounds = (len(order) % 2 == 0 and rounds_in_time[0::2] == rounds_in_time[1::2]
+                 and all(x != y for x, y in zip(order[0::2], order[1::2])))
+    if in_rounds:
+        a_first = order[0::2].count(a)
+        balanced = abs(2 * a_first - len(order) // 2) <= 1
+        return f"interleaved{', counterbalanced' if balanced else ''} ({sequence})"
     if switches == 1 and min(order.count(a), order.count(b)) > 1:
         return f"blocked: all {order[0]} first, then all {order[-1]}; a drift could pass for a launcher effect"
     return f"mixed ({sequence})"

@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .floors import ALPHA, repeats_needed, rounds_needed
+
 LAUNCHERS = ("local", "ssh", "kubernetes")
 # Launchers whose runs share machines, by machine set: they share one Airflow pool
 # (``mxbench_<set>``, one slot) and one mapped task, so their runs never overlap and their
@@ -212,10 +214,26 @@ PARAMS_SCHEMA: Dict[str, dict] = {
               "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
               "section": "What to run"},
     "repeats": {"default": 5, "type": "integer", "minimum": 1, "maximum": 20, "title": "Repeats",
-                "description": "Runs per variant and launcher; the report gives the median and spread. "
-                               "Comparing launchers needs at least 4 a side (at 3 vs 3 no gap can be told "
-                               "from noise at α = 0.05).",
+                "description": "Rounds per variant: each round runs the variant once under each launcher, in "
+                               "counterbalanced order (a b, b a, ...) so that a slow drift of the machines cancels. "
+                               f"Comparing launchers round by round needs at least {rounds_needed()} rounds (a "
+                               f"sign-flip test over fewer cannot reach p < {ALPHA:g}); compared unpaired (a run "
+                               f"failed, or the runs overlapped), {repeats_needed()} a side.",
                 "section": "What to run"},
+    "max_repeats": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 50,
+                    "title": "Most rounds (budget)",
+                    "description": "Empty: exactly Repeats rounds. Else up to this many rounds (at least Repeats): "
+                                   "each round after the first Repeats runs only while some launcher pair of its "
+                                   "variant is not yet settled, i.e. its paired interval is still wider than "
+                                   "±Target gap/2.",
+                    "section": "What to run"},
+    "target_gap": {"default": 0.05, "type": "number", "exclusiveMinimum": 0, "maximum": 0.5,
+                   "title": "Smallest gap that matters",
+                   "description": "With Most rounds: stop adding rounds once every launcher pair's interval is "
+                                  "narrower than ± half of this (0.05: a 5% gap or more would stand outside it). "
+                                  "Only the interval's width is looked at, never its side or p, so stopping early "
+                                  "calls no more false differences.",
+                   "section": "What to run"},
     "epochs": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 1000,
                "title": "Epochs", "description": "Empty: the preset's (seed 300, cpu-demo 3).",
                "section": "Model"},
@@ -307,10 +325,43 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
     return f"{variant_id}__{launcher}__r{repeat}"
 
 
+def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
+    """The order the launchers run in, in round ``round_number`` (1, 2, ...): counterbalanced.
+
+    Each even round runs the previous one backwards (a b, b a; a b c, c b a), so over every two
+    rounds each launcher's mean position is the same and a linear drift of the machines cancels
+    from every pair's comparison, not just alternates. Every other two rounds start one launcher
+    further on (a b c, c b a, b c a, a c b, c a b, b a c): with three launchers, six rounds are a
+    Williams Latin square, each launcher in each position and after each other equally often. Two
+    launchers get a b, b a, b a, a b: ABBA, then BAAB.
+    """
+    shift = ((round_number - 1) // 2) % max(1, len(launchers))
+    rotated = list(launchers[shift:]) + list(launchers[:shift])
+    return rotated[::-1] if (round_number - 1) % 2 else rotated
+
+
+def budget(params: dict) -> Tuple[int, int]:
+    """(rounds always run, most rounds): ``repeats`` and ``max_repeats`` (empty: ``repeats``)."""
+    repeats = int(params.get("repeats", 5))
+    most = params.get("max_repeats")
+    most = repeats if most is None else int(most)
+    if most < repeats:
+        raise VariantError(f"max_repeats ({most}) is below repeats ({repeats}): the budget must allow at least "
+                           "the rounds always run")
+    target_gap = params.get("target_gap")
+    if most > repeats and not (target_gap is not None and 0 < float(target_gap) < 1):
+        raise VariantError(f"max_repeats above repeats needs a target_gap between 0 and 1 to stop by, got "
+                           f"{target_gap!r}")
+    return repeats, most
+
+
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
                 sets: Optional[Dict[str, Sequence[str]]] = None,
                 refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
+
+    Each run carries its ``round`` (= ``repeat``), its ``position`` in the round (1 = first) and
+    whether it is ``optional`` (a round beyond ``repeats``, up to ``max_repeats``).
 
     All misfits are reported together, one line each, before anything starts. A launcher whose
     machines could not be asked (``unavailable``: launcher -> why) keeps its runs, each carrying
@@ -320,7 +371,7 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     """
     variants = select_variants(params)
     launchers: Sequence[str] = params.get("launchers") or ["local"]
-    repeats = int(params.get("repeats", 5))
+    repeats, most_rounds = budget(params)
     unavailable = unavailable or {}
     problems = []
     for launcher in launchers:
@@ -343,14 +394,19 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
                             f"local apart ({MACHINE_SETS_ENV}): their runs would overlap and spoil each other")
     if problems:
         raise VariantError("; ".join(problems))
-    # repeat-major: a drift over the hours of a long matrix spreads over every variant and
-    # launcher alike instead of biasing whichever ran last
-    return [
-        {"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher, "repeat": r,
-         **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})}
-        for r in range(1, repeats + 1) for v in variants for launcher in launchers
-        if not v.launchers or launcher in v.launchers
-    ]
+    # round-major: a drift over the hours of a long matrix spreads over every variant and
+    # launcher alike instead of biasing whichever ran last; within a round, the variant's
+    # launchers in counterbalanced order (``round_order``). Rounds beyond ``repeats`` are
+    # optional: the DAG skips them once the variant is settled (``verdict.settled``).
+    runs = []
+    for r in range(1, most_rounds + 1):
+        for v in variants:
+            own = [launcher for launcher in launchers if not v.launchers or launcher in v.launchers]
+            for position, launcher in enumerate(round_order(own, r), start=1):
+                runs.append({"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher,
+                             "repeat": r, "round": r, "position": position, "optional": r > repeats,
+                             **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})})
+    return runs
 
 
 def variant_from_dict(data: dict) -> Variant:

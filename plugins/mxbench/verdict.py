@@ -12,19 +12,25 @@
 
 Why not "the min-max ranges do not overlap": for two identical launchers that happens by chance
 with probability 2 / C(n+m, n), 33% at 2 vs 2 repeats.
+
+When the two launchers ran in rounds (one run of each per round, back to back, counterbalanced
+a b, b a, ...), ``compare_paired`` analyses the rounds as pairs instead: a slow drift of the
+machine moves both runs of a round alike and drops out of the per-round ratio, and the order
+cancels what is left of a linear drift. ``settled`` tells when the paired interval is already
+narrow enough that more rounds are not worth their time.
 """
 import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from .floors import ALPHA, MIN_REPEATS, repeats_needed, rounds_needed, smallest_p, smallest_paired_p
+
 LEVEL = 0.95  # confidence level of the interval
-ALPHA = 0.05  # significance level of the test
 POWER = 0.80  # for the minimum detectable difference
-MIN_REPEATS = 3  # per side, below which no verdict is given
 SEED = 20161211  # the seed study's MXNet commit date: any fixed number would do
 BOOTSTRAP_RESAMPLES = 4000
 EXACT_UP_TO = 20_000  # splits of the repeats enumerated exactly (C(16, 8) = 12,870)
@@ -44,6 +50,7 @@ class Comparison:
     min_detectable: Optional[float]  # relative gap detectable with POWER; None: none at this n
     outcome: str  # slower | faster | borderline | within noise | too few repeats | undecidable at this n
     verdict: str  # the plain-words sentence for the report
+    analysis: str = "unpaired"  # "unpaired" (``compare``) or "paired, n rounds" (``compare_paired``)
 
     def to_dict(self):
         return asdict(self)
@@ -58,19 +65,6 @@ def bootstrap_ratio_ci(a, b, level=LEVEL, seed=SEED, resamples=BOOTSTRAP_RESAMPL
     tail = (1 - level) / 2
     low, high = np.quantile(med_a / med_b, [tail, 1 - tail])
     return float(low), float(high)
-
-
-def smallest_p(n: int, m: int) -> float:
-    """The smallest two-sided p an exact permutation test of n vs m repeats can give."""
-    return min(1.0, 2 / math.comb(n + m, n))
-
-
-def repeats_needed(alpha=ALPHA) -> int:
-    """Repeats a side (equal sides) before the permutation test can reach ``alpha`` at all."""
-    k = MIN_REPEATS
-    while smallest_p(k, k) > alpha:
-        k += 1
-    return k
 
 
 def permutation_p(a, b, seed=SEED) -> float:
@@ -169,7 +163,8 @@ def compare(a: Sequence[float], b: Sequence[float], name="a", reference="b", lev
     alpha_text = f"α = {alpha:g}"
     if few:
         return Comparison(ratio, low, high, level, None, alpha, n, m, None, "too few repeats",
-                          f"{head}: too few repeats to tell (at least {MIN_REPEATS} a side)")
+                          f"{head}: too few repeats to tell (at least {MIN_REPEATS} a side)",
+                          f"unpaired, {n} vs {m} repeats")
     p = permutation_p(a, b, seed)
     detectable = min_detectable(a, b, alpha, POWER, level)
     if p < alpha and not low <= 1 <= high:
@@ -189,4 +184,207 @@ def compare(a: Sequence[float], b: Sequence[float], name="a", reference="b", lev
         verdict = f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
             f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
             if detectable is not None else "; the repeats show no spread to judge a gap by")
-    return Comparison(ratio, low, high, level, p, alpha, n, m, detectable, outcome, verdict)
+    return Comparison(ratio, low, high, level, p, alpha, n, m, detectable, outcome, verdict,
+                      f"unpaired, {n} vs {m} repeats")
+
+
+# Paired analysis: runs that came in rounds, one of each launcher per round, back to back.
+
+EXACT_SIGN_FLIPS_UP_TO = 12  # rounds whose 2^n sign patterns are enumerated (4,096); beyond, a seeded sample
+SAMPLED_SIGN_FLIPS = 10_000
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(probability: float, df: int) -> float:
+    """The Student-t quantile, by bisection on its exact CDF for whole degrees of freedom
+    (Abramowitz & Stegun 26.7.3-4; no SciPy on the orchestration side)."""
+    low, high = 0.0, 1.0
+    while _t_cdf(high, df) < probability:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_cdf(mid, df) < probability else (low, mid)
+    return (low + high) / 2
+
+
+def _t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for t >= 0 and whole ``df``: a finite series in the angle atan(t / sqrt(df))."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    term, total = 1.0, 1.0
+    if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        inside = 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + inside / 2
+
+
+def _t_half_width(log_ratios: np.ndarray, level: float) -> float:
+    """Half-width of the t interval on the mean per-round log ratio."""
+    n = len(log_ratios)
+    return t_quantile(1 - (1 - level) / 2, n - 1) * float(np.std(log_ratios, ddof=1)) / math.sqrt(n)
+
+
+def paired_interval(log_ratios, level=LEVEL):
+    """Interval for the ratio exp(mean per-round log ratio): the t interval on the mean log ratio.
+
+    Why t and not a bootstrap: at 4 to 8 rounds a percentile bootstrap of the mean covers only
+    about 80-90% when it claims 95% (it cannot see the spread beyond the few rounds it resamples),
+    while the t interval holds 95% on normal log ratios at any n (tests/orchestration/
+    test_verdict.py simulates both, seeded). Log speeds of repeated runs are close to normal.
+    """
+    d = np.asarray(log_ratios, float)
+    half = _t_half_width(d, level)
+    return float(math.exp(d.mean() - half)), float(math.exp(d.mean() + half))
+
+
+def sign_flip_p(log_ratios, seed=SEED) -> float:
+    """Two-sided exact sign-flip (paired permutation) test of mean log ratio = 0: under "the
+    launchers are alike" each round's ratio is as likely inverted, so every pattern of signs is
+    equally likely. Exact over all 2^n patterns up to EXACT_SIGN_FLIPS_UP_TO rounds, else a
+    seeded sample."""
+    return float(_sign_flip_p_rows(np.asarray(log_ratios, float)[None, :], seed)[0])
+
+
+def _sign_flip_p_rows(rows: np.ndarray, seed=SEED, chunk=64) -> np.ndarray:
+    """``sign_flip_p`` of each row (rounds along the row), a chunk of rows at a time."""
+    n = rows.shape[1]
+    signs = _sign_patterns(n, seed)
+    exact = n <= EXACT_SIGN_FLIPS_UP_TO
+    p = np.empty(len(rows))
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        sums = np.abs(signs @ part.T)  # patterns x rows
+        observed = np.abs(part.sum(axis=1))
+        tolerance = 1e-9 * np.maximum(1.0, np.abs(part).max(axis=1))  # equal sums must count as equal
+        extreme = np.sum(sums >= observed - tolerance, axis=0)
+        # a sample of patterns counts the observed one too
+        p[start:start + chunk] = extreme / len(signs) if exact else (extreme + 1) / (len(signs) + 1)
+    return np.minimum(1.0, p)
+
+
+@functools.lru_cache(maxsize=32)
+def _sign_patterns(n: int, seed: int) -> np.ndarray:
+    """Rows of +1/-1, one per sign pattern of n rounds: every pattern, or a seeded sample."""
+    if n <= EXACT_SIGN_FLIPS_UP_TO:
+        bits = (np.arange(2 ** n)[:, None] >> np.arange(n)) & 1
+    else:
+        bits = np.random.default_rng(seed).integers(0, 2, (SAMPLED_SIGN_FLIPS, n))
+    return 1.0 - 2.0 * bits
+
+
+def called_paired(rows, alpha=ALPHA, level=LEVEL) -> np.ndarray:
+    """The paired verdict rule for each row of per-round log ratios: a difference is called when
+    the test and the interval agree (p < alpha, and the interval excludes a ratio of 1)."""
+    rows = np.atleast_2d(np.asarray(rows, float))
+    n = rows.shape[1]
+    half = t_quantile(1 - (1 - level) / 2, n - 1) * rows.std(axis=1, ddof=1) / math.sqrt(n)
+    return (np.abs(rows.mean(axis=1)) > half) & (_sign_flip_p_rows(rows) < alpha)
+
+
+def paired_min_detectable(log_ratios, alpha=ALPHA, power=POWER, level=LEVEL) -> Optional[float]:
+    """Relative gap the paired rule calls with ``power`` at this many rounds and this spread of
+    the per-round log ratios; None when no gap can be called at this n, or there is no spread."""
+    d = np.asarray(log_ratios, float)
+    n = len(d)
+    if n < MIN_REPEATS or smallest_paired_p(n) > alpha:
+        return None
+    sd = float(np.std(d, ddof=1))
+    if sd == 0:
+        return None
+    return float(math.expm1(sd * _paired_detectable_in_sd(n, alpha, power, level)))
+
+
+@functools.lru_cache(maxsize=64)
+def _paired_detectable_in_sd(n, alpha, power, level, trials=400, steps=10) -> float:
+    """The smallest mean log ratio, in standard deviations of the per-round log ratios, that
+    ``called_paired`` finds in ``power`` of simulated normal rounds (scale-free, so one seeded
+    simulation per n serves every spread; the same noise at every gap keeps the search monotone)."""
+    noise = np.random.default_rng(SEED).normal(size=(trials, n))
+
+    def detected(gap):
+        return called_paired(noise - gap, alpha, level).mean()
+
+    low, high = 0.0, 2.0
+    while detected(high) < power and high < 64:
+        low, high = high, 2 * high
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (low, mid) if detected(mid) >= power else (mid, high)
+    return high
+
+
+def _valid_rounds(pairs) -> np.ndarray:
+    """Per-round log ratios log(a / b), rounds whose either speed is no measure (nan/inf/0) dropped."""
+    kept = [(float(a), float(b)) for a, b in pairs
+            if all(x is not None and math.isfinite(x) and x > 0 for x in (a, b))]
+    return np.array([math.log(a / b) for a, b in kept], float)
+
+
+def compare_paired(pairs: Sequence[Tuple[float, float]], name="a", reference="b", level=LEVEL, alpha=ALPHA,
+                   seed=SEED) -> Comparison:
+    """``a`` (e.g. k8s) against ``b`` (e.g. ssh) from rounds: ``pairs`` holds each round's
+    (a, b) samples/s. The ratio is the geometric mean of the per-round ratios; its interval the t
+    interval on the mean log ratio; the test an exact sign-flip test. The outcome words are
+    ``compare``'s; below ``floors.rounds_needed`` rounds the test cannot reach ``alpha``."""
+    d = _valid_rounds(pairs)
+    n = len(d)
+    if not n:
+        raise ValueError(f"{name} vs {reference}: no round with both speeds measured")
+    ratio = float(math.exp(d.mean()))
+    analysis = f"paired, {n} rounds"
+    if n < MIN_REPEATS:  # 2 rounds give a t interval with 1 degree of freedom: too wide to say anything
+        return Comparison(ratio, None, None, level, None, alpha, n, n, None, "too few repeats",
+                          f"{name} at {ratio:.1%} of {reference}, {n} rounds paired: too few repeats to tell "
+                          f"(at least {MIN_REPEATS} rounds)", analysis)
+    low, high = paired_interval(d, level)
+    head = f"{name} at {ratio:.1%} of {reference}, {level:.0%} CI [{low:.1%}, {high:.1%}], {n} rounds paired"
+    alpha_text = f"α = {alpha:g}"
+    p = sign_flip_p(d, seed)
+    detectable = paired_min_detectable(d, alpha, POWER, level)
+    if p < alpha and not low <= 1 <= high:
+        outcome = "slower" if ratio < 1 else "faster"
+        verdict = f"{head}: {outcome}, not explained by noise ({_p_text(p)} < {alpha_text})"
+    elif p < alpha:
+        outcome = "borderline"
+        verdict = (f"{head}: borderline ({_p_text(p)} < {alpha_text}, but the interval includes 100%): "
+                   "not called a difference; more rounds would settle it")
+    elif smallest_paired_p(n) > alpha:
+        outcome = "undecidable at this n"
+        verdict = (f"{head}: cannot be told from noise at this n ({_p_text(p)}; a sign-flip test over {n} rounds "
+                   f"cannot give p below {smallest_paired_p(n):.3f}, {alpha_text}): run at least "
+                   f"{rounds_needed(alpha)} rounds")
+    else:
+        outcome = "within noise"
+        verdict = f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
+            f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
+            if detectable is not None else "; the rounds show no spread to judge a gap by")
+    return Comparison(ratio, low, high, level, p, alpha, n, n, detectable, outcome, verdict, analysis)
+
+
+def settled(pairs: Sequence[Tuple[float, float]], target_gap: float, level=LEVEL,
+            alpha=ALPHA) -> Tuple[bool, str]:
+    """Whether more rounds are not worth their time: the paired interval is already narrower
+    than ±``target_gap``/2, so any gap of ``target_gap`` or more sits outside it.
+
+    Looks only at the interval's width (the spread of the rounds and their number), never at its
+    side or at p: the spread of normal log ratios is independent of their mean, so stopping on it
+    does not make a difference more likely to be called (a seeded simulation in
+    tests/orchestration/test_verdict.py checks the false-call rate stays ≤ α). Never settled
+    before ``floors.rounds_needed`` rounds, where the test could not call a gap at all.
+    """
+    d = _valid_rounds(pairs)
+    n, needed = len(d), rounds_needed(alpha)
+    if n < needed:
+        return False, f"{n} of the {needed} rounds a paired verdict needs"
+    half = math.expm1(_t_half_width(d, level))
+    within = f"interval ±{half:.1%} {{}} ±{target_gap / 2:.1%} (target gap {target_gap:.0%})"
+    if half <= target_gap / 2:
+        return True, f"stopped after {n} rounds: " + within.format("≤")
+    return False, f"{n} rounds: " + within.format(">")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mxbench.metrics import NoSpeedLines, compare_speeds, launcher_ratios, run_metrics, summarise
+from mxbench.metrics import NoSpeedLines, compare_speeds, launcher_ratios, leg_order, run_metrics, summarise
 from mxbench.parse import parse_lines, parse_log, parse_run_logs
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -109,3 +109,56 @@ def test_each_launcher_is_compared_with_every_simpler_one():
     assert launcher_pairs(["kubernetes", "ssh", "local"]) == [("ssh", "local"), ("kubernetes", "local"),
                                                              ("kubernetes", "ssh")]
     assert launcher_pairs(["local"]) == []
+
+
+def rounds_table(order, speeds, status=None, seconds=10):
+    """Runs of variant v back to back, in time order ``order`` ((launcher, repeat) each)."""
+    status = status or {}
+    return runs_table([{"variant": "v", "launcher": launcher, "repeat": r, "devices": 1,
+                        "started_at": i * seconds, "ended_at": (i + 1) * seconds - 1,
+                        "status": status.get((launcher, r), "ok"),
+                        "samples_per_sec": None if status.get((launcher, r)) else speeds[launcher] + i}
+                       for i, (launcher, r) in enumerate(order)])
+
+
+ABBA = [("ssh", 1), ("kubernetes", 1), ("kubernetes", 2), ("ssh", 2), ("kubernetes", 3), ("ssh", 3),
+        ("ssh", 4), ("kubernetes", 4), ("ssh", 5), ("kubernetes", 5), ("kubernetes", 6), ("ssh", 6)]
+SPEEDS = {"ssh": 8000.0, "kubernetes": 7600.0}
+
+
+def test_runs_in_rounds_are_analysed_as_pairs_and_the_table_says_so():
+    (row,) = launcher_ratios(rounds_table(ABBA, SPEEDS)).to_dict("records")
+    assert row["analysis"] == "paired, 6 rounds" and row["n"] == 6 and row["n_reference"] == 6
+    assert row["outcome"] == "slower" and row["p_value"] == pytest.approx(2 / 64)
+    assert "6 rounds paired: slower" in row["verdict"]
+    assert row["order"] == ("interleaved, counterbalanced (ssh r1, kubernetes r1, kubernetes r2, ssh r2, "
+                            "kubernetes r3, ssh r3, …)")
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"status": {("ssh", 3): "failed"}}, "unpaired: a run failed (ssh r3), so its round has no pair"),
+    ({"order": [(launcher, r) for launcher in ("ssh", "kubernetes") for r in range(1, 7)]},
+     "unpaired: the two runs of a round were not back to back"),
+    ({"order": ABBA[:-1] + [("ssh", 7)]}, "unpaired: a round without exactly one run of each of kubernetes and ssh"),
+    ({"seconds": -5}, "unpaired: runs overlapped in time"),
+])
+def test_runs_not_paired_in_time_fall_back_to_the_unpaired_rule_and_say_why(change, why):
+    table = rounds_table(change.get("order", ABBA), SPEEDS, change.get("status"), 10)
+    if change.get("seconds"):  # every run ends 5 s after the next one starts
+        table["ended_at"] = table["started_at"] + 15
+    (row,) = launcher_ratios(table).to_dict("records")
+    assert row["analysis"] == why
+    assert "repeats" in row["verdict"] and "rounds paired" not in row["verdict"]
+
+
+def test_fewer_rounds_than_the_paired_test_needs_are_compared_unpaired():
+    (row,) = launcher_ratios(rounds_table(ABBA[:8], SPEEDS)).to_dict("records")
+    assert row["analysis"] == "unpaired: 4 rounds, fewer than the 6 a paired test needs"
+    assert row["outcome"] == "slower" and "4 vs 4 repeats" in row["verdict"]
+    assert leg_order(rounds_table(ABBA[:8], SPEEDS), "kubernetes", "ssh").startswith("interleaved, counterbalanced")
+
+
+def test_runs_without_start_times_are_compared_unpaired():
+    table = rounds_table(ABBA, SPEEDS).drop(columns=["started_at", "ended_at"])
+    (row,) = launcher_ratios(table).to_dict("records")
+    assert row["analysis"] == "unpaired: no start times to pair the runs by" and row["n"] == 6

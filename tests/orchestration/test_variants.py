@@ -11,6 +11,7 @@ from mxbench.variants import (
     cpu_demo_preset,
     expand_runs,
     preset,
+    round_order,
     seed_preset,
     select_variants,
 )
@@ -132,17 +133,78 @@ def test_an_unavailable_launcher_keeps_its_runs_with_the_reason():
                        {"local": Target("local", 1, 0, one_machine=True)},
                        {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): cannot connect"})
     assert [(r["launcher"], r["repeat"], r.get("unavailable", "")[:26]) for r in runs] == [
-        ("local", 1, ""), ("ssh", 1, "the ssh target is unavaila"), ("local", 2, ""),
-        ("ssh", 2, "the ssh target is unavaila")]
+        ("local", 1, ""), ("ssh", 1, "the ssh target is unavaila"), ("ssh", 2, "the ssh target is unavaila"),
+        ("local", 2, "")]
 
 
-def test_launchers_that_share_machines_alternate_repeat_by_repeat():
+def test_launchers_that_share_machines_run_in_counterbalanced_rounds():
     targets = {"ssh": Target("ssh", 1, 0), "kubernetes": Target("kubernetes", 1, 0)}
-    runs = expand_runs({"preset": "cpu-demo", "repeats": 3, "launchers": ["ssh", "kubernetes"],
+    runs = expand_runs({"preset": "cpu-demo", "repeats": 4, "launchers": ["ssh", "kubernetes"],
                         "only_variants": ["cpu1-bs32", "cpu2w-bs32"]}, targets)
     one_variant = [(r["launcher"], r["repeat"]) for r in runs if r["variant"]["id"] == "cpu1-bs32"]
-    assert one_variant == [("ssh", 1), ("kubernetes", 1), ("ssh", 2), ("kubernetes", 2), ("ssh", 3),
-                           ("kubernetes", 3)]
+    # ABBA, then BAAB: each round alternates, and each launcher goes first in half the rounds
+    assert one_variant == [("ssh", 1), ("kubernetes", 1), ("kubernetes", 2), ("ssh", 2), ("kubernetes", 3),
+                           ("ssh", 3), ("ssh", 4), ("kubernetes", 4)]
+    assert [(r["round"], r["position"]) for r in runs if r["variant"]["id"] == "cpu1-bs32"] == [
+        (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2), (4, 1), (4, 2)]
+    assert runs[0]["key"] == "cpu1-bs32__ssh__r1" and runs[4]["key"] == "cpu1-bs32__kubernetes__r2"
+
+
+def mean_positions(order):
+    return {launcher: sum(round_.index(launcher) for round_ in order) / len(order) for launcher in order[0]}
+
+
+def test_a_linear_drift_cancels_from_every_pair_every_two_rounds():
+    for launchers in (["a", "b"], ["a", "b", "c"]):
+        for first in range(1, 12, 2):
+            two_rounds = [round_order(launchers, first), round_order(launchers, first + 1)]
+            assert len(set(mean_positions(two_rounds).values())) == 1, two_rounds
+
+
+def test_three_launchers_in_six_rounds_are_a_williams_latin_square():
+    square = [round_order(["a", "b", "c"], r) for r in range(1, 7)]
+    assert square == [list("abc"), list("cba"), list("bca"), list("acb"), list("cab"), list("bac")]
+    for position in range(3):  # each launcher in each position twice
+        assert sorted(row[position] for row in square) == sorted("aabbcc")
+    followers = [(row[i], row[i + 1]) for row in square for i in range(2)]
+    assert all(followers.count(pair) == 2 for pair in set(followers)) and len(set(followers)) == 6
+    assert round_order(["kubernetes"], 3) == ["kubernetes"]
+
+
+def test_a_variant_runs_only_its_own_launchers_in_counterbalanced_order():
+    targets = {"local": Target("local", 2, 0, one_machine=True), "ssh": Target("ssh", 2, 0),
+               "kubernetes": Target("kubernetes", 2, 0, host_network=True)}
+    runs = expand_runs({"preset": "cpu-demo", "repeats": 2, "launchers": ["local", "ssh", "kubernetes"],
+                        "only_variants": ["cpu2h-bs64", "cpu2h-bs64-hostnet"]}, targets)
+    twin = "cpu2h-bs64-hostnet"
+    assert [(r["variant"]["id"], r["launcher"], r["position"]) for r in runs] == [
+        ("cpu2h-bs64", "local", 1), ("cpu2h-bs64", "ssh", 2), ("cpu2h-bs64", "kubernetes", 3), (twin, "kubernetes", 1),
+        ("cpu2h-bs64", "kubernetes", 1), ("cpu2h-bs64", "ssh", 2), ("cpu2h-bs64", "local", 3), (twin, "kubernetes", 1)]
+
+
+def test_rounds_beyond_repeats_up_to_the_budget_are_optional():
+    runs = expand_runs(defaults(repeats=6, max_repeats=9, target_gap=0.05, launchers=["local"],
+                                only_variants=["cpu1-bs32"]), LOCAL)
+    assert [(r["round"], r["optional"]) for r in runs] == [(r, r > 6) for r in range(1, 10)]
+    assert [r["optional"] for r in expand_runs(defaults(repeats=2), LOCAL)] == [False] * 14  # no budget: none
+    with pytest.raises(VariantError, match=r"max_repeats \(4\) is below repeats \(6\)"):
+        expand_runs(defaults(repeats=6, max_repeats=4), LOCAL)
+    with pytest.raises(VariantError, match="needs a target_gap"):
+        expand_runs(defaults(repeats=6, max_repeats=8, target_gap=None), LOCAL)
+
+
+def test_the_form_says_the_rounds_a_verdict_needs_from_the_rule():
+    from mxbench.floors import repeats_needed, rounds_needed, smallest_paired_p
+
+    assert rounds_needed() == 6 and smallest_paired_p(5) == 0.0625 and smallest_paired_p(6) < 0.05
+    assert repeats_needed() == 4 and rounds_needed(0.01) == 8
+    assert "at least 6 rounds" in PARAMS_SCHEMA["repeats"]["description"]
+    assert "4 a side" in PARAMS_SCHEMA["repeats"]["description"]
+    jsonschema.validate(defaults(max_repeats=12, target_gap=0.05), schema())
+    for bad in ({"max_repeats": 0}, {"max_repeats": 51}, {"target_gap": 0}, {"target_gap": 0.9},
+                {"target_gap": "5%"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(defaults(**bad), schema())
 
 
 @pytest.mark.parametrize("conn_id", ["$(touch pwned)", "; touch pwned", "`touch pwned`", "a\nb", "a b", ""])

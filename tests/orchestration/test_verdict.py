@@ -4,7 +4,17 @@ import pandas as pd
 import pytest
 
 from mxbench.metrics import launcher_ratios, leg_order, summarise, throughput_check
-from mxbench.verdict import compare, min_detectable, smallest_p
+from mxbench.verdict import (
+    called_paired,
+    compare,
+    compare_paired,
+    min_detectable,
+    paired_interval,
+    paired_min_detectable,
+    settled,
+    sign_flip_p,
+    smallest_p,
+)
 
 
 def repeats(rng, mean, cv, n):
@@ -119,3 +129,134 @@ def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
     flat = compare([8000.0] * 5, [8000.0] * 5, "k8s", "ssh")
     assert flat.outcome == "within noise" and flat.min_detectable is None
     assert flat.verdict.endswith("the repeats show no spread to judge a gap by")
+
+
+# The paired analysis: runs in rounds, one of each launcher per round, counterbalanced (ABBA).
+
+def timed_speeds(rng, order, cv, drift, gap=0.0):
+    """Speeds of runs in time order ``order`` (launcher names, one run each), a after a ``gap``
+    (0.05: a 5% slower), with log-normal noise ``cv`` and a linear drift of ``drift`` per run."""
+    slowdown = {"a": -np.log1p(gap) if gap > -1 else 0.0, "b": 0.0}
+    return [8000 * np.exp(slowdown[launcher] + rng.normal(0, cv) + drift * t) for t, launcher in enumerate(order)]
+
+
+def abba(rounds):
+    return [x for r in range(rounds) for x in (("a", "b") if r % 4 in (0, 3) else ("b", "a"))]
+
+
+def as_rounds(order, speeds):
+    """ABBA runs -> per-round (a, b) pairs."""
+    pairs = []
+    for i in range(0, len(order), 2):
+        by_name = dict(zip(order[i:i + 2], speeds[i:i + 2]))
+        pairs.append((by_name["a"], by_name["b"]))
+    return pairs
+
+
+def test_the_paired_t_interval_holds_its_coverage_at_4_to_8_rounds():
+    rng = np.random.default_rng(10)
+    for n in (4, 5, 6, 8):
+        truth = 0.01
+        covered = [low <= np.exp(truth) <= high
+                   for low, high in (paired_interval(row) for row in rng.normal(truth, 0.03, (2000, n)))]
+        assert 0.935 <= np.mean(covered) <= 0.965, (n, np.mean(covered))  # 95% up to 2000 trials' noise
+
+
+def test_a_sign_flip_test_over_5_rounds_cannot_reach_alpha_and_6_can():
+    five = [(7600.0 + i, 8000.0) for i in range(5)]
+    r = compare_paired(five, "k8s", "ssh")
+    assert r.outcome == "undecidable at this n" and r.p_value == pytest.approx(2 / 32)
+    assert "a sign-flip test over 5 rounds cannot give p below 0.062" in r.verdict
+    assert r.verdict.endswith("run at least 6 rounds") and r.min_detectable is None
+    six = compare_paired(five + [(7605.0, 8000.0)], "k8s", "ssh")
+    assert six.outcome == "slower" and six.p_value == pytest.approx(2 / 64)
+    assert six.analysis == "paired, 6 rounds" and six.n == six.n_reference == 6
+    assert six.verdict.startswith("k8s at 95.0% of ssh, 95% CI [")
+    assert "6 rounds paired: slower, not explained by noise (p = 0.031 < α = 0.05)" in six.verdict
+    assert sign_flip_p(np.log([0.95] * 12)) == pytest.approx(2 / 4096)  # exact up to 12 rounds
+    few = compare_paired([(7600.0, 8000.0), (7610.0, 8000.0)], "k8s", "ssh")
+    assert few.outcome == "too few repeats" and few.ci_low is None
+
+
+def test_a_planted_gap_is_found_and_identical_arms_rarely_called():
+    """CV 2% a run, drift 0.5% a run: a 5% gap in 8 rounds, a 3% one in 12 (the landed rule found
+    a 3% gap at 5 vs 5 repeats in 35-51% of trials)."""
+    rng = np.random.default_rng(11)
+    for gap, rounds, power in ((0.05, 8, 0.95), (0.03, 12, 0.8)):
+        order = abba(rounds)
+        planted = [compare_paired(as_rounds(order, timed_speeds(rng, order, 0.02, 0.005, gap=gap)))
+                   for _ in range(300)]
+        assert np.mean([r.outcome == "slower" for r in planted]) >= power, gap
+        assert np.mean([r.ci_low <= 1 / (1 + gap) <= r.ci_high for r in planted]) >= 0.92
+    order = abba(8)
+    alike = [compare_paired(as_rounds(order, timed_speeds(rng, order, 0.02, 0.005))).outcome for _ in range(1000)]
+    assert sum(o in ("slower", "faster") for o in alike) <= 50
+    assert "within noise" in alike
+
+
+def test_abba_order_cancels_a_drift_that_fools_blocked_order():
+    """Identical launchers, the machine 0.5% faster each run: run all of one then all of the other
+    and the landed rule calls a gap; counterbalanced and paired, it does not."""
+    rng = np.random.default_rng(12)
+    blocked, paired_abba = ["a"] * 6 + ["b"] * 6, abba(6)
+    blocked_calls = paired_calls = 0
+    for _ in range(300):
+        speeds = timed_speeds(rng, blocked, 0.02, 0.005)
+        blocked_calls += compare(speeds[:6], speeds[6:]).outcome in ("slower", "faster")
+        rounds = as_rounds(paired_abba, timed_speeds(rng, paired_abba, 0.02, 0.005))
+        paired_calls += compare_paired(rounds).outcome in ("slower", "faster")
+    assert blocked_calls >= 0.3 * 300, blocked_calls
+    assert paired_calls <= 0.05 * 300 + 5, paired_calls
+
+
+def test_the_paired_detectable_gap_is_what_the_paired_rule_really_detects():
+    rng = np.random.default_rng(13)
+    d = rng.normal(0, 0.03, 8)
+    gap = paired_min_detectable(d)
+    fresh = np.random.default_rng(14).normal(0, np.std(d, ddof=1), (400, 8)) - np.log1p(gap)
+    assert 0.72 <= called_paired(fresh).mean() <= 0.88  # 80% power, up to the simulations' noise
+    assert paired_min_detectable(d[:5]) is None  # 5 rounds cannot call any gap
+    assert paired_min_detectable(np.tile(d, 2)) < gap
+    r = compare_paired([(8000 * np.exp(x), 8000.0) for x in d - d.mean()], "k8s", "ssh")
+    assert r.outcome == "within noise"
+    assert f"a gap of {r.min_detectable:.1%} or more would have been detected (80% power)" in r.verdict
+
+
+def stop_when_settled(rng, cv, drift, target_gap, max_rounds, gap=0.0):
+    """Run ABBA rounds until ``settled`` or the budget is spent; the rounds run."""
+    order = abba(max_rounds)
+    rounds = as_rounds(order, timed_speeds(rng, order, cv, drift, gap))
+    for n in range(1, max_rounds + 1):
+        if settled(rounds[:n], target_gap)[0]:
+            return rounds[:n]
+    return rounds
+
+
+def test_stopping_when_the_interval_is_narrow_keeps_false_calls_under_alpha():
+    rng = np.random.default_rng(15)
+    runs = [stop_when_settled(rng, 0.02, 0.005, 0.05, 12) for _ in range(2000)]
+    false_calls = sum(compare_paired(rounds).outcome in ("slower", "faster") for rounds in runs)
+    assert false_calls <= 0.05 * 2000, false_calls
+    lengths = [len(rounds) for rounds in runs]
+    assert 6 <= min(lengths) and np.mean(lengths) < 12  # some stop early, none before the test's floor
+
+
+def test_at_low_noise_it_stops_at_the_floor_and_says_why():
+    rng = np.random.default_rng(16)
+    assert {len(stop_when_settled(rng, 0.003, 0.005, 0.05, 12)) for _ in range(50)} == {6}
+    quiet = stop_when_settled(rng, 0.003, 0.005, 0.05, 12)
+    done, why = settled(quiet, 0.05)
+    assert done and why.startswith("stopped after 6 rounds: interval ±") and why.endswith("≤ ±2.5% (target gap 5%)")
+    done, why = settled(quiet[:5], 0.05)
+    assert not done and why == "5 of the 6 rounds a paired verdict needs"
+    noisy = stop_when_settled(rng, 0.10, 0.0, 0.05, 8)
+    done, why = settled(noisy, 0.05)
+    assert len(noisy) == 8 and not done and why.startswith("8 rounds: interval ±")
+
+
+def test_settled_looks_at_the_width_only():
+    rng = np.random.default_rng(17)
+    d = rng.normal(0, 0.01, 8)
+    alike = [(8000 * np.exp(x), 8000.0) for x in d]
+    slower = [(a * 0.9, b) for a, b in alike]
+    assert settled(alike, 0.05) == settled(slower, 0.05)
