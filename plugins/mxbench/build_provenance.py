@@ -1,15 +1,18 @@
 """Which MXNet build a run trains with, and which one it did: the build a run must use
 (``build_of``) and its venv on this worker (``build_here``); the version its trainers reported
 (``reported_version``, ``ran_with``) and whether that is the release asked for
-(``same_release``). ``pipeline.run_one`` records them in the run's ``meta.json``. No Airflow here."""
+(``same_release``). ``run_stage.run_one`` records them in the run's ``meta.json``. No Airflow here,
+and no pandas: the run task imports this for every run."""
 from pathlib import Path
 from typing import Optional
 
 from mxbench_train.errors import MxbenchError
+from mxbench_train.events import MARKER, parse_event
 
 from .launchers import RunBuild
-from .parse import parse_run_logs
 from .run_folder import read_json
+
+MAX_LINE = 64 * 1024  # characters read at once, as ``parse.MAX_LINE``: a longer line is no event
 
 
 def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
@@ -45,12 +48,32 @@ def reported_version(run_dir: Path) -> Optional[str]:
     asked for: one version, or each one they reported, joined, where hosts ran different ones."""
     versions = []
     for log in sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log")):
-        for event in parse_run_logs([log]).events:
-            version = (event.get("environment") or {}).get("mxnet_version")
-            if event.get("event") == "run_start" and version:
-                versions.append(str(version)[:20])  # a host's word: the store keeps 50 characters
-                break
+        version = _last_run_version(log)
+        if version:
+            versions.append(version[:20])  # a host's word: the store keeps 50 characters
     return ", ".join(sorted(set(versions))) or None
+
+
+def _last_run_version(log: Path) -> Optional[str]:
+    """The version in the first run_start event that carries one, of the log's last run: as
+    ``parse.parse_log`` reads it, a run_start of a rank the run has seen begins a new run (a
+    restarted trainer appends to its log). Only the events are read, without building tables."""
+    version, ranks, continues = None, set(), False
+    with open(log, errors="replace") as f:
+        for piece in iter(lambda: f.readline(MAX_LINE), ""):
+            rest_of_line, continues = continues, not piece.endswith("\n")
+            if rest_of_line or MARKER not in piece:
+                continue
+            event = parse_event(piece.rstrip("\r\n"))
+            if event is None or event.get("event") != "run_start":
+                continue
+            if event.get("rank") in ranks:
+                version, ranks = None, set()
+            ranks.add(event.get("rank"))
+            reported = (event.get("environment") or {}).get("mxnet_version")
+            if version is None and reported:
+                version = str(reported)
+    return version
 
 
 def ran_with(run_dir: Path, plan) -> dict:

@@ -53,7 +53,7 @@ class RunVariantOperator(KubernetesPodOperator):
     def run_in(self, dag_dir, context, task: dict, aside=None) -> None:
         from airflow.sdk.exceptions import AirflowException
 
-        from mxbench import artifacts, config, connections, pipeline
+        from mxbench import artifacts, config, connections, run_stage
         from mxbench.build_provenance import build_here
         from mxbench.dag_run_failures import root_cause
         from mxbench.run_folder import read_json
@@ -83,8 +83,8 @@ class RunVariantOperator(KubernetesPodOperator):
             except Exception as exc:  # recorded as this run's cause, like any failure
                 run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
                        else f"{type(exc).__name__}: {exc}"}
-        result = pipeline.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                  launcher_for=launcher_for, task=task)
+        result = run_stage.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
+                                   launcher_for=launcher_for, task=task)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")

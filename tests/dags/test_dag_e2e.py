@@ -99,7 +99,7 @@ def test_every_run_folder_has_logs_metadata_and_plan(dag_run):
 def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp_path):
     import shutil
 
-    from mxbench import pipeline
+    from mxbench import run_stage
     from mxbench.cli import main
 
     _, original = dag_run
@@ -108,7 +108,7 @@ def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp
     done = next(r for r in request["runs"] if r["key"] == "cpu1-bs32__local__r1")
     before = json.loads((dag_dir / done["key"] / "meta.json").read_text())
     for _ in range(2):  # idempotent
-        result = pipeline.run_one(done, dag_dir, {"dir": "/nonexistent", "records": {"train": 0}}, deadline_s=5)
+        result = run_stage.run_one(done, dag_dir, {"dir": "/nonexistent", "records": {"train": 0}}, deadline_s=5)
         assert result["reused"] is True
         assert json.loads((dag_dir / done["key"] / "meta.json").read_text()) == {**before, "reused": True}
     assert main(["report", str(dag_dir)]) == 0

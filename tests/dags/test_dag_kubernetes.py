@@ -300,7 +300,7 @@ def test_sigterm_to_the_task_deletes_its_pods_and_the_task_fails(airflow_db, kub
 
 
 def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standin):
-    from mxbench import connections, pipeline
+    from mxbench import connections, run_stage
 
     env = k8s_env(kube_standin)
     process = start_dag_test({**KILL_CONF, "notes": ["sigkill"]}, env)
@@ -315,8 +315,8 @@ def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standi
     run["variant"]["epochs"] = 1
     os.environ.update(env)
     try:
-        result = pipeline.run_one(run, dag_dir, json.loads((dag_dir / "data.json").read_text()), deadline_s=300,
-                                  launcher_for=lambda name: connections.launcher_for(name, params))
+        result = run_stage.run_one(run, dag_dir, json.loads((dag_dir / "data.json").read_text()), deadline_s=300,
+                                   launcher_for=lambda name: connections.launcher_for(name, params))
     finally:
         del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
     assert result["status"] == "ok"

@@ -1,6 +1,6 @@
 """Pruning the caches (mxbench.caches): build venvs and data sets beyond the N most recently used
 are removed and reported with the bytes freed; one in use (a run holds it through the real
-``pipeline.run_one``, a build is being made, a data set is being converted) is never removed;
+``run_stage.run_one``, a build is being made, a data set is being converted) is never removed;
 nothing that mxbench did not name is touched. The venvs here are small folders, not 700 MB
 ones; the locks, stamps and code paths are the real ones, held from other processes."""
 import contextlib
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mxbench import builds, caches, config, pipeline
+from mxbench import builds, caches, config, pipeline, run_stage
 from mxbench.launchers import Launched
 from mxbench.variants import Target, expand_runs
 from mxbench_train.data_sources import SYNTHETIC_VERSION
@@ -102,8 +102,8 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
 
     dag_dir = home / "runs" / "x"
     dag_dir.mkdir(parents=True)
-    result = pipeline.run_one(run, dag_dir, {"dir": str(old_data), "records": {"train": 10_000}}, 60,
-                              lambda name: PruneWhileRunning())
+    result = run_stage.run_one(run, dag_dir, {"dir": str(old_data), "records": {"train": 10_000}}, 60,
+                               lambda name: PruneWhileRunning())
     assert result["status"] == "ok"
     log = logs[0]
     assert sorted(p.name for p in envs.iterdir() if p.is_dir()) == [old_venv.name, newest_venv.name], log

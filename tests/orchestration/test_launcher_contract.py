@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO
-from mxbench import build_provenance, launchers, pipeline, run_folder
+from mxbench import build_provenance, launchers, pipeline, run_folder, run_stage
 from mxbench.launchers.base import Launched, RoleLogSink, RunBuild
 from mxbench.launchers.kubernetes import KubernetesLauncher
 from mxbench.launchers.kubernetes_pods import image_for, pod_settings, role_pod
@@ -258,9 +258,9 @@ def test_a_failed_run_still_records_what_it_ran_with(tmp_path):
             (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
             raise MxbenchError("role worker-0 was killed by SIGKILL (exit status 137)")
 
-    with pytest.raises(pipeline.RunFailed):
-        pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
-                         lambda name: CrashesAfterStart())
+    with pytest.raises(run_stage.RunFailed):
+        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                          lambda name: CrashesAfterStart())
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["build"] == {"asked": "mxnet==1.9.0", "reported": "1.9.0", "image": "reg/x:190", "python": None}
 
@@ -282,8 +282,8 @@ def test_a_run_expanded_before_runs_carried_their_build_still_trains_with_it(tmp
             (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
-    result = pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
-                              lambda name: Records())
+    result = run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                               lambda name: Records())
     assert result["status"] == "ok"
     assert seen == [RunBuild("mxnet==1.9.0", "1.9.0", (), "/envs/190/bin/python")]
 
@@ -302,9 +302,9 @@ def test_a_run_whose_trainer_imported_another_mxnet_fails_by_name(tmp_path, monk
             (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.1"}))
             return Launched([], [], {"python": "/usr/bin/python3"})
 
-    with pytest.raises(pipeline.RunFailed) as failed:
-        pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
-                         lambda name: ImportsAnother())
+    with pytest.raises(run_stage.RunFailed) as failed:
+        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                          lambda name: ImportsAnother())
     assert str(failed.value) == (f"run {run['key']} failed: it asked for MXNet build mxnet==1.9.0, but its trainer "
                                  "imported MXNet 1.9.1 (/usr/bin/python3): not kept as mxnet==1.9.0")
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import pytest
 
-from mxbench import pipeline
+from mxbench import pipeline, run_stage
 from mxbench.dag_run_failures import failed_runs, failure_message
 from mxbench.run_folder import write_json
 from mxbench.variants import Target, expand_runs, preset
@@ -21,9 +21,9 @@ def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt
                                      TARGETS)]
     data = {"dir": str(tmp_path / "data"), "records": {"train": 1000}}
     for _attempt in (1, 2):
-        with pytest.raises(pipeline.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
-                                                     "gets 3 batches of 64"):
-            pipeline.run_one(run, tmp_path, data, deadline_s=60)
+        with pytest.raises(run_stage.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
+                                                      "gets 3 batches of 64"):
+            run_stage.run_one(run, tmp_path, data, deadline_s=60)
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["status"] == "failed" and "no speed would be measured" in meta["cause"]
     kept = json.loads((tmp_path / "attempts" / f"{run['key']}.1" / "meta.json").read_text())
@@ -169,8 +169,8 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
         start = start_ticks(leftover.pid)
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
-        with pytest.raises(pipeline.RunFailed):
-            pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
+        with pytest.raises(run_stage.RunFailed):
+            run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
@@ -213,8 +213,8 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
             return launchers.Launched([], [])
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
-    with pytest.raises(pipeline.RunFailed, match="a newer attempt took over its folder"):
-        pipeline.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
+    with pytest.raises(run_stage.RunFailed, match="a newer attempt took over its folder"):
+        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text()) == newer
 
 
@@ -235,9 +235,9 @@ def test_an_unreachable_launcher_fails_its_own_runs_with_the_cause_and_the_other
                             "only_variants": ["cpu1-bs32"]}, tmp_path, targets, unavailable)
     ssh_run = next(r for r in runs if r["launcher"] == "ssh")
     never_called = lambda name: pytest.fail("no launcher may be made for an unavailable target")  # noqa: E731
-    with pytest.raises(pipeline.RunFailed, match="run cpu1-bs32__ssh__r1 failed: the ssh target is unavailable: "
-                                                 "host mxbench_ssh_1 .*Connection refused"):
-        pipeline.run_one(ssh_run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, never_called)
+    with pytest.raises(run_stage.RunFailed, match="run cpu1-bs32__ssh__r1 failed: the ssh target is unavailable: "
+                                                  "host mxbench_ssh_1 .*Connection refused"):
+        run_stage.run_one(ssh_run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, never_called)
     request = json.loads((tmp_path / "request.json").read_text())
     assert request["unavailable"] == unavailable and request["machine_sets"] == {"local": ["local", "ssh"]}
     pipeline.parse_all(tmp_path)
@@ -254,8 +254,8 @@ def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
     def missing(name):
         raise MxbenchError("ssh connection 'mxbench_ssh_1': The conn_id `mxbench_ssh_1` isn't defined")
 
-    with pytest.raises(pipeline.RunFailed, match="isn't defined"):
-        pipeline.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
+    with pytest.raises(run_stage.RunFailed, match="isn't defined"):
+        run_stage.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text())["status"] == "failed"
 
 
@@ -349,12 +349,12 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     assert [p.path for p in caches.prune_builds(current=new_venv)] == [old_venv]
     (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
     run = {**run, "build": {"package": "mxnet==1.6.0", "version": "1.6.0", "python": str(old_venv / "bin" / "python")}}
-    with pytest.raises(pipeline.RunFailed, match=re.escape(
+    with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the prepared data {old_data} was pruned since prepare_data ran "
             "(MXBENCH_KEEP_DATA): clear prepare_data too")):
-        pipeline.run_one(run, tmp_path / "dag", {"dir": str(old_data), "records": {"train": 10_000}}, 60)
-    with pytest.raises(pipeline.RunFailed, match=re.escape(
+        run_stage.run_one(run, tmp_path / "dag", {"dir": str(old_data), "records": {"train": 10_000}}, 60)
+    with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the MXNet build's training interpreter {old_venv / 'bin' / 'python'} "
             "was pruned since resolve_build ran (MXBENCH_KEEP_BUILDS): clear resolve_build too")):
-        pipeline.run_one(run, tmp_path / "dag", {"dir": str(new_data), "records": {"train": 10_000}}, 60)
+        run_stage.run_one(run, tmp_path / "dag", {"dir": str(new_data), "records": {"train": 10_000}}, 60)
     assert not (tmp_path / "dag" / run["key"] / "plan.json").exists()  # nothing was started

@@ -10,7 +10,7 @@ P2P_PYTHON = REPO / "tests" / "fixtures" / "bin" / "python-p2p-notice"
 
 
 def test_p2p_notice_on_a_roles_stderr_reaches_the_runs_table_and_the_report(cifar_rec, tmp_path, monkeypatch):
-    from mxbench import pipeline, run_folder
+    from mxbench import pipeline, run_folder, run_stage
     from mxbench.report import build_report
     from mxbench.variants import Target
 
@@ -20,7 +20,7 @@ def test_p2p_notice_on_a_roles_stderr_reaches_the_runs_table_and_the_report(cifa
     (run,) = pipeline.expand(params, tmp_path, {"local": Target("local", 1, 0)})
     data = {"dir": str(cifar_rec), "records": {"train": 1000}}
     run_folder.write_json(tmp_path / "data.json", data)
-    assert pipeline.run_one(run, tmp_path, data, deadline_s=300)["status"] == "ok"
+    assert run_stage.run_one(run, tmp_path, data, deadline_s=300)["status"] == "ok"
     role_log = (tmp_path / run["key"] / "roles" / "worker-0.log").read_text()
     rank_log = (tmp_path / run["key"] / "rank0.log").read_text()
     assert "only 24 out of 56 GPU pairs" in role_log and "GPU pairs" not in rank_log  # stderr only
