@@ -32,11 +32,12 @@ def root_cause(dag_dir: Path):
 
 
 def failed_runs(dag_dir: Path) -> List[dict]:
-    """The runs without a result (key, status, cause), from ``tables/runs.csv``."""
+    """The runs without a result (key, status, cause), from ``tables/runs.csv``; an optional
+    round skipped because the verdict was already settled is not one."""
     runs = load_table(dag_dir / "tables" / "runs.csv")
     if runs.empty:
         return []
-    return runs.loc[runs["status"] != "ok", ["key", "status", "cause"]].to_dict("records")
+    return runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]].to_dict("records")
 
 
 def failure_message(dag_dir: Path) -> Optional[str]:

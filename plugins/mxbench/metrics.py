@@ -126,7 +126,8 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "variant": variant, "setup": first["setup"], "launcher": launcher,
             "num_layers": first["num_layers"], "devices": first["devices"], "batch_size": first["batch_size"],
-            "batch_per_device": first["batch_per_device"], "runs_ok": len(ok), "runs_failed": len(group) - len(ok),
+            "batch_per_device": first["batch_per_device"], "runs_ok": len(ok),
+            "runs_failed": int((~group["status"].isin(["ok", "skipped"])).sum()),
             "runs_reused": int(group["reused"].fillna(False).astype(bool).sum()) if "reused" in group else 0,
             "samples_per_sec": speed["median"], "samples_per_sec_min": speed["min"],
             "samples_per_sec_max": speed["max"], "samples_per_sec_cv": speed["cv"],
@@ -156,7 +157,8 @@ def add_scaling(summary: pd.DataFrame) -> pd.DataFrame:
 RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string", "ratio": "float64",
                  "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
                  "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
-                 "outcome": "string", "order": "string", "analysis": "string", "verdict": "string"}
+                 "outcome": "string", "order": "string", "analysis": "string", "verdict": "string",
+                 "stopping": "string"}
 
 
 # simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
@@ -172,12 +174,16 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
     return [(a, b) for i, a in enumerate(ordered) for b in ordered[:i]]
 
 
-def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.DataFrame:
+def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
+                    budget: Optional[Tuple[int, float]] = None) -> pd.DataFrame:
     """For every variant run under two or more launchers: the speed of each against each simpler
     one (or only against ``reference``), with the verdict statistics, how the two legs were
     ordered in time, and which analysis gave the verdict: paired by round when the two
     launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
-    unpaired rule, saying why."""
+    unpaired rule, saying why. ``budget``: (most rounds, target gap) when rounds could stop
+    early; then ``stopping`` says whether the pair stopped when sure or spent the budget.
+    Rounds skipped as settled are no runs at all here."""
+    runs = runs[runs["status"] != "skipped"]
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
     launchers = list(dict.fromkeys(ok["launcher"]))
     pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
@@ -199,8 +205,26 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None) -> pd.D
                 result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
                           "analysis": f"unpaired: {why_not}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
-                         "order": leg_order(group, launcher, ref_name)})
+                         "order": leg_order(group, launcher, ref_name),
+                         "stopping": stopping(rounds, budget) if budget else None})
     return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
+
+
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, float]) -> str:
+    """How a pair's rounds ended under a budget of (most rounds, target gap): stopped when the
+    interval was narrow enough (``verdict.settled``), or the budget spent, with the gap the
+    rounds run could detect."""
+    most, target_gap = budget
+    if rounds is None:
+        return "budget spent: the runs could not be paired, so no round could stop early"
+    done, reason = verdict.settled(rounds, target_gap)
+    if done:
+        return reason
+    gap = verdict.paired_min_detectable([math.log(a / b) for a, b in rounds])
+    detectable = f"a gap of {gap:.1%} or more would have been detected" if gap is not None else \
+        "no gap could be detected at this many rounds"
+    spent = "budget spent" if len(rounds) >= most else f"{len(rounds)} of {most} rounds (some did not run)"
+    return f"{spent}: {detectable}"
 
 
 def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:

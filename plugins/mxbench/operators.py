@@ -51,7 +51,7 @@ class RunVariantOperator(KubernetesPodOperator):
             self.run_in(space.path, context, task, aside=space.aside)
 
     def run_in(self, dag_dir, context, task: dict, aside=None) -> None:
-        from airflow.sdk.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
         from mxbench import artifacts, config, connections, run_stage
         from mxbench.build_provenance import build_here
@@ -83,11 +83,31 @@ class RunVariantOperator(KubernetesPodOperator):
             except Exception as exc:  # recorded as this run's cause, like any failure
                 run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
                        else f"{type(exc).__name__}: {exc}"}
+        if run.get("optional") and (read_json(dag_dir / run["key"] / "meta.json") or {}).get("status") != "ok":
+            reason = self.settled(run, dag_dir, context, store)
+            if reason:
+                run_stage.record_skip(run, dag_dir, reason)
+                raise AirflowSkipException(reason)
         result = run_stage.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
                                    launcher_for=launcher_for, task=task)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")
+
+    @staticmethod
+    def settled(run: dict, dag_dir, context, store):
+        """Why optional round ``run`` need not run (``stop_rule``), or None. Only optional rounds
+        pay for parsing the earlier rounds' logs (pandas)."""
+        from mxbench import artifacts, stop_rule
+
+        fetch = None
+        if not store.is_home:  # the earlier rounds ran on any worker: their units are in the store
+            name = artifacts.dag_run_name(context["dag_run"].dag_id, context["run_id"])
+
+            def fetch(key, into):
+                artifacts.Workspace(store, name, into).fetch_unit(key)
+
+        return stop_rule.skip_reason(run, dag_dir, float(context["params"]["target_gap"]), fetch_unit=fetch)
 
     def kubernetes_launcher(self, context):
         """The Kubernetes launcher with this operator's client, PodManager and base pod."""

@@ -34,8 +34,8 @@ from .dag_run_failures import clear_stage_failure, root_cause, stage_failed
 from .launchers import RunBuild
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
-from .run_folder import load_table, read_json, write_json
-from .variants import SYNTHETIC, Target, VariantError, expand_runs, machine_sets, variant_from_dict
+from .run_folder import load_table, read_json, run_logs, write_json
+from .variants import SYNTHETIC, Target, VariantError, budget, expand_runs, machine_sets, variant_from_dict
 
 # --- expand ---------------------------------------------------------------------------------
 
@@ -229,8 +229,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None,
            "earlier_attempts": len(list((dag_dir / "attempts").glob(f"{run['key']}.*")))}
-    logs = sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log"))
-    parsed = parse_run_logs(logs)
+    parsed = parse_run_logs(run_logs(run_dir))
     tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
     speed, epochs = parsed.speed.assign(**tag), parsed.epochs.assign(**tag)
     if meta is None:
@@ -241,6 +240,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                worker=meta.get("worker"), try_number=meta.get("try_number"))
     ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
     row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))
+    if meta["status"] == "skipped":  # an optional round, not needed: settled (stop_rule)
+        return row, speed, epochs
     if meta["status"] == "running":
         # its task died mid-run (parse runs only once every run task has ended): stop what it left
         try:
@@ -294,12 +295,19 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
 
 # --- join -----------------------------------------------------------------------------------
 
+def stop_budget(params: dict):
+    """(most rounds, target gap) when the DAG run could stop rounds early, else None."""
+    repeats, most = budget(params)
+    return (most, float(params["target_gap"])) if most > repeats else None
+
+
 def join(dag_dir: Path) -> Dict[str, str]:
     """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios) and
     ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)."""
     runs = load_table(dag_dir / "tables" / "runs.csv")
     summarise(runs).to_csv(dag_dir / "tables" / "summary.csv", index=False)
-    launcher_ratios(runs).to_csv(dag_dir / "tables" / "ratios.csv", index=False)
+    launcher_ratios(runs, budget=stop_budget(read_json(dag_dir / "request.json", {}).get("params") or {})).to_csv(
+        dag_dir / "tables" / "ratios.csv", index=False)
     kubernetes_gap(runs).to_csv(dag_dir / "tables" / "k8s_gap.csv", index=False)
     return {name: str(dag_dir / "tables" / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap")}
 

@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 CHUNK = 1 << 20
 
 
+def run_logs(run_dir: Path) -> list:
+    """A run's worker logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
+    return sorted(Path(run_dir).glob("rank*.log")) or sorted(Path(run_dir).glob("roles/worker-*.log"))
+
+
 def write_atomically(path: Path, write) -> None:
     """``write(tmp)`` to a temporary file in ``path``'s folder, then rename it to ``path``: tasks,
     the UI and other workers read these files while a task may be rewriting them, and a reader

@@ -122,6 +122,14 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     return summary_of(meta)
 
 
+def record_skip(run: dict, dag_dir: Path, reason: str) -> None:
+    """Keep an optional round that was not needed (``stop_rule``) as a run folder whose
+    ``meta.json`` says so: the tables list it as skipped, with the reason, not as failed."""
+    write_json(dag_dir / run["key"] / "meta.json",
+               {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
+                "status": "skipped", "cause": reason, "skipped_at": time.time()})
+
+
 def _worker_command(plan) -> Optional[str]:
     worker = next((r for r in plan if r.kind == "worker"), None)
     return shlex.join(worker.argv) if worker else None

@@ -213,7 +213,7 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "notes": {"default": [], "type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500},
               "title": "Notes for the report", "description": "Shown at the top of the report, as given.",
               "section": "What to run"},
-    "repeats": {"default": 5, "type": "integer", "minimum": 1, "maximum": 20, "title": "Repeats",
+    "repeats": {"default": rounds_needed(), "type": "integer", "minimum": 1, "maximum": 20, "title": "Repeats",
                 "description": "Rounds per variant: each round runs the variant once under each launcher, in "
                                "counterbalanced order (a b, b a, ...) so that a slow drift of the machines cancels. "
                                f"Comparing launchers round by round needs at least {rounds_needed()} rounds (a "
@@ -342,7 +342,7 @@ def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
 
 def budget(params: dict) -> Tuple[int, int]:
     """(rounds always run, most rounds): ``repeats`` and ``max_repeats`` (empty: ``repeats``)."""
-    repeats = int(params.get("repeats", 5))
+    repeats = int(params.get("repeats", rounds_needed()))
     most = params.get("max_repeats")
     most = repeats if most is None else int(most)
     if most < repeats:
@@ -415,9 +415,11 @@ def variant_from_dict(data: dict) -> Variant:
 
 # The regression DAG's form: the same params, a smaller default matrix, and the rule's knobs.
 REGRESSION_PARAMS_SCHEMA: Dict[str, dict] = {
-    **PARAMS_SCHEMA,
+    # stopping early compares launchers; the regression check compares a build with its history
+    **{name: schema for name, schema in PARAMS_SCHEMA.items() if name not in ("max_repeats", "target_gap")},
     "only_variants": {**PARAMS_SCHEMA["only_variants"], "default": ["cpu1-bs64", "cpu2w-bs64"]},
-    "repeats": {**PARAMS_SCHEMA["repeats"], "default": 4},
+    # one launcher against its own history: the unpaired rule's floor
+    "repeats": {**PARAMS_SCHEMA["repeats"], "default": repeats_needed()},
     "epochs": {**PARAMS_SCHEMA["epochs"], "default": 2},
     "synthetic_images": {**PARAMS_SCHEMA["synthetic_images"], "default": 1000},
     "baseline_runs": {"default": 5, "type": "integer", "minimum": 1, "maximum": 50, "title": "Baseline DAG runs",

@@ -137,8 +137,15 @@ def test_trigger_form_params_validate(dagbag):
     from airflow.sdk.definitions.param import ParamsDict
 
     dag = dagbag.dags["mxbench_benchmark"]
-    assert dag.params["preset"] == "cpu-demo" and dag.params["repeats"] == 5
-    for bad in ({"repeats": 0}, {"preset": "all"}, {"dataset": "x; rm -rf /"}, {"num_layers": 9}):
+    from mxbench.floors import repeats_needed, rounds_needed
+
+    # the repeats a verdict needs come from the exact tests' floors, never typed by hand
+    assert dag.params["preset"] == "cpu-demo" and dag.params["repeats"] == rounds_needed() == 6
+    assert dag.params["target_gap"] == 0.05 and dag.params["max_repeats"] is None
+    regression = dagbag.dags["mxbench_regression"]
+    assert regression.params["repeats"] == repeats_needed() == 4 and "max_repeats" not in regression.params
+    for bad in ({"repeats": 0}, {"preset": "all"}, {"dataset": "x; rm -rf /"}, {"num_layers": 9},
+                {"target_gap": 0}, {"target_gap": 0.9}, {"max_repeats": 0}):
         params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
         with pytest.raises(Exception, match="Invalid input|is not|less than|does not match"):
             params.update(bad)

@@ -61,11 +61,12 @@ def test_runs_of_launchers_sharing_machines_never_overlap_and_alternate(ssh_dag_
     run, dag_dir = ssh_dag_run
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv").sort_values("started_at")
     assert (runs["started_at"].iloc[1:].to_numpy() >= runs["ended_at"].iloc[:-1].to_numpy()).all()
-    # the scheduler queues a mapped task's instances by map index (dag.test() runs them in any order)
+    # the scheduler queues a mapped task's instances by map index (dag.test() runs them in any
+    # order): rounds counterbalanced, ABBA, so a linear drift cancels from the comparison
     tis = sorted((ti for ti in run.get_task_instances() if ti.task_id == "local.run_variant"),
                  key=lambda ti: ti.map_index)
     assert [ti.rendered_map_index for ti in tis] == ["cpu2h-bs64__local__r1", "cpu2h-bs64__ssh__r1",
-                                                     "cpu2h-bs64__local__r2", "cpu2h-bs64__ssh__r2"]
+                                                     "cpu2h-bs64__ssh__r2", "cpu2h-bs64__local__r2"]
 
 
 def test_report_has_the_ssh_local_ratio_and_says_the_launchers_shared_machines(ssh_dag_run):

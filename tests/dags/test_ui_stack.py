@@ -2,7 +2,7 @@
 scheduler with the LocalExecutor, SQLite) that this module starts and stops. The benchmark DAG
 is triggered through the REST API, the scheduler runs it in task processes, and the mxbench
 plugin serves its report and the history page to allowed users only; headless Chromium logs in
-and looks at both in the Airflow UI."""
+and looks at both in the Airflow UI, and fills in the DAG's trigger form as a person does."""
 import json
 import os
 import shutil
@@ -249,6 +249,148 @@ def test_a_person_without_access_sees_no_report(stack, finished_run, browser):
     browser.get(stack.url + report_path(run_id))
     assert "403" in browser.find_element(By.TAG_NAME, "h1").text
     assert not browser.find_elements(By.TAG_NAME, "img")
+
+
+# The trigger form as a person fills it in: a small matrix with a budget of rounds beyond Repeats.
+FORM_CHOICES = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"],
+                "notes": ["trigger form test"], "repeats": 2, "max_repeats": 3, "target_gap": 0.1,
+                "run_timeout_minutes": 30, "epochs": 1, "synthetic_images": 500}
+
+
+def trigger_form(browser, stack):
+    """Open the benchmark DAG's page, press Trigger; the form's dialog once its fields are shown."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{stack.url}/dags/{DAG}")
+    wait = WebDriverWait(browser, 60)
+    wait.until(seen.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
+    dialog = wait.until(seen.visibility_of_element_located(
+        (By.CSS_SELECTOR, "[role=dialog][data-scope=dialog][data-part=content]")))
+    wait.until(lambda _: dialog.find_elements(By.CSS_SELECTOR, "[data-testid=config-form] input[name=element_repeats]"))
+    return dialog
+
+
+def form_section(browser, dialog, title: str):
+    """Open the form's section ``title`` (one section is open at a time; the others keep their values)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    item = dialog.find_element(By.XPATH, f".//*[@data-part='item'][./button[normalize-space()='{title}']]")
+    if item.get_attribute("data-state") != "open":
+        item.find_element(By.XPATH, "./button").click()
+    sections = dialog.find_element(By.CSS_SELECTOR, "[data-testid=config-form]")
+    # open, and done sliding: a click meant for a field would otherwise land where it used to be
+    WebDriverWait(browser, 10).until(lambda b: item.get_attribute("data-state") == "open" and b.execute_script(
+        "return arguments[0].getAnimations({subtree: true}).length === 0", sections))
+
+
+def type_into(field, text: str):
+    """Replace what ``field`` holds by ``text``, keystroke by keystroke (React sees each change)."""
+    from selenium.webdriver.common.keys import Keys
+
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(Keys.DELETE)
+    field.send_keys(text)
+
+
+def dag_runs(stack, admin) -> int:
+    return stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns", admin).json()["total_entries"]
+
+
+def test_the_trigger_form_starts_the_run_it_shows(stack, admin, browser):
+    """Preset, variant, launcher, repeats and the new budget fields, chosen in the form: the DAG
+    run's conf holds exactly those (and the other params' defaults), and the run task is mapped
+    over one run per round, the rounds beyond Repeats optional."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from mxbench.variants import PARAMS_SCHEMA, PRESETS
+
+    run_id = "trigger_form_choices"
+    browser.delete_all_cookies()
+    log_in(browser, stack, "admin")
+    dialog = trigger_form(browser, stack)
+
+    form_section(browser, dialog, "What to run")
+    dialog.find_element(By.CSS_SELECTOR, "#element_preset input[role=combobox]").click()
+    options = WebDriverWait(browser, 10).until(
+        lambda _: dialog.find_elements(By.CSS_SELECTOR, "#element_preset [role=option]"))
+    assert [o.text for o in options] == list(PRESETS)
+    next(o for o in options if o.text == FORM_CHOICES["preset"]).click()
+    for name in ("only_variants", "launchers", "notes"):  # arrays: one item a line
+        type_into(dialog.find_element(By.ID, f"element_{name}"), "\n".join(FORM_CHOICES[name]))
+    for name in ("repeats", "max_repeats", "target_gap", "run_timeout_minutes"):
+        type_into(dialog.find_element(By.NAME, f"element_{name}"), str(FORM_CHOICES[name]))
+    form_section(browser, dialog, "Model")
+    type_into(dialog.find_element(By.NAME, "element_epochs"), str(FORM_CHOICES["epochs"]))
+    form_section(browser, dialog, "Data")
+    type_into(dialog.find_element(By.NAME, "element_synthetic_images"), str(FORM_CHOICES["synthetic_images"]))
+    form_section(browser, dialog, "Advanced Options")
+    type_into(dialog.find_element(By.NAME, "dagRunId"), run_id)
+    form_section(browser, dialog, "What to run")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})",
+                           dialog.find_element(By.NAME, "element_max_repeats"))
+    screenshot(browser, "trigger-form.png")
+    dialog.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]").click()
+    # the UI goes to the new run's page
+    WebDriverWait(browser, 60).until(lambda b: b.current_url.endswith(f"/dags/{DAG}/runs/{run_id}"))
+
+    dag_run = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", admin).json()
+    assert dag_run["conf"] == {**{name: spec["default"] for name, spec in PARAMS_SCHEMA.items()}, **FORM_CHOICES}
+    assert (dag_run["triggered_by"], dag_run["triggering_user_name"]) == ("ui", "admin")
+    assert not stack.call("GET", f"/api/v2/dags/{DAG}", admin).json()["is_paused"]  # the form unpaused it
+
+    def state():
+        found = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", admin).json()
+        return found["state"] if found["state"] in ("success", "failed") else None
+
+    # one launcher: no pair to settle, so every round of the budget runs (a few seconds each)
+    assert stack.wait_for(state, RUN_DEADLINE_S, f"DAG run {run_id}", every=3) == "success"
+    picked = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/local.pick/xcomEntries/"
+                               "return_value", admin).json()["value"]
+    keys = [f"cpu1-bs64__local__r{r}" for r in (1, 2, 3)]
+    assert [(run["key"], run["round"], run["optional"]) for run in picked] == [
+        (keys[0], 1, False), (keys[1], 2, False), (keys[2], 3, True)]
+    mapped = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances?task_id=local.run_variant",
+                        admin).json()["task_instances"]
+    assert sorted((ti["map_index"], ti["rendered_map_index"], ti["state"]) for ti in mapped) == [
+        (i, key, "success") for i, key in enumerate(keys)]
+
+
+def test_the_trigger_form_refuses_a_bad_value_and_starts_nothing(stack, admin, browser):
+    """A value the schema refuses (a target gap of 0) comes back as the form's error, naming the
+    param; a required field left empty keeps the Trigger button disabled. No DAG run either way."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    run_id = "trigger_form_refused"
+    before = dag_runs(stack, admin)
+    browser.delete_all_cookies()
+    log_in(browser, stack, "admin")
+    dialog = trigger_form(browser, stack)
+    form_section(browser, dialog, "What to run")
+    type_into(dialog.find_element(By.NAME, "element_target_gap"), "0")
+    form_section(browser, dialog, "Advanced Options")
+    type_into(dialog.find_element(By.NAME, "dagRunId"), run_id)
+    trigger = dialog.find_element(By.CSS_SELECTOR, "[data-testid=trigger-dag-submit]")
+    trigger.click()
+    error = WebDriverWait(browser, 60).until(
+        lambda _: dialog.find_elements(By.CSS_SELECTOR, "[data-testid=error-alert]"))[0]
+    assert "Invalid input for param target_gap: 0 is less than or equal to the minimum of 0" in error.text
+    assert dialog.is_displayed()  # the form stays open, with what was typed, to be corrected
+    browser.execute_script("arguments[0].scrollIntoView()", error)
+    screenshot(browser, "trigger-form-refused.png")
+
+    form_section(browser, dialog, "What to run")
+    type_into(dialog.find_element(By.NAME, "element_repeats"), "")
+    dialog.find_element(By.ID, "element_notes").click()  # leave the field, as a person would
+    WebDriverWait(browser, 10).until(lambda _: not trigger.is_enabled())
+    assert "This field is required" in dialog.text
+
+    assert stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", admin).status == 404
+    assert dag_runs(stack, admin) == before
 
 
 def test_a_hostile_trigger_is_refused_by_name_copying_nothing_and_using_no_unmarked_connection(stack, admin,

@@ -185,7 +185,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         "folder": folder or str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
         "ended_at": max(ends) if ends else None,
         "state": "ok" if repeat_rows and runs_ok == len(repeat_rows) else "failed",
-        "runs_ok": runs_ok, "runs_failed": len(repeat_rows) - runs_ok,
+        "runs_ok": runs_ok, "runs_failed": sum(r["status"] not in ("ok", "skipped") for r in repeat_rows),
         "environment": next(iter(environment_rows), None), "recorded_at": now,
     }
 

@@ -103,7 +103,7 @@ repeats = sa.Table(
     sa.Column("mxnet_asked", sa.String(200)),  # the build asked for: "mxnet==1.9.0"
     sa.Column("mxnet_reported", sa.String(50)),  # the version the trainer imported: "1.9.0"
     sa.Column("runtime", sa.String(1000)),  # the interpreter's path or the image, whichever the run used
-    sa.Column("status", sa.String(20), nullable=False),  # ok | failed | not run
+    sa.Column("status", sa.String(20), nullable=False),  # ok | failed | not run | skipped (an optional round)
     sa.Column("cause", sa.Text),
     sa.Column("samples_per_sec", sa.Float),
     sa.Column("epoch_samples_per_sec", sa.Float),
