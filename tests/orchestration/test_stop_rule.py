@@ -121,6 +121,12 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired")
     assert row["stopping"].startswith("stopped after 6 rounds: interval ±")
+    from mxbench.report import build_report
+
+    report = open(build_report(dag_dir)["markdown"]).read()
+    verdicts = report.split("## Verdicts", 1)[1].split("## ", 1)[0]
+    assert "6 rounds paired" in verdicts and "stopped after 6 rounds" in verdicts
+    assert "__r7" not in report.split("## Failed runs", 1)[1].split("## ", 1)[0]
 
 
 def test_a_budget_spent_says_what_gap_the_rounds_could_detect(tmp_path):

@@ -14,6 +14,7 @@ from typing import Dict
 
 import pandas as pd
 
+from ..floors import rounds_needed
 from ..run_folder import load_table, read_json, write_atomically
 from .notes import data_line, environment, provenance, retried_notes
 from .pages import history_page, render_page
@@ -21,11 +22,13 @@ from .plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, pl
 from .tables import (
     display_table,
     gap_table,
+    markdown_body,
     markdown_table,
     mxnet_notices,
     ratio_table,
     step_table,
     variant_notes,
+    verdict_lines,
     with_build,
 )
 
@@ -38,10 +41,13 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
           "warm-up, and says so). The second throughput, images/epoch ÷ s/epoch, includes epoch boundaries; the two "
           "are flagged under Notes on variants when more than 10% apart. Speedup and scaling efficiency use the "
           "Speedometer figure. "
-          "Brackets: min–max over repeats. Launcher ratio: ratio of medians with a bootstrap confidence "
-          "interval over repeats; p from a two-sided permutation test on the log speeds; a difference is "
-          "called only when p < α and the interval excludes 100%; the detectable gap is what this rule "
-          "calls with 80% power at this n and spread (simulated).")
+          "Brackets: min–max over repeats. Launcher ratio, unpaired: ratio of medians with a bootstrap confidence "
+          "interval over repeats; p from a two-sided permutation test on the log speeds. Paired, when the two "
+          "launchers ran in rounds (one run of each, back to back, order counterbalanced; at least "
+          f"{rounds_needed()} rounds, none failed): the geometric mean of the per-round ratios, a t interval on the "
+          "mean per-round log ratio and p from an exact sign-flip test, so a drift of the machine drops out. "
+          "Either way a difference is called only when p < α and the interval excludes 100%; the detectable gap "
+          "is what this rule calls with 80% power at this n and spread (simulated).")
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
@@ -65,15 +71,19 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         plot_ratios(ratios, out / "ratios.png")
 
     table = display_table(summary) if "setup" in summary else pd.DataFrame()
-    failed = runs.loc[runs["status"] != "ok", ["key", "status", "cause"]] if not runs.empty else pd.DataFrame()
+    # a round skipped as settled is no failure (stop_rule)
+    failed = (runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]] if not runs.empty
+              else pd.DataFrame())
     data = read_json(dag_dir / "data.json", {})
     env = environment(dag_dir, runs)
-    sections = [("Results", table)]
+    # the answer first: one verdict per launcher pair, then the tables it comes from
+    sections = [("Verdicts", verdict_lines(ratios) if not ratios.empty else NO_RATIO), ("Results", table)]
     notes_on_variants = variant_notes(summary, runs) if not summary.empty else pd.DataFrame()
     if not notes_on_variants.empty:
         sections.append(("Notes on variants", notes_on_variants))
-    sections += [("Failed runs", failed),
-                 ("Launcher speed ratio", ratio_table(ratios) if not ratios.empty else NO_RATIO)]
+    sections.append(("Failed runs", failed))
+    if not ratios.empty:  # else the verdicts said there is none
+        sections.append(("Launcher speed ratio", ratio_table(ratios)))
     if not gap.empty:
         sections.append(("Where the Kubernetes/ssh gap comes from (container: k8s on the host network vs ssh; "
                          "network: pod network vs host network)", gap_table(gap)))
@@ -92,7 +102,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md += [f"> **{n}**\n" for n in notes]
     md.append(data_line(data) + "\n")
     for name, frame in sections:
-        body = frame + "\n" if isinstance(frame, str) else markdown_table(frame)
+        body = markdown_body(frame)
         md.append(f"## {name}\n\n{body}")
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
@@ -123,6 +133,6 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
 
 __all__ = ["build_report", "history_sections", "write_atomically", "render_page", "history_page", "provenance",
            "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
-           "gap_table", "markdown_table", "mxnet_notices", "step_table", "with_build", "plot_scaling",
-           "plot_epoch_time", "plot_accuracy", "plot_history", "plot_ratios", "REFERENCE", "METHOD", "PLOTS",
-           "NO_RATIO"]
+           "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
+           "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history", "plot_ratios",
+           "REFERENCE", "METHOD", "PLOTS", "NO_RATIO"]

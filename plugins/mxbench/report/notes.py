@@ -9,7 +9,8 @@ from ..run_folder import load_table, read_json
 
 
 def provenance(dag_dir: Path) -> List[str]:
-    """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only."""
+    """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only.
+    A banner true of several targets is one line naming them all."""
     notes = []
     data = read_json(dag_dir / "data.json", {})
     if data.get("synthetic"):
@@ -28,20 +29,35 @@ def provenance(dag_dir: Path) -> List[str]:
         notes.append(f"UNAVAILABLE: {reason}; its runs failed with that cause.")
     for machines, members in (request.get("machine_sets") or {}).items():
         if len(members) > 1:
-            notes.append(f"SHARED MACHINES: {' and '.join(members)} ran on the same machines (pool mxbench_{machines}, "
-                         "one run at a time), so neither slowed the other down; the launcher table says in which "
-                         "order their repeats ran.")
-    for name, target in request.get("targets", {}).items():
-        if target.get("one_machine") and any(r["variant"].get("hosts", 1) > 1 and r["launcher"] == name
-                                             for r in request.get("runs", [])):
-            notes.append(f"ONE MACHINE: the {name} launcher ran multi-host variants on this one machine, each host a "
-                         "loopback address (127.0.0.1, 127.0.0.2, ...): the hosts shared its cores and no network "
-                         "was crossed.")
+            others = "neither slowed the other" if len(members) == 2 else "none slowed another"
+            notes.append(f"SHARED MACHINES: {join_names(members)} ran on the same machines (pool mxbench_{machines}, "
+                         f"one run at a time), so {others} down; the launcher table says in which order their "
+                         "repeats ran.")
+    targets = request.get("targets", {})
+    for name, target in targets.items():
         notes += [f"{name.upper()} TARGET: {note}" for note in target.get("notes") or []]
-        if not target.get("gpus_per_host"):
-            notes.append(f"No GPU on the {name} target: training ran on the CPU; GPU columns are n/a, and "
-                         "workers on one host share its cores, so scaling shows the host, not MXNet.")
+    # one line for all the targets a banner is true of, not one each
+    one_machine = [name for name, target in targets.items() if target.get("one_machine") and any(
+        r["variant"].get("hosts", 1) > 1 and r["launcher"] == name for r in request.get("runs", []))]
+    if one_machine:
+        notes.append(f"ONE MACHINE: the {join_names(one_machine)} {plural(one_machine, 'launcher')} ran multi-host "
+                     "variants on this one machine, each host a loopback address (127.0.0.1, 127.0.0.2, ...): the "
+                     "hosts shared its cores and no network was crossed.")
+    no_gpu = [name for name, target in targets.items() if not target.get("gpus_per_host")]
+    if no_gpu:
+        notes.append(f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
+                     "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, "
+                     "not MXNet.")
     return notes
+
+
+def join_names(names: List[str]) -> str:
+    """'local', 'local and ssh', 'local, ssh and kubernetes'."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
+
+
+def plural(names: List[str], noun: str) -> str:
+    return noun if len(names) == 1 else noun + "s"
 
 
 def environment(dag_dir: Path, runs: pd.DataFrame) -> Dict[str, str]:

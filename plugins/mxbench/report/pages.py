@@ -15,7 +15,8 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
                 footer=()) -> str:
     """A self-contained HTML page (plots inline as PNG data): the report of a DAG run (written to
     report.html, served by the Airflow UI's "Benchmark report" view) and the "Benchmark history"
-    page. ``sections``: (heading, DataFrame or a sentence); ``notes`` are shown as warnings first."""
+    page. ``sections``: (heading, DataFrame, a sentence or a list of lines); ``notes`` are shown as
+    warnings first."""
     style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
              "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
@@ -26,6 +27,8 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
     for name, frame in sections:
         if isinstance(frame, str):
             body = f"<p>{html.escape(frame)}</p>"
+        elif isinstance(frame, list):
+            body = "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in frame) + "</ul>"
         else:
             body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
         parts.append(f"<h2>{html.escape(name)}</h2>{body}")

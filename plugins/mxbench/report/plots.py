@@ -1,6 +1,7 @@
 """The report's PNG plots: throughput vs devices, seconds per epoch, validation accuracy,
 launcher ratios and the throughput history."""
 import io
+from datetime import timezone
 from pathlib import Path
 
 import pandas as pd
@@ -96,12 +97,34 @@ def plot_history(history: pd.DataFrame, path: Path):
                         fontsize=7, xytext=(4, 0), textcoords="offset points")
     for build, colour in colours.items():
         ax.scatter([], [], color=colour, label=build)
-    ax.set(xlabel="data interval (DAG run)", ylabel="samples/s (median over repeats)",
+    ax.set(xlabel="data interval (DAG run), UTC", ylabel="samples/s (median over repeats)",
            title="Throughput history by MXNet build")
+    limits = time_limits(history["when"])
+    if limits:
+        from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+        ax.set_xlim(*(t.to_pydatetime() for t in limits))
+        locator = AutoDateLocator(tz=timezone.utc)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    fig.autofmt_xdate()
     _save(fig, path)
+
+
+SMALLEST_TIME_MARGIN = pd.Timedelta(hours=1)
+
+
+def time_limits(whens: pd.Series, margin=0.05, least=SMALLEST_TIME_MARGIN):
+    """The history plot's time axis: the data's span and ``margin`` of it on each side, at least
+    ``least``; None without data. Left to matplotlib, one DAG run (or several minutes apart)
+    would sit on an axis of years."""
+    whens = pd.to_datetime(pd.Series(whens), utc=True).dropna()
+    if whens.empty:
+        return None
+    first, last = whens.min(), whens.max()
+    pad = max((last - first) * margin, least)
+    return first - pad, last + pad
 
 
 def plot_ratios(ratios: pd.DataFrame, path: Path):

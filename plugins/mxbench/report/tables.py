@@ -2,6 +2,7 @@
 launcher ratios, the Kubernetes/ssh gap, MXNet notices and the step finder; and Markdown tables."""
 import math
 from pathlib import Path
+from typing import List
 
 import pandas as pd
 
@@ -67,10 +68,46 @@ def variant_notes(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant", "launcher", "note"])
 
 
+def verdict_lines(ratios: pd.DataFrame) -> List[str]:
+    """The report's answer, one line per variant and launcher pair (``metrics.launcher_ratios``'s
+    rows): the ratio and its interval, the analysis that gave the verdict (paired over n rounds,
+    or unpaired and why) and the verdict's words; then why the rounds stopped, where the table says.
+    Tables from before the analysis and stopping columns read as the unpaired rule they came from."""
+    return [verdict_line(row) for row in ratios.to_dict("records")]
+
+
+def verdict_line(row: dict) -> str:
+    line = f"{row['variant']}: {row['launcher']} at {fmt(row['ratio'], 1, pct=True)} of {row['reference']}"
+    if not (pd.isna(row.get("ci_low")) or pd.isna(row.get("ci_high"))):
+        level = "" if pd.isna(row.get("level")) else f"{row['level']:.0%} "
+        line += f", {level}CI [{fmt(row['ci_low'], 1, pct=True)}, {fmt(row['ci_high'], 1, pct=True)}]"
+    analysis = text(row.get("analysis"))
+    if analysis.startswith("paired"):
+        line += f", {whole(row['n'])} rounds paired"
+    else:
+        why = analysis.split(":", 1)[1].strip() if ":" in analysis else ""
+        line += f", {whole(row['n'])} vs {whole(row['n_reference'])} repeats unpaired" + (f" ({why})" if why else "")
+    said = text(row.get("verdict")) or text(row.get("outcome")) or "no verdict"
+    # the verdict repeats the ratio and interval before its first ": "; the words after it are its own
+    line += ": " + said.split(": ", 1)[-1]
+    stopping = text(row.get("stopping"))
+    return line + (f"; {stopping}" if stopping else "")
+
+
+def whole(value) -> str:
+    return "?" if pd.isna(value) else str(int(value))
+
+
+def text(value) -> str:
+    """A table's text cell: '' for an empty one (NaN, or a column the table lacks)."""
+    return value.strip() if isinstance(value, str) else ""
+
+
 def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
-    """Every launcher pair: ratio, CI, p, n, α, detectable gap, order, verdict."""
+    """Every launcher pair: ratio, CI, p, n, α, detectable gap, order, analysis, verdict."""
     if ratios.empty:
         return ratios
+    analysis = ratios["analysis"] if "analysis" in ratios else pd.Series("unpaired", index=ratios.index)
     return pd.DataFrame({
         "variant": ratios["variant"], "launcher / reference": ratios["launcher"] + " / " + ratios["reference"],
         "ratio": ratios["ratio"].map(lambda v: fmt(v, 1, pct=True)),
@@ -80,7 +117,7 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
         "α": ratios["alpha"].map(lambda v: f"{v:g}"),
         "n": [f"{a} vs {b}" for a, b in zip(ratios["n"], ratios["n_reference"])],
         "detectable gap": ratios["min_detectable"].map(lambda v: "none at this n" if pd.isna(v) else f"≥ {v:.1%}"),
-        "order": ratios["order"], "verdict": ratios["verdict"],
+        "order": ratios["order"], "analysis": analysis.fillna("unpaired"), "verdict": ratios["verdict"],
     })
 
 
@@ -104,6 +141,15 @@ def markdown_table(frame: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(row) + " |" for row in cells]
     lines.insert(1, "|" + "---|" * len(frame.columns))
     return "\n".join(lines) + "\n"
+
+
+def markdown_body(frame) -> str:
+    """A section as ``render_page`` shows it: a sentence, a list of lines, or a table."""
+    if isinstance(frame, str):
+        return frame + "\n"
+    if isinstance(frame, list):
+        return "".join(f"- {line}\n" for line in frame)
+    return markdown_table(frame)
 
 
 def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
