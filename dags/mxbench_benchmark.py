@@ -10,7 +10,7 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
    cached.
 3. **<machines>.run_variant**: one mapped task per run, in the pool of the machines it runs on
    (one slot: runs that share machines never overlap and spoil each other's numbers). Launchers
-   that share machines share the mapped task, and their repeats alternate (a r1, b r1, a r2, ...).
+   that share machines share the mapped task, and their repeats run in counterbalanced rounds (a b, b a, ...).
    The task is a KubernetesPodOperator subclass: a `kubernetes` run's role pods (scheduler,
    servers, workers) are all made by that one task; `local` and `ssh` runs go through their
    launchers. The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.

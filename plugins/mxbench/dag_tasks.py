@@ -85,7 +85,7 @@ def runs_for_launchers(runs: list[dict], launchers: list[str]) -> list[dict]:
 
 def launch_runs(runs, data) -> list:
     """One mapped run task per machine set, in that set's pool (one slot): runs that share
-    machines never overlap, and their launchers' repeats alternate."""
+    machines never overlap, and their launchers' rounds run in counterbalanced order."""
     launched = []
     for machines, launchers in machine_sets().items():
         @task_group(group_id=machines)

@@ -175,15 +175,19 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
 
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
-                    budget: Optional[Tuple[int, float]] = None) -> pd.DataFrame:
+                    budget: Optional[Tuple[int, int, float]] = None) -> pd.DataFrame:
     """For every variant run under two or more launchers: the speed of each against each simpler
     one (or only against ``reference``), with the verdict statistics, how the two legs were
     ordered in time, and which analysis gave the verdict: paired by round when the two
     launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
-    unpaired rule, saying why. ``budget``: (most rounds, target gap) when rounds could stop
-    early; then ``stopping`` says whether the pair stopped when sure or spent the budget.
-    Rounds skipped as settled are no runs at all here."""
-    runs = runs[runs["status"] != "skipped"]
+    unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap) when
+    the rounds' number was chosen from the first stage (``verdict.rounds_planned``): then the
+    paired verdict is the two-stage one and ``stopping`` says why the rounds stopped. A round
+    skipped as not needed is no run here; so is the rest of a round one of whose runs was skipped."""
+    skipped = runs[runs["status"] == "skipped"]
+    if not skipped.empty:
+        part_skipped = set(zip(skipped["variant"], skipped["repeat"]))
+        runs = runs[[(v, r) not in part_skipped for v, r in zip(runs["variant"], runs["repeat"])]]
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
     launchers = list(dict.fromkeys(ok["launcher"]))
     pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
@@ -199,7 +203,10 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
             if rounds is not None and len(rounds) < rounds_needed():
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
                 rounds, why_not = None, f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
-            if rounds is not None:
+            first_n = budget[0] if budget and rounds is not None and len(rounds) >= budget[0] >= 3 else None
+            if first_n:
+                result = verdict.compare_two_stage(rounds, first_n, launcher, ref_name).to_dict()
+            elif rounds is not None:
                 result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
             else:
                 result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
@@ -210,21 +217,15 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
 
 
-def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, float]) -> str:
-    """How a pair's rounds ended under a budget of (most rounds, target gap): stopped when the
-    interval was narrow enough (``verdict.settled``), or the budget spent, with the gap the
-    rounds run could detect."""
-    most, target_gap = budget
-    if rounds is None:
-        return "budget spent: the runs could not be paired, so no round could stop early"
-    done, reason = verdict.settled(rounds, target_gap)
-    if done:
-        return reason
-    gap = verdict.paired_min_detectable([math.log(a / b) for a, b in rounds])
-    detectable = f"a gap of {gap:.1%} or more would have been detected" if gap is not None else \
-        "no gap could be detected at this many rounds"
-    spent = "budget spent" if len(rounds) >= most else f"{len(rounds)} of {most} rounds (some did not run)"
-    return f"{spent}: {detectable}"
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float]) -> str:
+    """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
+    rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
+    how many of them ran."""
+    first_n, most, target_gap = budget
+    if rounds is None or len(rounds) < first_n:
+        return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
+    total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
+    return reason if len(rounds) >= total else f"{reason} ({len(rounds)} of them ran)"
 
 
 def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:
@@ -252,6 +253,10 @@ def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tup
     rounds_in_time = list(timed["repeat"])
     if rounds_in_time[0::2] != rounds_in_time[1::2]:
         return None, "the two runs of a round were not back to back"
+    # a first-run launcher must alternate (ABBA), or a drift adds to its side in every round
+    a_first = sum(launcher == a for launcher in list(timed["launcher"])[0::2])
+    if not len(per_round) // 2 <= a_first <= (len(per_round) + 1) // 2:
+        return None, f"not counterbalanced: {a} ran first in {a_first} of {len(per_round)} rounds"
     starts, ends = list(timed["started_at"]), list(timed["ended_at"])
     if any(start < max(ends[:i]) for i, start in enumerate(starts) if i):
         return None, "runs overlapped in time"

@@ -2,7 +2,7 @@
 
 Why one operator for every launcher: launchers that share machines (ssh and Kubernetes on the
 same GPU boxes, as in the seed's k8s-vs-ssh study) must share one mapped task in one pool, so
-that their runs never overlap and their repeats alternate; Airflow takes a mapped task's pool
+that their runs never overlap and their rounds run in counterbalanced order; Airflow takes a mapped task's pool
 from ``partial()`` only. A Kubernetes run's role pods are made by this operator itself: its
 connection and hook, its pod building (``build_pod_request_obj``: pod template file, labels,
 namespace, mutation hook), its ``PodManager`` for start-up, and pod deletion; a local or ssh
@@ -72,6 +72,13 @@ class RunVariantOperator(KubernetesPodOperator):
             raise AirflowException(f"run {self.run['key']}: {cause}")
         run = self.run
         store = artifacts.Store()
+        # an optional round not started yet (a try that started it is retried as a run, and reaped)
+        if run.get("optional") and aside is None and (read_json(dag_dir / run["key"] / "meta.json") or {}).get(
+                "status") in (None, "skipped"):
+            reason = self.skip_reason(run, dag_dir, context, store)
+            if reason:
+                run_stage.record_skip(run, dag_dir, reason)
+                raise AirflowSkipException(reason)
         if not store.is_home:  # another worker may have prepared the data and made the build's venv
             try:  # here: the published data set (pods read it from their data volume), the venv
                 if aside is not None:  # a try killed on this worker before it published: stop what it left
@@ -83,11 +90,6 @@ class RunVariantOperator(KubernetesPodOperator):
             except Exception as exc:  # recorded as this run's cause, like any failure
                 run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
                        else f"{type(exc).__name__}: {exc}"}
-        if run.get("optional") and (read_json(dag_dir / run["key"] / "meta.json") or {}).get("status") != "ok":
-            reason = self.settled(run, dag_dir, context, store)
-            if reason:
-                run_stage.record_skip(run, dag_dir, reason)
-                raise AirflowSkipException(reason)
         result = run_stage.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
                                    launcher_for=launcher_for, task=task)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
@@ -95,19 +97,23 @@ class RunVariantOperator(KubernetesPodOperator):
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")
 
     @staticmethod
-    def settled(run: dict, dag_dir, context, store):
+    def skip_reason(run: dict, dag_dir, context, store):
         """Why optional round ``run`` need not run (``stop_rule``), or None. Only optional rounds
-        pay for parsing the earlier rounds' logs (pandas)."""
+        pay for parsing the first rounds' logs (pandas). Not knowing means running it."""
         from mxbench import artifacts, stop_rule
 
         fetch = None
-        if not store.is_home:  # the earlier rounds ran on any worker: their units are in the store
+        if not store.is_home:  # the first rounds ran on any worker: their units are in the store
             name = artifacts.dag_run_name(context["dag_run"].dag_id, context["run_id"])
 
             def fetch(key, into):
                 artifacts.Workspace(store, name, into).fetch_unit(key)
-
-        return stop_rule.skip_reason(run, dag_dir, float(context["params"]["target_gap"]), fetch_unit=fetch)
+        try:
+            return stop_rule.skip_reason(run, dag_dir, fetch_unit=fetch)
+        except Exception as exc:  # a store that failed to answer: the round runs, as if unsettled
+            print(f"mxbench: run {run['key']}: could not tell whether the round is needed, so it runs: "
+                  f"{type(exc).__name__}: {exc}")
+            return None
 
     def kubernetes_launcher(self, context):
         """The Kubernetes launcher with this operator's client, PodManager and base pod."""

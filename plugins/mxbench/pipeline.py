@@ -296,9 +296,10 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
 # --- join -----------------------------------------------------------------------------------
 
 def stop_budget(params: dict):
-    """(most rounds, target gap) when the DAG run could stop rounds early, else None."""
+    """(first-stage rounds, most rounds, target gap) when the DAG run's first rounds chose how
+    many to run (``stop_rule``), else None."""
     repeats, most = budget(params)
-    return (most, float(params["target_gap"])) if most > repeats else None
+    return (repeats, most, float(params["target_gap"])) if most > repeats else None
 
 
 def join(dag_dir: Path) -> Dict[str, str]:

@@ -15,7 +15,8 @@ from .floors import ALPHA, repeats_needed, rounds_needed
 LAUNCHERS = ("local", "ssh", "kubernetes")
 # Launchers whose runs share machines, by machine set: they share one Airflow pool
 # (``mxbench_<set>``, one slot) and one mapped task, so their runs never overlap and their
-# repeats alternate. Launchers on disjoint machines go in different sets and run in parallel.
+# repeats run in counterbalanced rounds (``round_order``). Launchers on disjoint machines go in
+# different sets and run in parallel.
 # By default the ssh hosts are this machine's loopback sshd and the Kubernetes nodes the local
 # stand-in's (the demo's): one set. The seed's k8s-vs-ssh study ran both on the same GPU machines,
 # which is one set too.
@@ -223,16 +224,17 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "max_repeats": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 50,
                     "title": "Most rounds (budget)",
                     "description": "Empty: exactly Repeats rounds. Else up to this many rounds (at least Repeats): "
-                                   "each round after the first Repeats runs only while some launcher pair of its "
-                                   "variant is not yet settled, i.e. its paired interval is still wider than "
-                                   "±Target gap/2.",
+                                   "the first Repeats rounds' spread decides how many rounds give every launcher "
+                                   "pair of the variant an interval of ±Target gap/2; the rounds beyond that are "
+                                   "skipped.",
                     "section": "What to run"},
     "target_gap": {"default": 0.05, "type": "number", "exclusiveMinimum": 0, "maximum": 0.5,
                    "title": "Smallest gap that matters",
-                   "description": "With Most rounds: stop adding rounds once every launcher pair's interval is "
-                                  "narrower than ± half of this (0.05: a 5% gap or more would stand outside it). "
-                                  "Only the interval's width is looked at, never its side or p, so stopping early "
-                                  "calls no more false differences.",
+                   "description": "With Most rounds: run as many rounds as make every launcher pair's interval "
+                                  "± half of this or narrower (0.05: a 5% gap or more would stand outside it). "
+                                  "Only the first rounds' spread decides, never the gap's side or p, and the "
+                                  "verdict is judged with that spread, so stopping early calls no more false "
+                                  "differences.",
                    "section": "What to run"},
     "epochs": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 1000,
                "title": "Epochs", "description": "Empty: the preset's (seed 300, cpu-demo 3).",
@@ -397,7 +399,7 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     # round-major: a drift over the hours of a long matrix spreads over every variant and
     # launcher alike instead of biasing whichever ran last; within a round, the variant's
     # launchers in counterbalanced order (``round_order``). Rounds beyond ``repeats`` are
-    # optional: the DAG skips them once the variant is settled (``verdict.settled``).
+    # optional: the DAG skips those the first rounds did not plan (``stop_rule``).
     runs = []
     for r in range(1, most_rounds + 1):
         for v in variants:

@@ -172,6 +172,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     logical = utc_time(logical_date)
     first_env = next(iter(environment_rows.values()), None)
     runs_ok = sum(r["status"] == "ok" for r in repeat_rows)
+    runs_failed = sum(r["status"] not in ("ok", "skipped") for r in repeat_rows)  # skipped: not needed
     interval = tuple(map(utc_time, data_interval)) if data_interval else (None, None)
     images = [r["runtime"] for r in repeat_rows if r["launcher"] == KUBERNETES and r["runtime"]]
     dag_run_row = {
@@ -184,8 +185,8 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         "preset": (request.get("params") or {}).get("preset"), "params": request.get("params"),
         "folder": folder or str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
         "ended_at": max(ends) if ends else None,
-        "state": "ok" if repeat_rows and runs_ok == len(repeat_rows) else "failed",
-        "runs_ok": runs_ok, "runs_failed": sum(r["status"] not in ("ok", "skipped") for r in repeat_rows),
+        "state": "ok" if runs_ok and not runs_failed else "failed",
+        "runs_ok": runs_ok, "runs_failed": runs_failed,
         "environment": next(iter(environment_rows), None), "recorded_at": now,
     }
 
