@@ -46,8 +46,11 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
           "launchers ran in rounds (one run of each, back to back, order counterbalanced; at least "
           f"{rounds_needed()} rounds, none failed): the geometric mean of the per-round ratios, a t interval on the "
           "mean per-round log ratio and p from an exact sign-flip test, so a drift of the machine drops out. "
+          "With a budget of rounds (two-stage): the first rounds' spread chose how many to run, and the interval "
+          "and a t test use that spread and its degrees of freedom (Stein), so choosing calls no more false "
+          "differences. "
           "Either way a difference is called only when p < α and the interval excludes 100%; the detectable gap "
-          "is what this rule calls with 80% power at this n and spread (simulated).")
+          "is what this rule calls with 80% power at this n and spread (simulated; two-stage: from the t quantiles).")
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
