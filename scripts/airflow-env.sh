@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source me: Airflow settings for running mxbench from this checkout (the demo, airflow standalone).
 # SQLite metadata DB and logs under $MXBENCH_HOME/airflow; DAGs and plugins from the checkout.
 _mxbench_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The main job: set up everything on first use, then run the benchmark DAG once: part of the
-# cpu-demo matrix (1 and 2 workers, 2 hosts) with synthetic CIFAR-format data, on the local
-# launcher, over SSH to two loopback sshd hosts, and as Kubernetes pods on the local Kubernetes
-# stand-in (both started here, stopped at the end), 4 repeats each, and say where the report is
-# (with the ssh/local and k8s/ssh ratios and their verdicts).
+# The main job: set up what it uses on first use, then run the benchmark DAG once under a real
+# Airflow scheduler (scripts/demo_stack.py: api-server, dag-processor, scheduler, stopped at the
+# end): cpu-demo's 2-host variant with synthetic CIFAR-format data, on the local launcher, over SSH
+# to two loopback sshd hosts, and as Kubernetes pods on the local Kubernetes stand-in (both started
+# here, stopped at the end), in counterbalanced rounds, and print the report's verdicts (ssh/local,
+# k8s/local, k8s/ssh) and where the report is, on disk and in the Airflow UI.
 #   scripts/demo.sh
 #   scripts/demo.sh '{"dataset": "/data/cifar-10-python.tar.gz"}'   # any trigger-form params
+#   MXBENCH_DEMO_KEEP_UI=1 scripts/demo.sh                           # Airflow stays up until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+echo "mxbench: set-up done ($SECONDS s)"
 source scripts/airflow-env.sh
 mkdir -p "$MXBENCH_HOME"
 log=$MXBENCH_HOME/demo.log
@@ -20,6 +23,7 @@ scripts/airflow-init.sh >"$log" 2>&1
 cleanup() {
   python -m standins.sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true
   python -m standins.kube stop --root "$MXBENCH_HOME/kube" >/dev/null 2>&1 || true
+  echo "mxbench: the demo took $((SECONDS / 60)) min $((SECONDS % 60)) s, set-up included"
 }
 trap cleanup EXIT
 skipped=""
@@ -53,31 +57,28 @@ else
   k8s_skipped="kubernetes leg skipped: the local Kubernetes stand-in did not start (see $log)"
   echo "mxbench: $k8s_skipped"
 fi
-conf=${1:-$(python - "$skipped" "$k8s_skipped" <<'PY'
+# The 2-host variant in rounds, each round the three launchers back to back in counterbalanced
+# order (which only the real scheduler keeps, see scripts/demo_stack.py): 6 rounds, the fewest a
+# paired sign-flip test can reach p < 0.05 with (mxbench.floors.rounds_needed), and a 7th unless
+# every pair's interval is within ±7.5% by then. 3 epochs: the first is warm-up, left out of the
+# speed, and two epochs' readings make a round's ratio about a third less noisy than one
+# (measured). About 13 s a run on 2 quiet cores, 18 s on busy ones: under 10 minutes in all.
+# Params given on the command line (a JSON object) replace these one by one; notes add up.
+conf=$(python - "$skipped" "$k8s_skipped" "${1:-"{}"}" <<'PY'
 import json, sys
-skipped = [s for s in sys.argv[1:] if s]
-launchers = ["local"] + (["ssh"] if not sys.argv[1] else []) + (["kubernetes"] if not sys.argv[2] else [])
-print(json.dumps({"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2w-bs64", "cpu2h-bs64"],
-                  "launchers": launchers, "repeats": 4, "epochs": 2, "notes": skipped}))
+ssh_skipped, k8s_skipped, given = sys.argv[1:]
+try:
+    given = json.loads(given)
+    assert isinstance(given, dict)
+except (ValueError, AssertionError):
+    sys.exit(f"mxbench: the demo's argument must be a JSON object of trigger-form params, got {given!r}")
+launchers = ["local"] + (["ssh"] if not ssh_skipped else []) + (["kubernetes"] if not k8s_skipped else [])
+notes = [s for s in (ssh_skipped, k8s_skipped) if s] + given.pop("notes", [])
+# repeats given: exactly that many rounds, unless a budget is given too
+budget = {} if "repeats" in given else {"repeats": 6, "max_repeats": 7, "target_gap": 0.15}
+print(json.dumps({"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": launchers, **budget,
+                  "epochs": 3, **given, "notes": notes}))
 PY
-)}
-echo "mxbench: airflow dags test mxbench_benchmark -c '$conf'"
-airflow dags test mxbench_benchmark -c "$conf" 2>&1 | tee -a "$log" \
-  | grep --line-buffered -oE "mxbench: run .*|RunFailed: .*" || true
-finished=$(grep -oE "DagRun Finished: .*run_duration=[0-9.]+, state=[a-z]+" "$log" | tail -1)
-run_id=$(grep -oE "run_id=[^,]+" <<<"$finished" | cut -d= -f2-)
-state=$(grep -oE "state=[a-z]+$" <<<"$finished" | cut -d= -f2)
-echo "mxbench: DAG run ${run_id:-?} finished: ${state:-unknown}"
-if [[ -n $run_id ]]; then
-  report=$(python -c 'import sys; from mxbench import config; print(config.dag_run_dir("mxbench_benchmark", sys.argv[1]) / "report")' "$run_id")
-  if [[ -f $report/report.md ]]; then
-    for section in "Results" "Launcher speed ratio"; do
-      sed -n "/^## $section/,/^## /p" "$report/report.md" | head -n -1
-    done
-    echo "mxbench: report: $report/report.html (also report.md, CSV tables and PNG plots there)"
-  fi
-fi
-if [[ $state != success ]]; then
-  echo "mxbench: the DAG run did not succeed; see $log" >&2
-  exit 1
-fi
+)
+# the scheduler and the task processes it starts inherit the AIRFLOW_CONN_* exported above
+python scripts/demo_stack.py "$conf"

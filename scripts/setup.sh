@@ -2,9 +2,20 @@
 # Create (or bring up to date) mxbench's two environments, idempotently:
 #   .venv/train    MXNet 1.9.1 + numpy<1.24 + OpenCV: trainer, im2rec, role launcher
 #   .venv/airflow  Airflow 3 + providers + pandas 3: orchestration and analysis, never imports mxnet
+# and, as root on Debian, openssh-server (the demo's and the tests' loopback ssh hosts) and the
+# runtimes MXNet links (libgomp1, libquadmath0) where missing.
 # A venv is rebuilt only when its requirements file changes.
+#   scripts/setup.sh           what the demo uses
+#   scripts/setup.sh --tests   also what only the tests use (scripts/test.sh): postgresql, chromium
+#                              and chromium-driver, redis-server, and .venv/s3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for_tests=
+case ${1:-} in
+  --tests) for_tests=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 PYTHON=${MXBENCH_PYTHON:-$(command -v python3.11 || command -v python3)}
 
 # A bare Debian python3 lacks venv (and ensurepip) until python3-venv is installed.
@@ -42,6 +53,37 @@ if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null; then
     || echo "mxbench: could not install openssh-server: the ssh tests fail and the demo skips its ssh leg, saying why" >&2
 fi
 
+# MXNet's wheel links the system's OpenMP and quad-math runtimes (libmxnet.so: libgomp.so.1,
+# libquadmath.so.0), which a bare Debian lacks until a compiler brings them.
+shared_libs=$(/sbin/ldconfig -p 2>/dev/null || true)
+if [[ -n $shared_libs ]] && { ! grep -q 'libgomp\.so\.1 ' <<<"$shared_libs" || ! grep -q 'libquadmath\.so\.0 ' <<<"$shared_libs"; }; then
+  echo "mxbench: installing libgomp1 and libquadmath0, which MXNet links" >&2
+  install_debs libgomp1 libquadmath0 || echo "mxbench: could not install libgomp1 and libquadmath0: MXNet will not load" >&2
+fi
+
+make_venv() {  # name requirements-file extra-pip-args...
+  local venv=".venv/$1" reqs=$2; shift 2
+  local stamp="$venv/.mxbench-stamp" want
+  want=$(cat "$reqs" pyproject.toml tasks/pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
+  echo "mxbench: creating $venv from $reqs" >&2
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-compile -r "$reqs" "$@" \
+    2> >(grep -v '^WARNING: Location' >&2)
+  # byte-compiled on every core: pip compiles one file at a time, a minute of the demo's set-up on
+  # 2 cores. As under pip, a file that is not Python 3 (some packages ship such test data) stays
+  # uncompiled, so compileall's status says nothing.
+  "$venv/bin/python" -m compileall -q -j 0 "$venv/lib" >/dev/null 2>&1 || true
+  echo "$want" > "$stamp"
+}
+
+make_venv train requirements-train.txt -e tasks/
+make_venv airflow requirements.txt -e tasks/ -e .
+[[ -n $for_tests ]] || exit 0
+
+# What follows only the tests use.
+
 # The results store's tests run a real PostgreSQL server of their own (initdb/pg_ctl in a temp
 # folder): the server binaries only, with no "main" cluster created and none started.
 if ! command -v initdb >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
@@ -66,20 +108,6 @@ if ! command -v redis-server >/dev/null; then
   install_debs redis-server || echo "mxbench: could not install redis-server: the Celery tests fail, saying why" >&2
 fi
 
-make_venv() {  # name requirements-file extra-pip-args...
-  local venv=".venv/$1" reqs=$2; shift 2
-  local stamp="$venv/.mxbench-stamp" want
-  want=$(cat "$reqs" pyproject.toml tasks/pyproject.toml | sha256sum | cut -d' ' -f1)
-  if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
-  echo "mxbench: creating $venv from $reqs" >&2
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$reqs" "$@" 2> >(grep -v '^WARNING: Location' >&2)
-  echo "$want" > "$stamp"
-}
-
-make_venv train requirements-train.txt -e tasks/
-make_venv airflow requirements.txt -e tasks/ -e .
 # test-only: moto's S3-compatible server (the artifact store of the multi-worker tests), kept out
 # of the Airflow env: its Flask and Werkzeug pins are its own
 make_venv s3 requirements-s3.txt

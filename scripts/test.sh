@@ -7,7 +7,7 @@
 #   scripts/test.sh tests/train -k plan   # any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --tests
 .venv/airflow/bin/ruff check --quiet .
 if [[ ${1:-} == --fast ]]; then
   shift

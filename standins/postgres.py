@@ -34,7 +34,7 @@ def start(data_root: Path):
     found = bin_dir()
     if found is None:
         raise RuntimeError("PostgreSQL is not installed (no initdb on PATH or under /usr/lib/postgresql/*/bin): "
-                           "scripts/setup.sh installs it when run as root")
+                           "scripts/setup.sh --tests installs it when run as root")
     data = data_root / "pg"
     data.mkdir()
     as_user = []

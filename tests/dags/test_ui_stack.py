@@ -162,7 +162,7 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver_path, "chromium and chromium-driver are missing: run scripts/setup.sh as root"
+    assert chromium and driver_path, "chromium and chromium-driver are missing: run scripts/setup.sh --tests as root"
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--disable-dev-shm-usage", "--window-size=1400,1100", "--disable-gpu"):

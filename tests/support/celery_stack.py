@@ -173,7 +173,7 @@ class CeleryStack(AirflowStack):
                 cause = next((line for line in reversed(done.stderr.splitlines()) if "Error" in line),
                              done.stderr[-500:])
                 raise RuntimeError(f"{what} cannot be imported ({cause.strip()}): check requirements.txt "
-                                   "and rerun scripts/setup.sh")
+                                   "and rerun scripts/setup.sh --tests")
 
     def start(self, processes=None):
         """api-server (answering), dag-processor, scheduler, then the workers, each ready."""

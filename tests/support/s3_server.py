@@ -22,7 +22,7 @@ ACCESS_KEY, SECRET_KEY = "mxbench-test-key", "mxbench-test-secret"
 class S3Server:
     def __init__(self, log_path: Path):
         if not MOTO_SERVER.exists():
-            raise RuntimeError(f"{MOTO_SERVER} is missing: run scripts/setup.sh (it makes .venv/s3 from "
+            raise RuntimeError(f"{MOTO_SERVER} is missing: run scripts/setup.sh --tests (it makes .venv/s3 from "
                                "requirements-s3.txt)")
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
