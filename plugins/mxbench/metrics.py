@@ -225,7 +225,11 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
     if rounds is None or len(rounds) < first_n:
         return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
-    return reason if len(rounds) >= total else f"{reason} ({len(rounds)} of them ran)"
+    if len(rounds) < total:
+        return f"{reason} ({len(rounds)} of them ran)"
+    if len(rounds) > total:  # another launcher pair of the variant needed more
+        return f"{reason}; {len(rounds)} ran, as another pair of the variant needed"
+    return reason
 
 
 def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:

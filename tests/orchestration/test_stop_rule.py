@@ -206,3 +206,14 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
     with sa.create_engine(url).connect() as db:
         assert db.execute(sa.text("select state, runs_ok, runs_failed from dag_runs")).one() == ("ok", 12, 0)
         assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 4
+
+
+def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
+    for run in round_of(runs, 8):
+        record_skip(run, dag_dir, "skipped: not needed")
+    pipeline.parse_all(dag_dir)
+    ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
+    (stopping,) = ratios["stopping"]
+    assert stopping.startswith("stopped after 6 rounds") and stopping.endswith("; 7 ran, as another pair of the "
+                                                                                "variant needed")
