@@ -141,6 +141,25 @@ def _called(a, b, alpha, level, resamples=BOOTSTRAP_RESAMPLES) -> bool:
     return not low <= 1 <= high and permutation_p(a, b) < alpha
 
 
+def _judged(head: str, ratio: float, low: float, high: float, p: float, alpha: float,
+            detectable: Optional[float], what: str, undecidable: Optional[str] = None) -> Tuple[str, str]:
+    """(outcome, verdict) by the one rule of every analysis: a difference is called only when
+    p < α and the interval excludes 100%. ``what``: "repeats" or "rounds"; ``undecidable``: why
+    no p at this n could reach α, when so."""
+    alpha_text = f"α = {alpha:g}"
+    if p < alpha and not low <= 1 <= high:
+        outcome = "slower" if ratio < 1 else "faster"
+        return outcome, f"{head}: {outcome}, not explained by noise ({_p_text(p)} < {alpha_text})"
+    if p < alpha:
+        return "borderline", (f"{head}: borderline ({_p_text(p)} < {alpha_text}, but the interval includes 100%): "
+                              f"not called a difference; more {what} would settle it")
+    if undecidable:
+        return "undecidable at this n", f"{head}: cannot be told from noise at this n ({_p_text(p)}; {undecidable}"
+    return "within noise", f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
+        f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
+        if detectable is not None else f"; the {what} show no spread to judge a gap by")
+
+
 def _p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
@@ -168,23 +187,9 @@ def compare(a: Sequence[float], b: Sequence[float], name="a", reference="b", lev
                           f"unpaired, {n} vs {m} repeats")
     p = permutation_p(a, b, seed)
     detectable = min_detectable(a, b, alpha, POWER, level)
-    if p < alpha and not low <= 1 <= high:
-        outcome = "slower" if ratio < 1 else "faster"
-        verdict = f"{head}: {outcome}, not explained by noise ({_p_text(p)} < {alpha_text})"
-    elif p < alpha:
-        outcome = "borderline"
-        verdict = (f"{head}: borderline ({_p_text(p)} < {alpha_text}, but the interval includes 100%): "
-                   "not called a difference; more repeats would settle it")
-    elif smallest_p(n, m) > alpha:
-        outcome = "undecidable at this n"
-        verdict = (f"{head}: cannot be told from noise at this n ({_p_text(p)}; {n} vs {m} repeats cannot "
-                   f"give p below {smallest_p(n, m):.2f}, {alpha_text}): run at least "
-                   f"{repeats_needed(alpha)} a side")
-    else:
-        outcome = "within noise"
-        verdict = f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
-            f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
-            if detectable is not None else "; the repeats show no spread to judge a gap by")
+    undecidable = (f"{n} vs {m} repeats cannot give p below {smallest_p(n, m):.2f}, {alpha_text}): run at least "
+                   f"{repeats_needed(alpha)} a side") if smallest_p(n, m) > alpha else None
+    outcome, verdict = _judged(head, ratio, low, high, p, alpha, detectable, "repeats", undecidable)
     return Comparison(ratio, low, high, level, p, alpha, n, m, detectable, outcome, verdict,
                       f"unpaired, {n} vs {m} repeats")
 
@@ -346,26 +351,12 @@ def compare_paired(pairs: Sequence[Tuple[float, float]], name="a", reference="b"
                           f"(at least {MIN_REPEATS} rounds)", analysis)
     low, high = paired_interval(d, level)
     head = f"{name} at {ratio:.1%} of {reference}, {level:.0%} CI [{low:.1%}, {high:.1%}], {n} rounds paired"
-    alpha_text = f"α = {alpha:g}"
     p = sign_flip_p(d, seed)
     detectable = paired_min_detectable(d, alpha, POWER, level)
-    if p < alpha and not low <= 1 <= high:
-        outcome = "slower" if ratio < 1 else "faster"
-        verdict = f"{head}: {outcome}, not explained by noise ({_p_text(p)} < {alpha_text})"
-    elif p < alpha:
-        outcome = "borderline"
-        verdict = (f"{head}: borderline ({_p_text(p)} < {alpha_text}, but the interval includes 100%): "
-                   "not called a difference; more rounds would settle it")
-    elif smallest_paired_p(n) > alpha:
-        outcome = "undecidable at this n"
-        verdict = (f"{head}: cannot be told from noise at this n ({_p_text(p)}; a sign-flip test over {n} rounds "
-                   f"cannot give p below {smallest_paired_p(n):.3f}, {alpha_text}): run at least "
-                   f"{rounds_needed(alpha)} rounds")
-    else:
-        outcome = "within noise"
-        verdict = f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
-            f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
-            if detectable is not None else "; the rounds show no spread to judge a gap by")
+    undecidable = (f"a sign-flip test over {n} rounds cannot give p below {smallest_paired_p(n):.3f}, "
+                   f"α = {alpha:g}): run at least {rounds_needed(alpha)} rounds") if smallest_paired_p(n) > alpha \
+        else None
+    outcome, verdict = _judged(head, ratio, low, high, p, alpha, detectable, "rounds", undecidable)
     return Comparison(ratio, low, high, level, p, alpha, n, n, detectable, outcome, verdict, analysis)
 
 
@@ -421,13 +412,5 @@ def compare_two_stage(pairs: Sequence[Tuple[float, float]], first_n: int, name="
     detectable = (math.expm1((t_quantile(1 - alpha / 2, df) + t_quantile(POWER, df)) * spread / math.sqrt(n))
                   if spread else None)
     head = f"{name} at {ratio:.1%} of {reference}, {level:.0%} CI [{low:.1%}, {high:.1%}], {n} rounds paired"
-    alpha_text = f"α = {alpha:g}"
-    if p < alpha and not low <= 1 <= high:
-        outcome = "slower" if ratio < 1 else "faster"
-        verdict = f"{head}: {outcome}, not explained by noise ({_p_text(p)} < {alpha_text})"
-    else:
-        outcome = "within noise"
-        verdict = f"{head}: within noise ({_p_text(p)} ≥ {alpha_text})" + (
-            f"; a gap of {detectable:.1%} or more would have been detected ({POWER:.0%} power)"
-            if detectable is not None else "; the rounds show no spread to judge a gap by")
+    outcome, verdict = _judged(head, ratio, low, high, p, alpha, detectable, "rounds")
     return Comparison(ratio, low, high, level, p, alpha, n, n, detectable, outcome, verdict, analysis)
