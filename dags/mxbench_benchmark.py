@@ -11,8 +11,8 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 3. **<machines>.run_variant**: one mapped task per run, in the pool of the machines it runs on
    (one slot: runs that share machines never overlap and spoil each other's numbers). Launchers
    that share machines share the mapped task, and their repeats run in counterbalanced rounds (a b, b a, ...).
-   The task is a KubernetesPodOperator subclass: a `kubernetes` run's role pods (scheduler,
-   servers, workers) are all made by that one task; `local` and `ssh` runs go through their
+   A `kubernetes` run's role pods (scheduler, servers, workers) are all made by that one task,
+   through a KubernetesPodOperator it builds for that run; `local` and `ssh` runs go through their
    launchers. The Airflow task timeout follows `run_timeout_minutes`; one DAG run measures at a time.
 4. **parse_logs -> join_results -> report, store_results**: tidy tables, the seed-style table,
    launcher ratios, Markdown/HTML/CSV/PNG under `$MXBENCH_HOME/runs/<run id>/report/`, and every
@@ -22,10 +22,6 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 from __future__ import annotations
 
 import pendulum
-
-# named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
-# airflow.* modules a DAG file names, once, before it forks a process per parse
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag
 
 from mxbench import dag_tasks

@@ -25,10 +25,6 @@ on first use. So a backfill measures a range of builds:
 from __future__ import annotations
 
 import pendulum
-
-# named here, though mxbench.operators imports it anyway: the dag-processor pre-imports the
-# airflow.* modules a DAG file names, once, before it forks a process per parse
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator  # noqa: F401
 from airflow.sdk import Param, dag
 
 from mxbench import dag_tasks

@@ -1,17 +1,19 @@
-"""The DAG's run task: one mapped instance per run, a KubernetesPodOperator subclass.
+"""The DAG's run task: one mapped instance per run, for every launcher.
 
 Why one operator for every launcher: launchers that share machines (ssh and Kubernetes on the
 same GPU boxes, as in the seed's k8s-vs-ssh study) must share one mapped task in one pool, so
 that their runs never overlap and their rounds run in counterbalanced order; Airflow takes a mapped task's pool
-from ``partial()`` only. A Kubernetes run's role pods are made by this operator itself: its
-connection and hook, its pod building (``build_pod_request_obj``: pod template file, labels,
-namespace, mutation hook), its ``PodManager`` for start-up, and pod deletion; a local or ssh
-run goes through its launcher. Not deferrable: a deferred task hands its pool slot back, and a
-run's roles must all run at once while nothing else runs on those machines.
+from ``partial()`` only. A Kubernetes run's role pods are made with a KubernetesPodOperator that the
+task builds for that run only (``pod_operator``): its connection and hook, its pod building
+(``build_pod_request_obj``: pod template file, labels, namespace, mutation hook) and its ``PodManager``
+for start-up; ``on_kill`` deletes the run's pods. A local or ssh run goes through its launcher.
+The task is a plain operator that builds the KubernetesPodOperator, not a subclass of it: every task
+process parses the DAG file before its task runs (so does the dag-processor), and the Kubernetes
+provider and client would add about a second to each local and ssh run.
 """
 from __future__ import annotations
 
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import BaseOperator
 
 TASK_TIMEOUT_GRACE_MIN = 5  # past the launcher's own deadline: teardown, then Airflow's backstop
 
@@ -23,17 +25,19 @@ def task_timeout(params: dict):
     return timedelta(minutes=int(params["run_timeout_minutes"]) + TASK_TIMEOUT_GRACE_MIN)
 
 
-class RunVariantOperator(KubernetesPodOperator):
-    """Run one run of the matrix (``run``: a dict from ``expand_variants``) under its launcher."""
+class RunVariantOperator(BaseOperator):
+    """Run one run of the matrix (``run``: a dict from ``expand_variants``) under its launcher.
+    Never deferrable: a deferred task hands its pool slot back, and a run's roles must all run at
+    once while nothing else runs on those machines."""
 
     template_fields = ()  # ``run`` comes from XCom as data; nothing here is a template
     ui_color = "#d6e9f8"
 
     def __init__(self, *, run: dict, **kwargs):
-        kwargs.setdefault("deferrable", False)
         super().__init__(**kwargs)
         self.run = run
-        self._run_pods = None
+        self._run_pods = None  # a Kubernetes run's pods, once made: on_kill deletes them
+        self._killed = False  # on_kill ran: no pod starts after it, and the task fails
 
     def pre_execute(self, context):
         # the task timeout follows the DAG run's run_timeout_minutes, known only now
@@ -116,28 +120,36 @@ class RunVariantOperator(KubernetesPodOperator):
             return None
 
     def kubernetes_launcher(self, context):
-        """The Kubernetes launcher with this operator's client, PodManager and base pod."""
-        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
-
+        """The Kubernetes launcher with the pod operator's client, PodManager and base pod."""
         from mxbench import connections
         from mxbench.launchers.kubernetes import KubernetesLauncher
-        from mxbench.launchers.kubernetes_pods import pod_template
         from mxbench_train.errors import MxbenchError
 
         settings = connections.kubernetes_settings(context["params"])
-        self.kubernetes_conn_id = settings.conn_id
-        self.image, self.namespace = settings.image, settings.namespace
-        self.pod_template_file = settings.pod_template_file
-        # mxbench's pod settings over the template file; the operator adds Airflow's labels
-        self.full_pod_spec = PodGenerator.deserialize_model_dict(pod_template(settings))
+        pods = self.pod_operator(settings)
         try:
-            base = self.client.api_client.sanitize_for_serialization(self.build_pod_request_obj(context))
+            base = pods.client.api_client.sanitize_for_serialization(pods.build_pod_request_obj(context))
         except Exception as exc:  # a kubeconfig that does not load, a pod template file that does not parse
             raise MxbenchError(f"kubernetes connection {settings.conn_id!r}: building the pods failed: "
                                f"{type(exc).__name__}: {exc}") from None
-        return KubernetesLauncher(settings, self.client, self.pod_manager, base_pod=base,
-                                  on_pods=lambda pods: setattr(self, "_run_pods", pods),
+        return KubernetesLauncher(settings, pods.client, pods.pod_manager, base_pod=base,
+                                  on_pods=lambda run_pods: setattr(self, "_run_pods", run_pods),
                                   should_stop=lambda: self._killed)
+
+    def pod_operator(self, settings):
+        """The KubernetesPodOperator whose pod building, client and PodManager a Kubernetes run's role
+        pods use (``settings``: the run's ``PodSettings``). Never executed itself, and not deferrable
+        whatever Airflow's default: the run task keeps its pool slot."""
+        from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+        from mxbench.launchers.kubernetes_pods import pod_template
+
+        # mxbench's pod settings over the template file; the operator adds Airflow's labels
+        return KubernetesPodOperator(
+            task_id=self.task_id, kubernetes_conn_id=settings.conn_id, image=settings.image,
+            namespace=settings.namespace, pod_template_file=settings.pod_template_file,
+            full_pod_spec=PodGenerator.deserialize_model_dict(pod_template(settings)), deferrable=False)
 
     def on_kill(self) -> None:
         """Delete every pod of the current run, and start no more; ``execute`` then fails the task.

@@ -108,19 +108,32 @@ def test_regression_dag_structure(dagbag):
     assert tasks["local.run_variant"].pool == "mxbench_local" and tasks["check_runs"].trigger_rule == "all_done"
 
 
-def test_a_run_task_is_one_kubernetes_pod_operator_per_run(dagbag):
+def test_a_run_task_is_one_operator_per_run(dagbag):
     """One mapped task per run, never one per role pod: the pool comes from partial() only, and a
-    run's roles must all run at once; not deferrable, so it keeps its pool slot."""
+    run's roles must all run at once; not deferrable, so it keeps its pool slot. A Kubernetes run's
+    pods are built by a KubernetesPodOperator made for that run, with the connection's settings."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
+    from mxbench.launchers.kubernetes_pods import PodSettings
     from mxbench.operators import RunVariantOperator
 
     run_variant = dagbag.dags["mxbench_benchmark"].get_task("local.run_variant")
-    assert issubclass(run_variant.operator_class, KubernetesPodOperator)
     assert run_variant.operator_class is RunVariantOperator
     assert set(run_variant.expand_input.value) == {"run"}
-    assert RunVariantOperator(task_id="probe", run={}).deferrable is False
     assert run_variant.partial_kwargs.get("deferrable", False) is False  # nor made so in the DAG
+    task = RunVariantOperator(task_id="probe", run={})
+    assert task.start_from_trigger is False and not hasattr(task, "execute_complete")  # nothing to resume
+    assert task._killed is False
+    settings = PodSettings(conn_id="cluster_a", namespace="bench", image="registry.example.com/mxbench-train:1",
+                           data={"host_path": "/srv/mxbench"}, pod_template_file="/etc/mxbench/pod.yaml")
+    pods = task.pod_operator(settings)
+    assert isinstance(pods, KubernetesPodOperator) and pods.deferrable is False and pods.task_id == "probe"
+    assert (pods.kubernetes_conn_id, pods.namespace, pods.image, pods.pod_template_file) == (
+        "cluster_a", "bench", "registry.example.com/mxbench-train:1", "/etc/mxbench/pod.yaml")
+    # mxbench's pod settings (pod_template) go over the template file
+    assert pods.full_pod_spec.spec.automount_service_account_token is False
+    volumes = pods.full_pod_spec.spec.volumes
+    assert {v.name: v.host_path.path for v in volumes if v.host_path} == {"data": "/srv/mxbench"}
 
 
 def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():

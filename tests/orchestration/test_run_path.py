@@ -1,6 +1,8 @@
 """The run task's path loads no pandas and no numpy (issue 20 §6): a run task pays for the trainer, not
 for the tables. What it imports is read from ``RunVariantOperator`` itself, so an import added there is
-checked too; then a run goes through ``run_stage.run_one`` (ok, and failed), as ``execute`` runs it."""
+checked too; then a run goes through ``run_stage.run_one`` (ok, and failed), as ``execute`` runs it.
+Nor does the parse of a DAG file, which every task process does before its task, load the Kubernetes
+provider's operator, the ``kubernetes`` client or pandas: a local or ssh run does not pay for them."""
 import ast
 import os
 import subprocess
@@ -15,7 +17,7 @@ from mxbench_train.events import format_event
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATORS = REPO / "plugins" / "mxbench" / "operators.py"
-TASK_METHODS = ("pre_execute", "execute", "run_in", "kubernetes_launcher", "on_kill")
+TASK_METHODS = ("pre_execute", "execute", "run_in", "kubernetes_launcher", "pod_operator", "on_kill")
 
 
 def imports_of_the_run_task():
@@ -90,6 +92,37 @@ def test_the_run_task_imports_no_pandas_and_no_numpy(tmp_path):
     lines = done.stdout.splitlines()
     # both runs went through run_one and read their trainer's version (reported_version, ran_with)
     assert lines[-3:-1] == ["ok 1.9.1", "failed 1.9.1"], done.stdout
+    assert lines[-1] == "heavy: -", done.stdout[-2000:]
+
+
+# the task process's parse of its DAG file (airflow.sdk.execution_time.task_runner.parse), in a fresh process
+PARSE = """
+import sys
+
+from airflow.dag_processing.dagbag import BundleDagBag
+
+loaded = set(sys.modules)  # Airflow itself loads the provider's exceptions module; the parse must add nothing of it
+bag = BundleDagBag(dag_folder=sys.argv[1], safe_mode=False, load_op_links=False, bundle_path=sys.argv[2],
+                   bundle_name="dags-folder")
+assert bag.dags and not bag.import_errors, bag.import_errors
+heavy = {name.split(".")[0] for name in sys.modules}.intersection({"kubernetes", "kubernetes_asyncio", "pandas"})
+heavy |= {".".join(name.split(".")[:5]) for name in set(sys.modules) - loaded
+          if name.startswith("airflow.providers.cncf.kubernetes.")}
+print("dags:", ",".join(sorted(bag.dags)))
+print("heavy:", ",".join(sorted(heavy)) or "-")
+"""
+
+
+@pytest.mark.parametrize("dag_file", sorted(p.name for p in (REPO / "dags").glob("*.py")))
+def test_parsing_a_dag_file_loads_no_kubernetes_and_no_pandas(tmp_path, dag_file):
+    """What each run task's process parses first; the Kubernetes provider loads in a Kubernetes run only."""
+    path = [str(REPO / "plugins"), str(REPO / "tasks"), str(REPO / "dags"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "MXBENCH_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join(path)}
+    done = subprocess.run([sys.executable, "-c", PARSE, str(REPO / "dags" / dag_file), str(REPO / "dags")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-2] == f"dags: {Path(dag_file).stem}", done.stdout[-2000:]  # the file's one DAG was parsed
     assert lines[-1] == "heavy: -", done.stdout[-2000:]
 
 

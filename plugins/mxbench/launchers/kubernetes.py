@@ -2,9 +2,9 @@
 
 Same plan as local and ssh (``plan_roles``), driven by the same ``run_plan``; here a role is a pod
 (``RolePod``; a run's pods are ``RunPods``: both in ``kubernetes_roles``) on a node of the cluster.
-The DAG's run task, a KubernetesPodOperator subclass (``mxbench.operators``), hands this launcher
-the operator's Kubernetes client, its ``PodManager`` and the base pod its ``build_pod_request_obj``
-made (pod template, labels, namespace); nothing here imports Airflow.
+The DAG's run task (``mxbench.operators``) builds a KubernetesPodOperator for a Kubernetes run and
+hands this launcher that operator's Kubernetes client, its ``PodManager`` and the base pod its
+``build_pod_request_obj`` made (pod template, labels, namespace); nothing here imports Airflow.
 
 How a run becomes pods:
 - The scheduler pod starts first; ps-lite's scheduler binds ``DMLC_PS_ROOT_URI`` itself, so it
@@ -80,9 +80,9 @@ class KubernetesLauncher:
 
     def __init__(self, settings: PodSettings, client, pod_manager=None, base_pod: Optional[dict] = None,
                  on_pods: Optional[Callable] = None, should_stop: Optional[Callable[[], bool]] = None):
-        """``client``: a kubernetes CoreV1Api; ``pod_manager`` and ``base_pod``: the operator's PodManager
-        and its built pod (as a manifest), when run by it; ``on_pods(run_pods)`` learns of each run's
-        pods before any is made (the operator's on_kill deletes them); once ``should_stop()`` is true
+        """``client``: a kubernetes CoreV1Api; ``pod_manager`` and ``base_pod``: the pod operator's PodManager
+        and its built pod (as a manifest), when run by the run task; ``on_pods(run_pods)`` learns of each
+        run's pods before any is made (the run task's on_kill deletes them); once ``should_stop()`` is true
         no pod is created any more."""
         self.settings, self.client, self.pod_manager = settings, client, pod_manager
         self.base_pod = base_pod or pod_template(settings)
