@@ -1,7 +1,7 @@
 """``mxbench``: read MXNet logs, rebuild a report, compare two launchers or two runs.
 
     mxbench parse LOG [LOG ...] [--json]
-    mxbench report RUN_DIR
+    mxbench report RUN_DIR [--url URL]
     mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B]
     mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
@@ -66,12 +66,13 @@ def cmd_parse(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .pipeline import join, parse_all
+    from .pipeline import join, parse_all, stored_aa_noise
     from .report import build_report
+    from .store import default_url
 
     run_dir = Path(args.run_dir)
     parse_all(run_dir)
-    join(run_dir)
+    join(run_dir, stored_aa_noise(run_dir, args.url or default_url()))
     built = build_report(run_dir)
     print(built["text"])
     print(f"report: {built['html']}")
@@ -164,6 +165,8 @@ def build_parser():
     p.set_defaults(func=cmd_parse)
     p = sub.add_parser("report", help="rebuild a DAG run's tables and report from its files")
     p.add_argument("run_dir")
+    p.add_argument("--url", help="results database with the A/A calibrations shown beside the ratios "
+                                 "(default: $MXBENCH_RESULTS_URL, else results.db under $MXBENCH_HOME)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("fetch", help="copy a DAG run's published files out of the artifact store ($MXBENCH_ARTIFACTS) "
                                      "into a folder, to read them or rebuild the report there")

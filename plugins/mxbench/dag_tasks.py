@@ -109,11 +109,12 @@ def parse_logs(params=None, run_id=None, dag_run=None) -> dict:
 
 
 @task
-def join_results(tables: dict, run_id=None, dag_run=None) -> dict:
-    from mxbench import pipeline
+def join_results(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
+    from mxbench import connections, pipeline
 
-    with dag_folder(dag_run, run_id, "join_results", tables=True) as dag_dir:
-        return pipeline.join(dag_dir)
+    with dag_folder(dag_run, run_id, "join_results", tables=True, all_units=True,
+                    unit_files=("metrics.json",)) as dag_dir:
+        return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, connections.results_url(params)))
 
 
 @task

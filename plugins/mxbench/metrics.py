@@ -15,7 +15,7 @@ import pandas as pd
 from . import verdict
 from .floors import rounds_needed
 from .parse import ParsedLog
-from .variants import HOST_NETWORK_SUFFIX
+from .variants import ARM_B, HOST_NETWORK_SUFFIX
 
 
 class NoSpeedLines(ValueError):
@@ -158,7 +158,7 @@ RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string
                  "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
                  "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
                  "outcome": "string", "order": "string", "analysis": "string", "verdict": "string",
-                 "stopping": "string"}
+                 "stopping": "string", "noise_floor": "string"}
 
 
 # simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
@@ -167,7 +167,12 @@ LAUNCHER_ORDER = ("local", "ssh", "kubernetes")
 
 
 def launcher_pairs(launchers: List[str]) -> List[tuple]:
-    """(launcher, reference) for every pair, the reference the simpler of the two."""
+    """(launcher, reference) for every pair, the reference the simpler of the two. In an A/A
+    calibration (legs ``local-b``, ...: ``variants.leg``) each arm b against its own launcher only:
+    different launchers' runs were not back to back there."""
+    arms = [(name, name[:-len(ARM_B)]) for name in launchers if name.endswith(ARM_B)]
+    if arms:
+        return [(arm, base) for arm, base in arms if base in launchers]
     rank = {name: LAUNCHER_ORDER.index(name) if name in LAUNCHER_ORDER else len(LAUNCHER_ORDER) + i
             for i, name in enumerate(launchers)}
     ordered = sorted(launchers, key=rank.get)

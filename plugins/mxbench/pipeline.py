@@ -29,13 +29,22 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.telemetry import read_gpu_csv
 from mxbench_train.telemetry import summarise as summarise_gpus
 
-from . import caches, config, launchers
+from . import caches, calibration, config, launchers
 from .dag_run_failures import clear_stage_failure, root_cause, stage_failed
 from .launchers import RunBuild
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from .parse import parse_log, parse_run_logs
 from .run_folder import load_table, read_json, run_logs, write_json
-from .variants import SYNTHETIC, Target, VariantError, budget, expand_runs, machine_sets, variant_from_dict
+from .variants import (
+    SYNTHETIC,
+    Target,
+    VariantError,
+    expand_runs,
+    leg,
+    machine_sets,
+    stop_budget,
+    variant_from_dict,
+)
 
 # --- expand ---------------------------------------------------------------------------------
 
@@ -216,7 +225,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     variant = variant_from_dict(run["variant"])
     meta = read_json(run_dir / "meta.json")
     upstream = root_cause(dag_dir)
-    row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": run["launcher"],
+    row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": leg(run),
            "repeat": run["repeat"], "num_layers": variant.num_layers, "devices": variant.devices,
            "workers": variant.workers, "batch_size": variant.batch_size,
            "batch_per_device": variant.batch_per_device, "status": "not run",
@@ -230,7 +239,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "worker": None, "try_number": None,
            "earlier_attempts": len(list((dag_dir / "attempts").glob(f"{run['key']}.*")))}
     parsed = parse_run_logs(run_logs(run_dir))
-    tag = {"key": run["key"], "variant": variant.id, "launcher": run["launcher"], "repeat": run["repeat"]}
+    tag = {"key": run["key"], "variant": variant.id, "launcher": leg(run), "repeat": run["repeat"]}
     speed, epochs = parsed.speed.assign(**tag), parsed.epochs.assign(**tag)
     if meta is None:
         return row, speed, epochs
@@ -295,20 +304,51 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
 
 # --- join -----------------------------------------------------------------------------------
 
-def stop_budget(params: dict):
-    """(first-stage rounds, most rounds, target gap) when the DAG run's first rounds chose how
-    many to run (``stop_rule``), else None."""
-    repeats, most = budget(params)
-    return (repeats, most, float(params["target_gap"])) if most > repeats else None
+def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str, str]:
+    """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios),
+    ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)
+    and ``tables/aa_noise.csv`` (an A/A calibration's noise floor, ``calibration``). Beside each
+    launcher ratio, the A/A noise: this DAG run's own arms', else ``stored`` (``stored_aa_noise``)."""
+    tables = dag_dir / "tables"
+    runs = load_table(tables / "runs.csv")
+    summarise(runs).to_csv(tables / "summary.csv", index=False)
+    ratios = launcher_ratios(runs, budget=stop_budget(read_json(dag_dir / "request.json", {}).get("params") or {}))
+    own = calibration.noise_floor(runs, ratios)
+    own.to_csv(tables / "aa_noise.csv", index=False)
+    noise = calibration.Stored(own, "this DAG run's A/A arms") if not own.empty else stored
+    calibration.beside(ratios, noise).to_csv(tables / "ratios.csv", index=False)
+    kubernetes_gap(runs).to_csv(tables / "k8s_gap.csv", index=False)
+    return {name: str(tables / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap", "aa_noise")}
 
 
-def join(dag_dir: Path) -> Dict[str, str]:
-    """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios) and
-    ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)."""
+def machines(dag_dir: Path) -> Dict[str, str]:
+    """Launcher (or arm) -> the hardware fingerprint its measured runs' metrics.json give."""
+    from .store import fingerprint
+
     runs = load_table(dag_dir / "tables" / "runs.csv")
-    summarise(runs).to_csv(dag_dir / "tables" / "summary.csv", index=False)
-    launcher_ratios(runs, budget=stop_budget(read_json(dag_dir / "request.json", {}).get("params") or {})).to_csv(
-        dag_dir / "tables" / "ratios.csv", index=False)
-    kubernetes_gap(runs).to_csv(dag_dir / "tables" / "k8s_gap.csv", index=False)
-    return {name: str(dag_dir / "tables" / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap")}
+    found = {}
+    for key, launcher in zip(runs.get("key", []), runs.get("launcher", [])):
+        environment = (read_json(dag_dir / str(key) / "metrics.json") or {}).get("environment")
+        if isinstance(environment, dict):
+            found.setdefault(launcher, fingerprint(environment)[0])
+    return found
+
+
+def stored_aa_noise(dag_dir: Path, url: str) -> calibration.Stored:
+    """The A/A calibrations the results store at ``url`` holds for the machines this DAG run
+    measured on (``calibration.stored_noise``). Never fails the caller: a store that cannot be
+    read gives no noise and says so (without the URL's password) in the ratios' noise column."""
+    from . import store
+    from .store.errors import first_line
+
+    fingerprints = machines(dag_dir)
+    try:
+        with store.errors_without_password(url):  # a driver's message may quote the URL
+            rows = store.aa_calibrations(url, set(fingerprints.values()))
+    except Exception as exc:  # a database down, a driver missing: the verdicts stand without the noise
+        why = f"the results store could not be read ({type(exc).__name__}: {first_line(exc)})"
+        print(f"mxbench: A/A calibrations: {why}")
+        return calibration.Stored(None, "", unavailable=f"A/A noise not shown: {why}")
+    return calibration.Stored(calibration.stored_noise(rows, fingerprints),
+                              "the latest A/A calibration on this hardware")
 

@@ -10,6 +10,7 @@ a real step of 10% must. Pure: no Airflow, no database.
 """
 import math
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import List, Optional, Sequence
 
 import pandas as pd
@@ -37,6 +38,9 @@ class Finding:
     baseline_runs: List[str] = field(default_factory=list)
     baseline_builds: List[str] = field(default_factory=list)  # the MXNet builds the baseline measured
     message: str = ""
+    noise_cv: Optional[float] = None  # the spread of one run, from the latest A/A calibration on this hardware
+    noise_from: str = ""  # that calibration's DAG run
+    detectable: Optional[float] = None  # the drop these repeats detect at that noise (80% power), ≥ min_drop
 
     def to_dict(self):
         return {**asdict(self), "baseline_runs": " ".join(self.baseline_runs),
@@ -118,10 +122,33 @@ def dag_run_names(frame: pd.DataFrame) -> pd.Series:
     return frame["run_id"].astype(str).where(~shared, frame["dag_id"].astype(str) + "/" + frame["run_id"].astype(str))
 
 
-def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_DROP) -> List[Finding]:
+def detectable_drop(cv: float, n: int, m: int, alpha: float = verdict.ALPHA, power: float = verdict.POWER) -> float:
+    """The drop that ``n`` repeats against ``m`` detect with ``power`` when one run's log speed
+    spreads by ``cv`` (a normal approximation of the rule's test)."""
+    z = NormalDist().inv_cdf
+    return -math.expm1(-(z(1 - alpha / 2) + z(power)) * cv * math.sqrt(1 / n + 1 / m))
+
+
+def with_noise(finding: Finding, noise: Optional[dict], min_drop: float = MIN_DROP) -> Finding:
+    """``finding`` with the A/A noise floor (``calibration.noise_floor``'s row) as its noise estimate:
+    the drop its repeats detect at that spread, or the alert's minimum drop where that is larger.
+    Within-run noise: a baseline pooled over days spreads more, so it is a floor."""
+    if not noise or finding.status not in ("ok", "regression", "improved"):
+        return finding
+    finding.noise_cv, finding.noise_from = float(noise["cv"]), str(noise.get("dag_run") or "")
+    finding.detectable = max(min_drop, detectable_drop(finding.noise_cv, finding.n, finding.n_baseline))
+    source = finding.noise_from or "this run"
+    finding.message += (f"; A/A within-run noise CV {finding.noise_cv:.1%} per run ({source}): "
+                        f"{finding.n} vs {finding.n_baseline} repeats detect a drop of {finding.detectable:.1%} or more"
+                        + (" (the minimum drop alerted)" if finding.detectable == min_drop else ""))
+    return finding
+
+
+def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_DROP,
+                     noise: Optional[dict] = None) -> List[Finding]:
     """A finding per variant and launcher of this DAG run (``runs``: its runs table). ``baselines``:
     (variant, launcher) -> the baseline's repeats (``run_id``, ``dag_id``, ``samples_per_sec``,
-    ``mxnet_package``)."""
+    ``mxnet_package``); ``noise``: (variant, launcher) -> the latest A/A noise floor on its hardware."""
     findings = []
     for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
         base = baselines.get((variant, launcher))
@@ -130,7 +157,7 @@ def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_
         finding = check(variant, launcher, ok["samples_per_sec"], base["samples_per_sec"],
                         list(dict.fromkeys(dag_run_names(base))), min_drop=min_drop)
         finding.baseline_builds = sorted({str(b) for b in base.get("mxnet_package", pd.Series(dtype=str)).dropna()})
-        findings.append(finding)
+        findings.append(with_noise(finding, (noise or {}).get((variant, launcher)), min_drop))
     return findings
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 from .metrics import NoSpeedLines, launcher_pairs, paired_rounds, run_metrics
 from .parse import parse_run_logs
 from .run_folder import read_json, run_logs
-from .variants import budget
+from .variants import budget, leg
 from .verdict import rounds_planned
 
 
@@ -28,7 +28,7 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dic
     """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times and its
     steady-state samples/s (the report's own figure, from the same parser)."""
     meta = read_json(dag_dir / run["key"] / "meta.json") or {}
-    row = {"launcher": run["launcher"], "repeat": run["repeat"], "status": meta.get("status", "not run"),
+    row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
            "started_at": meta.get("started_at"), "ended_at": meta.get("ended_at"), "samples_per_sec": None}
     if row["status"] == "ok":
         try:
@@ -51,7 +51,7 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None) -> Optional[str]:
         return None
     first = [r for r in request.get("runs") or []
              if r["variant"]["id"] == run["variant"]["id"] and r["round"] <= first_n]
-    launchers = list(dict.fromkeys(r["launcher"] for r in first))
+    launchers = list(dict.fromkeys(leg(r) for r in first))
     if len(launchers) < 2:
         return None  # one launcher: no comparison to settle, its budget is all it gets
     images = ((read_json(dag_dir / "data.json", {}) or {}).get("records") or {}).get("train")

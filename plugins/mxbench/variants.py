@@ -25,7 +25,8 @@ MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_host
 DEFAULT_SSH_CONNECTIONS = ("mxbench_ssh_1", "mxbench_ssh_2")
 DEFAULT_KUBERNETES_CONNECTION = "mxbench_kubernetes"
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
-PRESETS = ("cpu-demo", "seed", "seed-k8s")
+PRESETS = ("cpu-demo", "seed", "seed-k8s", "aa-calibration")
+ARM_B = "-b"  # an A/A calibration's second arm of a launcher: local-b runs like local, compared with it
 HOST_NETWORK_SUFFIX = "-hostnet"  # a variant's twin that runs its pods with hostNetwork: true
 SYNTHETIC = "synthetic"
 
@@ -162,6 +163,8 @@ def preset(name: str) -> List[Variant]:
         return cpu_demo_preset()
     if name == "seed-k8s":
         return seed_k8s_preset()
+    if name == "aa-calibration":  # the demo's and the regression DAG's; the preset turns A/A on (``calibrating``)
+        return [v for v in cpu_demo_preset() if v.id in ("cpu1-bs64", "cpu2w-bs64", "cpu2h-bs64")]
     raise VariantError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
 
 
@@ -170,7 +173,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "preset": {"default": "cpu-demo", "type": "string", "enum": list(PRESETS), "title": "Matrix preset",
                "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); seed-k8s: its "
                               "Kubernetes-vs-ssh study (4 GPUs device, dist_sync on 1 and 2 machines, hostNetwork); "
-                              "cpu-demo: a small CPU matrix that runs in minutes on any machine.",
+                              "cpu-demo: a small CPU matrix that runs in minutes on any machine; aa-calibration: "
+                              "three of cpu-demo's variants, each launcher against itself (A/A calibration).",
                "section": "What to run"},
     "only_variants": {"default": [], "type": "array", "items": {"type": "string", "pattern": r"^[\w.-]+$"},
                       "uniqueItems": True, "title": "Only these variants",
@@ -236,6 +240,14 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                                   "verdict is judged with that spread, so stopping early calls no more false "
                                   "differences.",
                    "section": "What to run"},
+    "aa_calibration": {"default": False, "type": "boolean", "title": "A/A calibration",
+                       "description": "Run every launcher as two arms (local and local-b, ssh and ssh-b, ...) in "
+                                      "the same rounds, and compare each with itself: the report gives this "
+                                      "machine's noise floor (spread and drift per run) and how often identical "
+                                      "launchers were called different; later reports and the regression check "
+                                      "use the latest one for the same hardware. The aa-calibration preset turns "
+                                      "it on.",
+                       "section": "What to run"},
     "epochs": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 1000,
                "title": "Epochs", "description": "Empty: the preset's (seed 300, cpu-demo 3).",
                "section": "Model"},
@@ -327,6 +339,16 @@ def run_key(variant_id: str, launcher: str, repeat: int) -> str:
     return f"{variant_id}__{launcher}__r{repeat}"
 
 
+def calibrating(params: dict) -> bool:
+    """Whether each launcher runs as two arms (A/A calibration): ``aa_calibration``, or its preset."""
+    return bool(params.get("aa_calibration")) or params.get("preset") == "aa-calibration"
+
+
+def leg(run: dict) -> str:
+    """What a run is compared as: its launcher, or (A/A calibration) its launcher's arm b, ``local-b``."""
+    return run["launcher"] + (ARM_B if run.get("arm") == "b" else "")
+
+
 def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
     """The order the launchers run in, in round ``round_number`` (1, 2, ...): counterbalanced.
 
@@ -355,6 +377,13 @@ def budget(params: dict) -> Tuple[int, int]:
         raise VariantError(f"max_repeats above repeats needs a target_gap between 0 and 1 to stop by, got "
                            f"{target_gap!r}")
     return repeats, most
+
+
+def stop_budget(params: dict) -> Optional[Tuple[int, int, float]]:
+    """(first-stage rounds, most rounds, target gap) when the DAG run's first rounds chose how
+    many to run (``stop_rule``), else None."""
+    repeats, most = budget(params)
+    return (repeats, most, float(params["target_gap"])) if most > repeats else None
 
 
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
@@ -400,12 +429,17 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     # launcher alike instead of biasing whichever ran last; within a round, the variant's
     # launchers in counterbalanced order (``round_order``). Rounds beyond ``repeats`` are
     # optional: the DAG skips those the first rounds did not plan (``stop_rule``).
+    # A/A calibration: each launcher runs as two arms, back to back and ABBA within the round,
+    # so each arm pair is paired like two launchers (``calibration``).
+    arms = ("a", "b") if calibrating(params) else (None,)
     runs = []
     for r in range(1, most_rounds + 1):
         for v in variants:
             own = [launcher for launcher in launchers if not v.launchers or launcher in v.launchers]
-            for position, launcher in enumerate(round_order(own, r), start=1):
-                runs.append({"key": run_key(v.id, launcher, r), "variant": asdict(v), "launcher": launcher,
+            legs = [(launcher, arm) for launcher in round_order(own, r) for arm in round_order(arms, r)]
+            for position, (launcher, arm) in enumerate(legs, start=1):
+                run = {"launcher": launcher, **({"arm": arm} if arm else {})}
+                runs.append({"key": run_key(v.id, leg(run), r), "variant": asdict(v), **run,
                              "repeat": r, "round": r, "position": position, "optional": r > repeats,
                              **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})})
     return runs
@@ -417,8 +451,10 @@ def variant_from_dict(data: dict) -> Variant:
 
 # The regression DAG's form: the same params, a smaller default matrix, and the rule's knobs.
 REGRESSION_PARAMS_SCHEMA: Dict[str, dict] = {
-    # stopping early compares launchers; the regression check compares a build with its history
-    **{name: schema for name, schema in PARAMS_SCHEMA.items() if name not in ("max_repeats", "target_gap")},
+    # stopping early and A/A arms compare launchers; the regression check compares a build with its history
+    **{name: schema for name, schema in PARAMS_SCHEMA.items()
+       if name not in ("max_repeats", "target_gap", "aa_calibration")},
+    "preset": {**PARAMS_SCHEMA["preset"], "enum": [p for p in PRESETS if p != "aa-calibration"]},
     "only_variants": {**PARAMS_SCHEMA["only_variants"], "default": ["cpu1-bs64", "cpu2w-bs64"]},
     # one launcher against its own history: the unpaired rule's floor
     "repeats": {**PARAMS_SCHEMA["repeats"], "default": repeats_needed()},

@@ -20,6 +20,8 @@ from .notes import data_line, environment, provenance, retried_notes
 from .pages import history_page, render_page
 from .plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
 from .tables import (
+    aa_lines,
+    aa_table,
     display_table,
     gap_table,
     markdown_body,
@@ -50,7 +52,11 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
           "and a t test use that spread and its degrees of freedom (Stein), so choosing calls no more false "
           "differences. "
           "Either way a difference is called only when p < α and the interval excludes 100%; the detectable gap "
-          "is what this rule calls with 80% power at this n and spread (simulated; two-stage: from the t quantiles).")
+          "is what this rule calls with 80% power at this n and spread (simulated; two-stage: from the t quantiles). "
+          "A/A calibration: each launcher also runs as a second arm (local-b, ...) in the same rounds; the arms are "
+          "identical, so a difference called between them is a false call, and a line through both arms' log "
+          "speeds in time order gives the drift per run and, around it, the spread of one run (CV). Later reports "
+          "on the same hardware show the latest such noise beside each launcher ratio.")
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
@@ -87,6 +93,10 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     sections.append(("Failed runs", failed))
     if not ratios.empty:  # else the verdicts said there is none
         sections.append(("Launcher speed ratio", ratio_table(ratios)))
+    noise = load_table(tables / "aa_noise.csv")
+    if not noise.empty:
+        sections.insert(1, ("A/A calibration: each launcher against itself", aa_lines(noise)))
+        sections.append(("A/A calibration: the noise floor", aa_table(noise)))
     if not gap.empty:
         sections.append(("Where the Kubernetes/ssh gap comes from (container: k8s on the host network vs ssh; "
                          "network: pod network vs host network)", gap_table(gap)))

@@ -6,6 +6,7 @@ from typing import List
 
 import pandas as pd
 
+from ..floors import ALPHA
 from ..parse import worth_reporting
 from ..run_folder import read_json
 from ..variants import SEED_REFERENCE
@@ -91,7 +92,8 @@ def verdict_line(row: dict) -> str:
     # the verdict repeats the ratio and interval before its first ": "; the words after it are its own
     line += ": " + said.split(": ", 1)[-1]
     stopping = text(row.get("stopping"))
-    return line + (f"; {stopping}" if stopping else "")
+    noise = text(row.get("noise_floor"))  # measured: said here; not measured yet: the table says so
+    return line + (f"; {stopping}" if stopping else "") + (f". {noise}." if noise.startswith("A/A noise") else "")
 
 
 def whole(value) -> str:
@@ -118,6 +120,38 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
         "n": [f"{a} vs {b}" for a, b in zip(ratios["n"], ratios["n_reference"])],
         "detectable gap": ratios["min_detectable"].map(lambda v: "none at this n" if pd.isna(v) else f"≥ {v:.1%}"),
         "order": ratios["order"], "analysis": analysis.fillna("unpaired"), "verdict": ratios["verdict"],
+        **({"noise floor (A/A)": ratios["noise_floor"].map(text)} if "noise_floor" in ratios else {}),
+    })
+
+
+def aa_lines(noise: pd.DataFrame) -> List[str]:
+    """An A/A calibration's answer (``calibration.noise_floor``'s rows): how often identical arms
+    were called different, against what α allows, and the noise floor per run."""
+    from ..calibration import false_call_p, false_calls
+
+    called, judged = false_calls(noise)
+    names = [f"{r['variant']} {r['launcher']}" for r in noise.to_dict("records")
+             if not pd.isna(r["false_call"]) and bool(r["false_call"])]
+    return [f"False calls: {called} of {judged} A/A comparisons called the two arms of one launcher different"
+            + (f" ({', '.join(names)})" if names else "")
+            + f"; the rule allows α = {ALPHA:g} each: {judged * ALPHA:.2g} expected, and {called} or more "
+            f"happen with probability {false_call_p(called, judged):.2g} if it holds.",
+            "Noise floor per run: " + "; ".join(
+                f"{r['variant']} {r['launcher']}: CV {r['cv']:.1%}, drift {r['drift_per_run']:+.2%}/run over "
+                f"{whole(r['runs'])} runs" for r in noise.to_dict("records")) + "."]
+
+
+def aa_table(noise: pd.DataFrame) -> pd.DataFrame:
+    """Each launcher against itself: the arms' ratio and verdict, the spread and drift per run."""
+    return pd.DataFrame({
+        "variant": noise["variant"], "launcher": noise["launcher"], "rounds": noise["rounds"].map(whole),
+        "arm b / arm a": noise["ratio"].map(lambda v: fmt(v, 1, pct=True)),
+        "CI": [f"[{fmt(lo, 1, pct=True)}, {fmt(hi, 1, pct=True)}]"
+               for lo, hi in zip(noise["ci_low"], noise["ci_high"])],
+        "outcome": noise["outcome"].map(text),
+        "CV per run": noise["cv"].map(lambda v: "?" if pd.isna(v) else f"{v:.2%}"),
+        "drift per run": noise["drift_per_run"].map(lambda v: "?" if pd.isna(v) else f"{v:+.2%}"),
+        "analysis": noise["analysis"].map(text) if "analysis" in noise else "",
     })
 
 

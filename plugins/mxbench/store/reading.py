@@ -122,3 +122,29 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
                  .where(measured)
                  .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.repeat))
         return _frame(connection, query)
+
+
+AA_COLUMNS = [dag_runs.c.dag_id, dag_runs.c.run_id.label("dag_run"), dag_runs.c.measured_at, dag_runs.c.params,
+              repeats.c.variant, repeats.c.launcher, repeats.c.repeat, repeats.c.environment, repeats.c.status,
+              repeats.c.samples_per_sec, repeats.c.started_at, repeats.c.ended_at]
+
+
+def aa_calibrations(url: str, fingerprints: Iterable[str], latest: int = 20) -> pd.DataFrame:
+    """Every repeat of the ``latest`` A/A calibrations (DAG runs with an arm b, ``local-b``,
+    measured) on these kinds of machine, oldest first: what ``calibration.stored_noise`` reads."""
+    fingerprints = [f for f in fingerprints if f]
+    columns = [c.name for c in AA_COLUMNS]
+    if not fingerprints:
+        return pd.DataFrame(columns=columns)
+    arm_b = (repeats.c.launcher.like("%-b") & repeats.c.environment.in_(fingerprints)
+             & (repeats.c.status == "ok"))
+    calibrated = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id.label("dag_run"))
+                  .where(sa.exists().where(arm_b & OF_ITS_DAG_RUN))
+                  .order_by(dag_runs.c.measured_at.desc()).limit(latest).subquery())
+    query = (sa.select(*AA_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+             .join(calibrated, (calibrated.c.dag_id == repeats.c.dag_id) & (calibrated.c.dag_run == repeats.c.dag_run))
+             # a run that failed has no machine: the pairing must see it fail, as the report did
+             .where(repeats.c.environment.in_(fingerprints) | repeats.c.environment.is_(None))
+             .order_by(dag_runs.c.measured_at, repeats.c.dag_id, repeats.c.dag_run, repeats.c.started_at))
+    with ready_engine(url).connect() as connection:
+        return pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
