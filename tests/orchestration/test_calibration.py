@@ -161,3 +161,18 @@ def test_the_regression_check_takes_the_a_a_spread_as_its_noise_estimate():
 def test_a_stopping_budget_is_read_from_the_params():
     assert stop_budget({"repeats": 6, "max_repeats": 9, "target_gap": 0.1}) == (6, 9, 0.1)
     assert stop_budget({"repeats": 6}) is None
+
+
+def test_the_report_weighs_the_false_calls_against_alpha():
+    from mxbench.report.tables import aa_lines
+
+    rng = np.random.default_rng(4)
+    runs = aa_runs(rng, 40, cv=0.02, drift=0.0, arm_gap=0.05)
+    noise = calibration.noise_floor(runs, launcher_ratios(runs))
+    lines = aa_lines(noise)
+    assert lines[0] == ("False calls: 1 of 1 A/A comparisons called the two arms of one launcher different (v local); "
+                        "the rule allows α = 0.05 each: 0.05 expected, and 1 or more happen with probability 0.05 "
+                        "if it holds.")
+    assert lines[1].startswith("Noise floor per run: v local: CV 2.")
+    quiet = noise.assign(false_call=False)
+    assert aa_lines(quiet)[0].endswith("the rule allows α = 0.05 each: 0.05 expected.")

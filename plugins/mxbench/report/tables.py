@@ -134,8 +134,9 @@ def aa_lines(noise: pd.DataFrame) -> List[str]:
              if not pd.isna(r["false_call"]) and bool(r["false_call"])]
     return [f"False calls: {called} of {judged} A/A comparisons called the two arms of one launcher different"
             + (f" ({', '.join(names)})" if names else "")
-            + f"; the rule allows α = {ALPHA:g} each: {judged * ALPHA:.2g} expected, and {called} or more "
-            f"happen with probability {false_call_p(called, judged):.2g} if it holds.",
+            + f"; the rule allows α = {ALPHA:g} each: {judged * ALPHA:.2g} expected"
+            + (f", and {called} or more happen with probability {false_call_p(called, judged):.2g} if it holds."
+               if called else "."),
             "Noise floor per run: " + "; ".join(
                 f"{r['variant']} {r['launcher']}: CV {r['cv']:.1%}, drift {r['drift_per_run']:+.2%}/run over "
                 f"{whole(r['runs'])} runs" for r in noise.to_dict("records")) + "."]
