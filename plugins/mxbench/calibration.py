@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .metrics import launcher_ratios
-from .variants import ARM_B, stop_budget
+from .variants import ARM_B, launcher_of, stop_budget
 from .verdict import ALPHA
 
 CALLED = ("slower", "faster")  # the verdict outcomes that call a difference
@@ -65,7 +65,7 @@ def noise_floor(runs: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     for (variant, arm_leg), _ in measured.groupby(["variant", "launcher"], sort=False):
         if not str(arm_leg).endswith(ARM_B):
             continue
-        launcher = arm_leg[:-len(ARM_B)]
+        launcher = launcher_of(arm_leg)
         legs = measured[(measured["variant"] == variant) & measured["launcher"].isin([launcher, arm_leg])]
         legs = legs.sort_values("place")
         if (legs["launcher"] == launcher).sum() < 2 or len(legs) < 4:
@@ -149,7 +149,7 @@ def beside(ratios: pd.DataFrame, stored: Optional[Stored]) -> pd.DataFrame:
     newest = latest(stored.noise).set_index(["variant", "launcher"])
     texts = []
     for row in ratios.itertuples():
-        names = dict.fromkeys([row.reference, row.launcher.removesuffix(ARM_B)])
+        names = dict.fromkeys([row.reference, launcher_of(row.launcher)])
         found = [describe(name, newest.loc[(row.variant, name)]) for name in names
                  if (row.variant, name) in newest.index]
         texts.append(f"A/A noise ({stored.source}): {'; '.join(found)}; false calls: {called} of {judged} A/A "

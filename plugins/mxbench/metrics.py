@@ -15,7 +15,7 @@ import pandas as pd
 from . import verdict
 from .floors import rounds_needed
 from .parse import ParsedLog
-from .variants import ARM_B, HOST_NETWORK_SUFFIX
+from .variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
 
 
 class NoSpeedLines(ValueError):
@@ -170,7 +170,7 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
     """(launcher, reference) for every pair, the reference the simpler of the two. In an A/A
     calibration (legs ``local-b``, ...: ``variants.leg``) each arm b against its own launcher only:
     different launchers' runs were not back to back there."""
-    arms = [(name, name[:-len(ARM_B)]) for name in launchers if name.endswith(ARM_B)]
+    arms = [(name, launcher_of(name)) for name in launchers if name.endswith(ARM_B)]
     if arms:
         return [(arm, base) for arm, base in arms if base in launchers]
     rank = {name: LAUNCHER_ORDER.index(name) if name in LAUNCHER_ORDER else len(LAUNCHER_ORDER) + i

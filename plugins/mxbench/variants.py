@@ -349,6 +349,11 @@ def leg(run: dict) -> str:
     return run["launcher"] + (ARM_B if run.get("arm") == "b" else "")
 
 
+def launcher_of(leg_name: str) -> str:
+    """The launcher a leg (``leg``) runs under: ``local`` for ``local-b``, itself otherwise."""
+    return leg_name.removesuffix(ARM_B)
+
+
 def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
     """The order the launchers run in, in round ``round_number`` (1, 2, ...): counterbalanced.
 

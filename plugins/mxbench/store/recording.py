@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..run_folder import read_json
-from ..variants import ARM_B, leg
+from ..variants import launcher_of, leg
 from .database import ready_engine
 from .errors import StoreError
 from .schema import dag_runs, environments, repeats, utcnow, variants
@@ -157,7 +157,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         launcher = leg(run) if run else row["launcher"]  # an A/A calibration's arm b: "local-b"
         repeat_rows.append({
             "dag_id": dag_id, "dag_run": run_id, "run_key": key, "variant": variant["id"], "launcher": launcher,
-            "machine_set": machine_set_of.get(run.get("launcher") or launcher.removesuffix(ARM_B)),
+            "machine_set": machine_set_of.get(run.get("launcher") or launcher_of(launcher)),
             "repeat": int(run.get("repeat") or row["repeat"]),
             "environment": env_fingerprint, "status": status,
             "cause": (row or {}).get("cause") if row else "the run never started: tables/runs.csv has no row for it",
