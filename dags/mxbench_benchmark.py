@@ -40,12 +40,7 @@ from mxbench.variants import PARAMS_SCHEMA
     # was lost then runs again on another; a run that measured is never measured twice)
 )
 def mxbench_benchmark():
-    runs = dag_tasks.expand_variants()
-    data = dag_tasks.prepare_data()
-    runs >> data
-    parsed = dag_tasks.parse_logs()
-    dag_tasks.launch_runs(runs, data) >> parsed
-    tables = dag_tasks.join_results(parsed)
+    tables = dag_tasks.measure()
     [dag_tasks.report(tables), dag_tasks.store_results(tables)] >> dag_tasks.check_runs()
 
 mxbench_benchmark()

@@ -20,11 +20,23 @@ on first use. So a backfill measures a range of builds:
    **parse_logs** -> **join_results**, as in mxbench_benchmark;
 2. **store_results** -> **check_regression** (`tables/regression.csv`, and the history of these
    variants with each DAG run judged) -> **report** (with the history plot and the step finder:
-   which build first got slower) -> **check_runs** (fails on a failed run or a regression).
+   where the level changed over the whole history, and the first build after it) -> **check_runs**
+   (fails on a failed run or a regression nobody acknowledged);
+3. **bisects_to_start** -> **start_bisect**: a regression between two builds of the manifest with
+   builds between them starts `mxbench_bisect` over them (param `bisect`).
+
+Before alerting: the rounds beyond `repeats` (`confirm_rounds`) run only for a variant whose first
+rounds look like a regression (their median at least half of `min_drop` below the baseline's), and
+the rule then judges every round; across the variants and launchers of one DAG run, a regression
+stands only where its Benjamini–Hochberg q is below 0.05. The report gives the false alerts to
+expect per month from the A/A noise floor. Alerts are triaged on the Benchmark history page:
+acknowledged or expected ones no longer fail later DAG runs, and a distribution change restarts the
+baseline.
 """
 from __future__ import annotations
 
 import pendulum
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag
 
 from mxbench import dag_tasks
@@ -46,14 +58,13 @@ from mxbench.variants import REGRESSION_PARAMS_SCHEMA
 )
 def mxbench_regression():
     build = dag_tasks.resolve_build()
-    runs = dag_tasks.expand_variants(build)
-    data = dag_tasks.prepare_data()
-    runs >> data
-    parsed = dag_tasks.parse_logs()
-    dag_tasks.launch_runs(runs, data) >> parsed
-    tables = dag_tasks.join_results(parsed)
+    tables = dag_tasks.measure(build)
     findings = dag_tasks.check_regression(dag_tasks.store_results(tables, build))
     dag_tasks.report(findings) >> dag_tasks.check_runs()
+    # no bisect to start: zero mapped instances, skipped; one already started over that range: skipped
+    TriggerDagRunOperator.partial(task_id="start_bisect", trigger_dag_id="mxbench_bisect",
+                                  skip_when_already_exists=True).expand_kwargs(
+        dag_tasks.bisects_to_start(findings, build))
 
 
 mxbench_regression()

@@ -1,7 +1,7 @@
 """Airflow plugin: the mxbench pages in the Airflow UI (their app is mxbench.web).
 
-"Benchmark report" is a tab on every DAG run (it answers for mxbench_benchmark and
-mxbench_regression runs); "Benchmark history" is in the navigation bar. Both show inside the UI,
+"Benchmark report" is a tab on every DAG run (it answers for mxbench_benchmark,
+mxbench_regression and mxbench_bisect runs); "Benchmark history" is in the navigation bar. Both show inside the UI,
 in a frame of the api-server's own /mxbench pages, so the UI's login cookie goes with them.
 """
 from airflow.plugins_manager import AirflowPlugin

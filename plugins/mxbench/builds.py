@@ -7,6 +7,11 @@ same build. Each build gets its own venv under ``$MXBENCH_HOME/envs``, made on f
 the same Python as the training env and cached (beyond ``MXBENCH_KEEP_BUILDS``, the least
 recently used are pruned: ``mxbench.caches``); the pinned build (``requirements-train.txt``)
 is the training env itself. A wheel fetched over the network must carry its ``#sha256=``.
+
+A build may name the MXNet ``commit`` it was built from (the results store records it). Such an
+entry must say how to get that build: a wheel (``package`` a URL or a local path to a ``.whl``)
+with its ``sha256`` field, checked before anything is installed, or an ``image`` built from
+``docker/train-source.Dockerfile`` at that commit (tag ``...:src-<commit>``), which only pods run.
 No Airflow import: the DAG's tasks, the CLI and tests use this.
 """
 import bisect
@@ -41,7 +46,10 @@ _WHEEL = re.compile(r"(?P<name>mxnet(?:-[a-z0-9]+)?) @ (?P<url>\S+/(?P<file>[^/\
 _SHA256 = re.compile(r"sha256=[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_FIELDS = {"since", "package", "image", "commit", "note", "pins"}
+_FIELDS = {"since", "package", "image", "commit", "note", "pins", "sha256"}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# the tag docker/train-source.Dockerfile documents: mxbench-train:src-<sha>
+_SOURCE_TAG = re.compile(r".+:src-(?P<commit>[0-9a-f]{7,40})")
 _REQUIRED = ("since", "package", "image")
 
 
@@ -60,6 +68,7 @@ class Build:
     commit: Optional[str] = None
     note: str = ""
     pins: Tuple[str, ...] = ()
+    sha256: Optional[str] = None  # of the wheel ``package`` names: checked before it is installed
 
     @property
     def distribution(self) -> str:
@@ -71,8 +80,14 @@ class Build:
         """``1.9.0`` for ``mxnet==1.9.0``; a wheel's version from its file name."""
         return _parse_package(self.package)[1]
 
+    @property
+    def source_only(self) -> bool:
+        """A commit with no wheel: only its source-built image (pods) can run it."""
+        return bool(self.commit) and not DIRECT_REFERENCE.match(self.package)
+
     def __str__(self) -> str:
-        return f"{shown(self.package)} (since {self.since})"
+        at = f", commit {self.commit}" if self.commit else ""
+        return f"{shown(self.package)} (since {self.since}{at})"
 
 
 def url_problem(requirement: str) -> Optional[str]:
@@ -109,6 +124,29 @@ def check_sources(build: "Build", spec: Sequence[str]) -> None:
             raise MxbenchError(f"refusing to install MXNet build {build}: {problem}")
 
 
+def check_wheel(build: "Build") -> None:
+    """Refuse, naming the build, a local wheel whose bytes are not the manifest's ``sha256`` (a
+    network wheel's ``#sha256=`` pip checks as it downloads)."""
+    direct = DIRECT_REFERENCE.match(build.package)
+    if not (build.sha256 and direct):
+        return
+    parts = urllib.parse.urlsplit(direct["url"])
+    if parts.scheme != "file":
+        return
+    path = Path(urllib.parse.unquote(parts.path))
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as wheel:
+            for chunk in iter(lambda: wheel.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise MxbenchError(f"refusing to install MXNet build {build}: cannot read its wheel {path}: "
+                           f"{exc.strerror or exc}") from None
+    if digest.hexdigest() != build.sha256:
+        raise MxbenchError(f"refusing to install MXNet build {build}: its wheel {path} has SHA-256 "
+                           f"{digest.hexdigest()}, the manifest says {build.sha256} (a changed or wrong file)")
+
+
 def _parse_package(package: str) -> Tuple[str, str]:
     pinned = _PINNED.fullmatch(package)
     if pinned:
@@ -129,6 +167,43 @@ def _requirement_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group(0)).lower()
 
 
+def _local_wheel(package: str, folder: Path) -> str:
+    """A bare path to a wheel (relative to the manifest's folder) as the direct reference pip takes,
+    ``mxnet @ file:///abs/mxnet-1.9.1-...whl``; any other package as it is."""
+    if " @ " in package or not package.endswith(".whl") or "://" in package:
+        return package
+    path = (folder / package).resolve()
+    return f"{path.name.split('-')[0].replace('_', '-').lower()} @ {path.as_uri()}"
+
+
+def _wheel_source(label: str, package: str, sha256, commit, image: str) -> Tuple[str, Optional[str]]:
+    """The package (a network wheel with ``#sha256=`` from the field) and sha256 of an entry,
+    checked: the field belongs to a wheel and agrees with its URL; a commit says how to get it."""
+    direct = DIRECT_REFERENCE.match(package)
+    if sha256 is not None:
+        if not (isinstance(sha256, str) and _HEX64.fullmatch(sha256)):
+            raise ManifestError(f"{label}: sha256 must be the wheel's SHA-256, 64 lowercase hex digits "
+                                f"(sha256sum FILE), not {sha256!r}")
+        if not direct:
+            raise ManifestError(f"{label}: sha256 is for a wheel; package {shown(package)!r} is an index pin, "
+                                "which pip checks against the index")
+        parts = urllib.parse.urlsplit(direct["url"])
+        if parts.fragment and parts.fragment != f"sha256={sha256}":
+            raise ManifestError(f"{label}: the package URL's #{parts.fragment[:20]}... differs from its sha256 field")
+        if parts.scheme in ("http", "https") and not parts.fragment:  # pip checks the download against it
+            package += f"#sha256={sha256}"
+    if commit and direct and sha256 is None:
+        raise ManifestError(f"{label}: a build of commit {commit} from a wheel needs the wheel's sha256 field "
+                            "(sha256sum FILE): it is checked before the wheel is installed")
+    if commit and not direct:
+        tag = _SOURCE_TAG.fullmatch(image)
+        if not tag or not (commit.startswith(tag["commit"]) or tag["commit"].startswith(commit)):
+            raise ManifestError(f"{label}: commit {commit} has no wheel (package {shown(package)!r} is an index pin), "
+                                f"so its image must be built from docker/train-source.Dockerfile at that commit, "
+                                f"tagged ...:src-{commit}, not {image!r}; or give a wheel (URL or path) and its sha256")
+    return package, sha256
+
+
 def _entry(raw, index: int, where: str) -> Build:
     label = f"{where}: entry {index}"
     if not isinstance(raw, dict):
@@ -144,21 +219,23 @@ def _entry(raw, index: int, where: str) -> Build:
     for key in ("since", "package", "image"):
         if not isinstance(raw[key], str):
             raise ManifestError(f"{label}: {key} must be a string, not {raw[key]!r}")
+    package = _local_wheel(raw["package"], Path(where).parent)
     try:
         since = dt.date.fromisoformat(raw["since"])
     except ValueError:
         raise ManifestError(f"{label}: since {raw['since']!r} is not a date (YYYY-MM-DD)") from None
     try:
-        _parse_package(raw["package"])
+        _parse_package(package)
     except ValueError as exc:
         raise ManifestError(f"{label}: {exc}") from None
-    problem = url_problem(raw["package"])
-    if problem:
-        raise ManifestError(f"{label}: package: {problem}")
     commit = raw.get("commit")
     if commit is not None and not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
         raise ManifestError(f"{label}: commit must be null or a git sha (7 to 40 lowercase hex digits), "
                             f"not {commit!r}")
+    package, sha256 = _wheel_source(label, package, raw.get("sha256"), commit, raw["image"])
+    problem = url_problem(package)
+    if problem:
+        raise ManifestError(f"{label}: package: {problem}")
     note = raw.get("note", "")
     if not isinstance(note, str):
         raise ManifestError(f"{label}: note must be a string, not {note!r}")
@@ -175,8 +252,8 @@ def _entry(raw, index: int, where: str) -> Build:
         problem = url_problem(pin)
         if problem:
             raise ManifestError(f"{label}: pins: {problem}")
-    return Build(since=since, package=raw["package"], image=raw["image"], commit=commit, note=note,
-                 pins=tuple(p.strip() for p in pins))
+    return Build(since=since, package=package, image=raw["image"], commit=commit, note=note,
+                 pins=tuple(p.strip() for p in pins), sha256=sha256)
 
 
 def load_manifest(path: Union[str, Path, None] = None) -> List[Build]:
@@ -357,6 +434,9 @@ def python_for(build: Build, root: Union[str, Path, None] = None, pip_timeout: f
     leaves no venv behind; a wheel fetched over the network without ``#sha256=`` is refused
     before pip runs (``url_problem``). Each call stamps the venv's use and prunes the other
     build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""
+    if build.source_only:  # installing its release instead would measure the wrong MXNet
+        raise MxbenchError(f"MXNet build {build} is built from source: there is no wheel to install here; "
+                           f"only its image {build.image} (pods) runs it")
     if is_pinned(build):
         caches.prune_builds(root)  # the other builds' venvs age all the same
         return config.train_env_python()
@@ -368,6 +448,7 @@ def python_for(build: Build, root: Union[str, Path, None] = None, pip_timeout: f
     if not _stamp_ok(venv, spec):
         with caches.making(venv):
             if not _stamp_ok(venv, spec):  # another caller may have made it while this one waited
+                check_wheel(build)  # before pip, and before any venv exists
                 try:
                     _create(build, venv, spec, base, pip_timeout)
                 except BaseException:

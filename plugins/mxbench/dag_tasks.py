@@ -83,6 +83,18 @@ def runs_for_launchers(runs: list[dict], launchers: list[str]) -> list[dict]:
     return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
 
 
+def measure(build=None):
+    """The measuring every mxbench DAG shares: expand_variants -> prepare_data -> each machine
+    set's run tasks -> parse_logs -> join_results; the joined tables (``build``: the regression
+    and bisect DAGs' MXNet build under test)."""
+    runs = expand_variants(build)
+    data = prepare_data()
+    runs >> data
+    parsed = parse_logs()
+    launch_runs(runs, data) >> parsed
+    return join_results(parsed)
+
+
 def launch_runs(runs, data) -> list:
     """One mapped run task per machine set, in that set's pool (one slot): runs that share
     machines never overlap, and their launchers' rounds run in counterbalanced order."""
@@ -221,3 +233,26 @@ def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> li
     for finding in findings:
         print(f"mxbench: {finding['message']}")
     return findings
+
+
+@task
+def bisects_to_start(findings: list, build: dict, params=None) -> list[dict]:
+    """The mxbench_bisect DAG runs to start for this DAG run's regressions (``bisect.regression_bisects``;
+    not those triaged as acknowledged or expected), each ``conf`` with this DAG run's measuring params
+    and a ``trigger_run_id`` named by its variant, launcher and builds: a regression that lasts
+    many nights starts one bisect of that range, not one a night. None when ``bisect`` is off."""
+    from mxbench import bisect, builds
+    from mxbench.bisect_tasks import BISECT_PARAMS_SCHEMA
+
+    if not params.get("bisect"):
+        return []
+    untriaged = [f for f in findings if not f.get("triage")]
+    confs = bisect.regression_bisects(untriaged, build.get("package"), builds.load_manifest())
+    shared = {name: value for name, value in params.items()
+              if name in BISECT_PARAMS_SCHEMA and name not in ("only_variants", "launchers", "good_build",
+                                                               "bad_build", "probe_build", "bisect_runs")}
+    for conf in confs:
+        print(f"mxbench: starting mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
+              f"{conf['good_build']} to {conf['bad_build']}")
+    return [{"conf": {**shared, **conf}, "trigger_run_id": bisect.run_id_of(conf)} for conf in confs]
+

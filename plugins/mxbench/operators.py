@@ -112,8 +112,20 @@ class RunVariantOperator(BaseOperator):
 
             def fetch(key, into):
                 artifacts.Workspace(store, name, into).fetch_unit(key)
+        def baseline_for(variant, launcher, machine):  # a confirmation round's: as check_regression's
+            from datetime import datetime, timezone
+
+            from mxbench import connections, store, triage
+
+            params, dag_id, run_id = context["params"], context["dag_run"].dag_id, context["run_id"]
+            url = connections.results_url(params)
+            at = store.dag_run_time(url, dag_id, run_id) or datetime.now(timezone.utc)
+            since = triage.baseline_start(store.series_alerts(url, variant, launcher, machine, dag_id), at)
+            return store.baseline(url, variant, launcher, machine, before=(dag_id, run_id),
+                                  runs=params["baseline_runs"], since=since)
+
         try:
-            return stop_rule.skip_reason(run, dag_dir, fetch_unit=fetch)
+            return stop_rule.skip_reason(run, dag_dir, fetch_unit=fetch, baseline_for=baseline_for)
         except Exception as exc:  # a store that failed to answer: the round runs, as if unsettled
             print(f"mxbench: run {run['key']}: could not tell whether the round is needed, so it runs: "
                   f"{type(exc).__name__}: {exc}")

@@ -29,7 +29,7 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.telemetry import read_gpu_csv
 from mxbench_train.telemetry import summarise as summarise_gpus
 
-from . import caches, calibration, config, launchers
+from . import caches, calibration, config, convergence, launchers
 from .dag_run_failures import clear_stage_failure, root_cause, stage_failed
 from .launchers import RunBuild
 from .metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
@@ -308,17 +308,22 @@ def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str
     """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios),
     ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)
     and ``tables/aa_noise.csv`` (an A/A calibration's noise floor, ``calibration``). Beside each
-    launcher ratio, the A/A noise: this DAG run's own arms', else ``stored`` (``stored_aa_noise``)."""
+    launcher ratio, the A/A noise: this DAG run's own arms', else ``stored`` (``stored_aa_noise``).
+    ``tables/convergence.csv``: each variant's time to the preset's target accuracy (``convergence``;
+    empty when the preset has none)."""
     tables = dag_dir / "tables"
     runs = load_table(tables / "runs.csv")
+    params = read_json(dag_dir / "request.json", {}).get("params") or {}
     summarise(runs).to_csv(tables / "summary.csv", index=False)
-    ratios = launcher_ratios(runs, budget=stop_budget(read_json(dag_dir / "request.json", {}).get("params") or {}))
+    ratios = launcher_ratios(runs, budget=stop_budget(params))
     own = calibration.noise_floor(runs, ratios)
     own.to_csv(tables / "aa_noise.csv", index=False)
     noise = calibration.Stored(own, "this DAG run's A/A arms") if not own.empty else stored
     calibration.beside(ratios, noise).to_csv(tables / "ratios.csv", index=False)
     kubernetes_gap(runs).to_csv(tables / "k8s_gap.csv", index=False)
-    return {name: str(tables / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap", "aa_noise")}
+    times = convergence.run_times(runs, load_table(tables / "epochs.csv"), convergence.target_for(params))
+    convergence.summarise(times).to_csv(tables / "convergence.csv", index=False)
+    return {name: str(tables / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap", "aa_noise", "convergence")}
 
 
 def machines(dag_dir: Path) -> Dict[str, str]:

@@ -25,7 +25,7 @@ MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_host
 DEFAULT_SSH_CONNECTIONS = ("mxbench_ssh_1", "mxbench_ssh_2")
 DEFAULT_KUBERNETES_CONNECTION = "mxbench_kubernetes"
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
-PRESETS = ("cpu-demo", "seed", "seed-k8s", "aa-calibration")
+PRESETS = ("cpu-demo", "seed", "seed-k8s", "aa-calibration", "convergence")
 ARM_B = "-b"  # an A/A calibration's second arm of a launcher: local-b runs like local, compared with it
 HOST_NETWORK_SUFFIX = "-hostnet"  # a variant's twin that runs its pods with hostNetwork: true
 SYNTHETIC = "synthetic"
@@ -156,6 +156,15 @@ def cpu_demo_preset() -> List[Variant]:
     return variants
 
 
+def convergence_preset() -> List[Variant]:
+    """The seed's batch-size question, timed to accuracy (``convergence``): one model (ResNet-8, on
+    the CPU) at batch 128, 200 and 256, for enough epochs that validation accuracy climbs past the
+    preset's target on the synthetic data (a few minutes on 2 cores); on a real CIFAR-10 raise
+    ``epochs``. The smallest batch is the reference a faster but later variant is flagged against."""
+    return [Variant(f"conv-bs{batch}", "1 process (CPU)", batch, kvstore="local", num_layers=8, epochs=8,
+                    disp_batches=5) for batch in (128, 200, 256)]
+
+
 def preset(name: str) -> List[Variant]:
     if name == "seed":
         return seed_preset()
@@ -165,6 +174,8 @@ def preset(name: str) -> List[Variant]:
         return seed_k8s_preset()
     if name == "aa-calibration":  # the demo's and the regression DAG's; the preset turns A/A on (``calibrating``)
         return [v for v in cpu_demo_preset() if v.id in ("cpu1-bs64", "cpu2w-bs64", "cpu2h-bs64")]
+    if name == "convergence":
+        return convergence_preset()
     raise VariantError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
 
 
@@ -174,7 +185,9 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); seed-k8s: its "
                               "Kubernetes-vs-ssh study (4 GPUs device, dist_sync on 1 and 2 machines, hostNetwork); "
                               "cpu-demo: a small CPU matrix that runs in minutes on any machine; aa-calibration: "
-                              "three of cpu-demo's variants, each launcher against itself (A/A calibration).",
+                              "three of cpu-demo's variants, each launcher against itself (A/A calibration); "
+                              "convergence: one CPU model at batch sizes 128, 200 and 256, timed to a target "
+                              "accuracy (time to accuracy).",
                "section": "What to run"},
     "only_variants": {"default": [], "type": "array", "items": {"type": "string", "pattern": r"^[\w.-]+$"},
                       "uniqueItems": True, "title": "Only these variants",
@@ -370,8 +383,11 @@ def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
 
 
 def budget(params: dict) -> Tuple[int, int]:
-    """(rounds always run, most rounds): ``repeats`` and ``max_repeats`` (empty: ``repeats``)."""
+    """(rounds always run, most rounds): ``repeats`` and ``max_repeats`` (empty: ``repeats``), or,
+    in the regression DAG, ``repeats`` and ``repeats`` + ``confirm_rounds``."""
     repeats = int(params.get("repeats", rounds_needed()))
+    if confirming(params):
+        return repeats, repeats + int(params["confirm_rounds"])
     most = params.get("max_repeats")
     most = repeats if most is None else int(most)
     if most < repeats:
@@ -384,9 +400,17 @@ def budget(params: dict) -> Tuple[int, int]:
     return repeats, most
 
 
+def confirming(params: dict) -> bool:
+    """Whether the rounds beyond ``repeats`` confirm a suspected regression (the regression DAG's
+    ``confirm_rounds``) rather than settle a launcher comparison."""
+    return bool(params.get("confirm_rounds"))
+
+
 def stop_budget(params: dict) -> Optional[Tuple[int, int, float]]:
     """(first-stage rounds, most rounds, target gap) when the DAG run's first rounds chose how
     many to run (``stop_rule``), else None."""
+    if confirming(params):
+        return None
     repeats, most = budget(params)
     return (repeats, most, float(params["target_gap"])) if most > repeats else None
 
@@ -473,4 +497,13 @@ REGRESSION_PARAMS_SCHEMA: Dict[str, dict] = {
                  "description": "A slowdown is a regression only when the test and the interval agree and it is "
                                 "at least this much (0.05: 5%).",
                  "section": "Regression"},
+    "bisect": {"default": True, "type": "boolean", "title": "Bisect a regression", "section": "Regression",
+               "description": "On a regression whose baseline's build and this one have builds between them in "
+                              "config/mxnet-builds.json, start mxbench_bisect over them (a DAG run per build "
+                              "measured; unpause that DAG for it to run)."},
+    "confirm_rounds": {"default": 4, "type": "integer", "minimum": 0, "maximum": 20, "title": "Confirmation rounds",
+                       "description": "Rounds beyond Repeats, run only for a variant whose first rounds look like a "
+                                      "regression (their median at least half the smallest drop below the "
+                                      "baseline's); the alert is then judged over every round. 0: none.",
+                       "section": "Regression"},
 }

@@ -48,13 +48,19 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     url = f"sqlite:///{home / 'results.db'}"
     history = store.history(url, "cpu1-bs64", launcher="local")
     per_run = history.groupby("run_id").agg(package=("mxnet_package", "first"), version=("mxnet_version", "first"),
-                                            trigger=("trigger", "first"), ok=("status", lambda s: (s == "ok").sum()))
+                                            trigger=("trigger", "first"), ok=("status", lambda s: (s == "ok").sum()),
+                                            skipped=("status", lambda s: (s == "skipped").sum()))
     backfill = per_run[per_run["trigger"] == "backfill"]
     assert sorted(backfill["package"]) == ["mxnet==1.9.0", "mxnet==1.9.1"]
     assert sorted(backfill["version"]) == ["1.9.0", "1.9.1"]  # what the trainer itself reported
     assert list(per_run.loc[per_run["trigger"] == "scheduled", "package"]) == ["mxnet==1.9.1"]  # today's
-    assert set(backfill["ok"]) == {CONF["repeats"]}  # every repeat measured, under each build
-    assert set(per_run.loc[per_run["trigger"] == "scheduled", "ok"]) == {4}  # the DAG's default repeats
+    # every repeat measured, under each build; with fewer than 2 earlier DAG runs, nothing to confirm
+    assert set(backfill["ok"]) == {CONF["repeats"]} and set(backfill["skipped"]) == {4}
+    skipped = history[(history["status"] == "skipped") & (history["trigger"] == "backfill")]
+    assert skipped["cause"].str.contains("no baseline on this hardware to confirm against").all()
+    # the DAG's default repeats, and its 4 confirmation rounds: run only if the first 4 looked slower
+    (scheduled,) = per_run[per_run["trigger"] == "scheduled"].to_dict("records")
+    assert scheduled["ok"] + scheduled["skipped"] == 8 and scheduled["ok"] in (4, 8)
     # the last DAG run's report has the history of both builds, plotted, and the step finder
     import pandas as pd
 

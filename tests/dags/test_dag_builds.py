@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow  # dag.test() runs of several MXNet builds
 OLD_DAY = pendulum.datetime(2026, 11, 5, tz="UTC")
 NEW_DAY = pendulum.datetime(2026, 12, 1, tz="UTC")
 CONF = {"only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 1, "synthetic_images": 500,
-        "launchers": ["ssh", "kubernetes"], "ssh_connections": ["mxbench_ssh_1"], "baseline_runs": 3}
+        "launchers": ["ssh", "kubernetes"], "ssh_connections": ["mxbench_ssh_1"], "baseline_runs": 3,
+        "confirm_rounds": 0}  # one run per build is all these tests look at
 NO_INDEX = {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "",
             "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
 

@@ -2,6 +2,7 @@
 named entry by entry, each build gets one cached training venv (made once, under a lock, never
 left half made), and an MXNet without the Module API is reported by name, never a crash."""
 import datetime as dt
+import hashlib
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ ENTRIES = [
     {"since": "2026-01-01", "package": "mxnet==1.7.0.post2", "image": "mxbench-train:1.7.0.post1-cu102",
      "commit": None, "note": "first"},
     {"since": "2026-02-01", "package": "mxnet==1.8.0.post0", "image": "mxbench-train:1.8.0.post0-cu112",
-     "commit": "a1b2c3d", "note": "second", "pins": ["numpy==1.23.5"]},
+     "commit": None, "note": "second", "pins": ["numpy==1.23.5"]},
     {"since": "2026-03-01", "package": "mxnet==1.9.1", "image": "mxbench-train:1.9.1-cu112", "commit": None},
 ]
 
@@ -59,7 +60,7 @@ def test_a_date_before_the_first_build_is_an_error_naming_it(manifest):
 def test_build_fields(manifest):
     second = manifest[1]
     assert second == Build(since=dt.date(2026, 2, 1), package="mxnet==1.8.0.post0",
-                           image="mxbench-train:1.8.0.post0-cu112", commit="a1b2c3d", note="second",
+                           image="mxbench-train:1.8.0.post0-cu112", commit=None, note="second",
                            pins=("numpy==1.23.5",))
     assert second.version == "1.8.0.post0" and second.distribution == "mxnet"
     assert manifest[2].note == "" and manifest[2].pins == ()
@@ -340,3 +341,79 @@ def test_pip_checks_the_sha256_a_wheel_url_carries(tmp_path):
         server.shutdown()
     assert wrong.returncode != 0 and "DO NOT MATCH THE HASHES" in wrong.stdout + wrong.stderr, wrong
     assert right.returncode == 0 and (tmp_path / f"got-{digest[:4]}" / wheel.name).is_file(), right
+
+
+# --- builds by commit: a wheel with its sha256, or a source-built image -----------------------
+
+SHA = "ab" * 32
+WHEEL_URL = "https://wheels.example/mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl"
+
+
+def one_entry(tmp_path, **entry):
+    return builds.load_manifest(write(tmp_path, [{"since": "2026-04-01", "image": "mxbench-train:1.9.1-cu112",
+                                                   **entry}]))[0]
+
+
+def fake_wheel(folder: Path, content: bytes = b"not really a wheel") -> Path:
+    """Only its bytes matter: the hash is checked before pip would open it."""
+    wheel = folder / "mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl"
+    wheel.write_bytes(content)
+    return wheel
+
+
+def test_a_commit_from_a_wheel_is_recorded_with_its_sha256(tmp_path):
+    build = one_entry(tmp_path, package=f"mxnet @ {WHEEL_URL}", commit="0123abcd", sha256=SHA)
+    assert build.commit == "0123abcd" and build.sha256 == SHA and not build.source_only
+    assert build.package == f"mxnet @ {WHEEL_URL}#sha256={SHA}"  # pip checks the download against it
+    assert builds.install_spec(build)[0] == build.package
+    assert "commit 0123abcd" in str(build)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"package": f"mxnet @ {WHEEL_URL}", "commit": "0123abcd"},
+     r"entry 0 \(mxnet @ https://wheels.example/.*\): a build of commit 0123abcd from a wheel needs the wheel's "
+     r"sha256 field"),
+    ({"package": f"mxnet @ {WHEEL_URL}", "sha256": "AB" * 32}, "sha256 must be the wheel's SHA-256"),
+    ({"package": f"mxnet @ {WHEEL_URL}", "sha256": "ab12"}, "sha256 must be the wheel's SHA-256"),
+    ({"package": "mxnet==1.9.1", "sha256": SHA}, "sha256 is for a wheel"),
+    ({"package": f"mxnet @ {WHEEL_URL}#sha256={'cd' * 32}", "sha256": SHA}, "differs from its sha256 field"),
+    ({"package": "mxnet==1.9.1", "commit": "0123abcd"},
+     r"commit 0123abcd has no wheel .* built from docker/train-source.Dockerfile at that commit, tagged "
+     r"\.\.\.:src-0123abcd, not 'mxbench-train:1.9.1-cu112'"),
+    ({"package": "mxnet==1.9.1", "commit": "0123abcd", "image": "mxbench-train:src-99999999"}, "has no wheel"),
+])
+def test_a_commit_must_say_how_to_get_its_build(tmp_path, entry, message):
+    with pytest.raises(ManifestError, match=message):
+        one_entry(tmp_path, **entry)
+
+
+def test_a_source_built_commit_runs_only_in_its_image(tmp_path):
+    build = one_entry(tmp_path, package="mxnet==1.9.1", commit="0123abcd5678", image="mxbench-train:src-0123abcd")
+    assert build.source_only and build.commit == "0123abcd5678"
+    # the pinned release is not that commit: no venv of it, no training env standing in for it
+    with pytest.raises(MxbenchError, match=r"MXNet build mxnet==1\.9\.1 \(since 2026-04-01, commit 0123abcd5678\) "
+                                           r"is built from source: .* only its image mxbench-train:src-0123abcd"):
+        builds.python_for(build, tmp_path / "envs")
+    assert not (tmp_path / "envs").exists()
+
+
+def test_a_local_wheel_path_is_a_file_url_checked_before_install(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = fake_wheel(wheels)
+    right = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    build = one_entry(tmp_path, package="wheels/" + wheel.name, commit="0123abcd", sha256=right)
+    assert build.package == f"mxnet @ {wheel.resolve().as_uri()}"  # relative to the manifest's folder
+    builds.check_wheel(build)  # the bytes the manifest names: no error
+
+    wrong = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=SHA)
+    with pytest.raises(MxbenchError) as raised:
+        builds.python_for(wrong, tmp_path / "envs")
+    assert str(raised.value) == (f"refusing to install MXNet build {wrong}: its wheel {wheel.resolve()} has SHA-256 "
+                                 f"{right}, the manifest says {SHA} (a changed or wrong file)")
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [builds.env_dir(wrong, tmp_path / "envs").name + ".lock"]
+
+    wheel.unlink()
+    with pytest.raises(MxbenchError, match=r"refusing to install MXNet build .*commit 0123abcd.*: cannot read its "
+                                           r"wheel .*mxnet-1\.9\.1-py3-none-manylinux2014_x86_64\.whl"):
+        builds.check_wheel(build)

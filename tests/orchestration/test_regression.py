@@ -106,11 +106,12 @@ def test_the_step_finder_groups_a_history_csv_by_what_ran():
     for day, (reported, mean) in enumerate([("1.9.0", 1000), ("1.9.0", 1000), ("1.9.1", 850), ("1.9.1", 850)]):
         for value in current(rng, mean):
             rows.append({"variant": "cpu1-bs64", "launcher": "local", "environment": "aaaa", "status": "ok",
-                         "when": pd.Timestamp("2026-11-01") + pd.Timedelta(days=day), "samples_per_sec": value,
+                         "run_id": f"day{day}", "when": pd.Timestamp("2026-11-01") + pd.Timedelta(days=day),
+                         "samples_per_sec": value,
                          "mxnet_package": "mxnet==1.9.0", "mxnet_version": reported, "mxnet_reported": reported})
     history = pd.DataFrame(rows)
     (step,) = step_table(with_build(history)).to_dict("records")
-    assert (step["first slower build"], step["vs"]) == ("1.9.1", "1.9.0")
+    assert (step["first build after"], step["last build before"]) == ("1.9.1", "1.9.0")
     older = history.drop(columns=["mxnet_reported"])
     assert with_build(older)["build"].tolist() == history["mxnet_reported"].tolist()
     assert set(with_build(older.drop(columns=["mxnet_version"]))["build"]) == {"mxnet==1.9.0"}

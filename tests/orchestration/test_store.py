@@ -20,7 +20,7 @@ OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "c
 GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
                               "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
 CPU_FP = store.fingerprint(CPU_BOX)[0]
-HEAD = "0004"  # the newest migration
+HEAD = "0006"  # the newest migration
 OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
 _databases = itertools.count()
 
@@ -645,9 +645,23 @@ def test_the_regression_check_quotes_no_password_of_a_store_that_fails_under_it(
         except ConnectionError as lost:
             raise sa.exc.OperationalError("SELECT ...", {}, lost) from lost
 
+    # the check's first reads: the DAG run's time (for triaged alerts), then the baselines
+    monkeypatch.setattr(store, "dag_run_time", driver_failure)
     monkeypatch.setattr(store, "baseline", driver_failure)
     with pytest.raises(store.StoreError) as raised:
         dag_tasks.check_regression.function(stored, params={"baseline_runs": 3, "min_drop": 0.05},
                                          run_id="scheduled__1", dag_run=dag_run)
     log = "".join(traceback.format_exception(raised.value))
     assert "lost postgresql+psycopg2://u:***@db.example/results mid-query" in log and SECRET not in log
+
+
+def test_a_bisects_probes_of_old_builds_are_never_a_baseline(url, tmp_path):
+    """mxbench_bisect measures old builds on purpose, after the nights it bisects: the baseline of
+    the next night is the nights before it, not the probes."""
+    for day, (dag_id, speed) in enumerate([("mxbench_regression", 100.0), ("mxbench_regression", 100.0),
+                                           ("mxbench_bisect", 200.0), ("mxbench_bisect", 200.0)]):
+        dag_dir = make_dag_dir(tmp_path, f"d{day}", ok_runs(speeds=(speed, speed)), started=T0 + timedelta(days=day))
+        store.record_dag_run(url, dag_dir, dag_id=dag_id, run_id=f"run{day}", trigger="manual",
+                             logical_date=T0 + timedelta(days=day))
+    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=9))
+    assert set(baseline["run_id"]) == {"run0", "run1"} and set(baseline["samples_per_sec"]) == {100.0}

@@ -20,8 +20,11 @@ from .notes import data_line, environment, provenance, retried_notes
 from .pages import history_page, render_page
 from .plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
 from .tables import (
+    STEP_FINDER,
     aa_lines,
     aa_table,
+    convergence_lines,
+    convergence_table,
     display_table,
     gap_table,
     markdown_body,
@@ -87,6 +90,10 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     env = environment(dag_dir, runs)
     # the answer first: one verdict per launcher pair, then the tables it comes from
     sections = [("Verdicts", verdict_lines(ratios) if not ratios.empty else NO_RATIO), ("Results", table)]
+    conv = load_table(tables / "convergence.csv")
+    if not conv.empty:  # the preset has a target accuracy: throughput is judged by time to it too
+        sections += [("Time to accuracy", convergence_lines(conv)),
+                     ("Time to accuracy: seconds of training to the target", convergence_table(conv))]
     notes_on_variants = variant_notes(summary, runs) if not summary.empty else pd.DataFrame()
     if not notes_on_variants.empty:
         sections.append(("Notes on variants", notes_on_variants))
@@ -129,23 +136,48 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
 
 
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
-    """The regression check and the history, where the regression DAG left them."""
+    """The regression check and the history, where the regression DAG left them; a bisect's probe path."""
     sections = []
     findings = load_table(dag_dir / "tables" / "regression.csv")
     if not findings.empty:
         sections.append(("Regression check (against the last DAG runs on this hardware)",
                          findings[["variant", "launcher", "status", "message"]]))
+        sections.append(("False alerts to expect", false_alert_line(dag_dir, findings)))
+    bisected = read_json(dag_dir / "tables" / "bisect.json")
+    if bisected:  # mxbench_bisect's DAG runs: the probe path so far
+        sections.append((f"Probe path: {bisected['title']}", bisected["path"]))
     history = load_table(dag_dir / "tables" / "history.csv")
     if not history.empty:
         history = with_build(history)
         plot_history(history, out / "history.png")
         plots["history.png"] = "Throughput history by MXNet build"
-        sections.append(("Step finder: which build first got slower", step_table(history)))
+        sections.append((STEP_FINDER, step_table(history)))
     return sections
+
+
+def false_alert_line(dag_dir: Path, findings) -> str:
+    """How many false alerts a month of nightly checks like this one should give, from the A/A
+    noise floor of each series (``regression.false_alerts_per_month``), or why that is not known."""
+    from ..regression import false_alerts_per_month
+
+    params = (read_json(dag_dir / "request.json") or {}).get("params") or {}
+    confirm = int(params.get("confirm_rounds") or 0)
+    first = int(params["repeats"]) if confirm and params.get("repeats") else None
+    expected = false_alerts_per_month(findings, first=first, min_drop=float(params.get("min_drop", 0.05)),
+                                      rounds=first + confirm if first else None)
+    if expected is None:
+        return ("Not known: no series checked here has an A/A calibration on its hardware (run the benchmark "
+                "DAG with the aa-calibration preset to measure its noise).")
+    noisy = findings.dropna(subset=["noise_cv"])
+    return (f"At most about {expected:.2g} a month, were these {len(noisy)} series checked every day at their "
+            f"A/A noise (within-run CV {noisy['noise_cv'].min():.1%}–{noisy['noise_cv'].max():.1%}), "
+            + (f"with {confirm} confirmation rounds after the first {first}" if first else "without confirmation")
+            + ", before the false-discovery control across series lowers it. Within-run noise: DAG runs "
+              "that differ from day to day alert more often.")
 
 
 __all__ = ["build_report", "history_sections", "write_atomically", "render_page", "history_page", "provenance",
            "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
            "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
-           "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history", "plot_ratios",
-           "REFERENCE", "METHOD", "PLOTS", "NO_RATIO"]
+           "STEP_FINDER", "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history",
+           "plot_ratios", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO"]

@@ -3,12 +3,12 @@
 import base64
 import html
 import io
-from typing import List, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import pandas as pd
 
 from .plots import plot_history
-from .tables import distinct, fmt, step_table, with_build
+from .tables import STEP_FINDER, distinct, fmt, step_table, with_build
 
 
 def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
@@ -42,14 +42,47 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
     return "".join(parts)
 
 
-def history_page(history: pd.DataFrame, source: str) -> str:
+# where the triage table (which holds forms, so render_page cannot escape it) goes in the page
+TRIAGE_TABLE = "mxbench-triage-table"
+
+
+def triage_form(alert: dict, token: str) -> str:
+    """The small form that sets one alert's state: the states it may become, a reason, a button.
+    It posts to ``history/alerts``, relative to the history page; no script."""
+    from ..triage import ALLOWED, MAX_REASON
+
+    fields = {"dag_id": alert["DAG"], "run_id": alert["DAG run"], "variant": alert["variant"],
+              "launcher": alert["launcher"], "environment": alert["machine"], "token": token}
+    hidden = "".join(f"<input type='hidden' name='{name}' value='{html.escape(str(value), quote=True)}'>"
+                     for name, value in fields.items())
+    options = "".join(f"<option>{html.escape(state)}</option>" for state in ALLOWED[alert["state"]])
+    return (f"<form method='post' action='history/alerts'>{hidden}<select name='state'>{options}</select> "
+            f"<input name='reason' placeholder='why' maxlength='{MAX_REASON}'> <button type='submit'>Set</button>"
+            "</form>")
+
+
+def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> str:
+    """The flagged regressions as an HTML table, every cell escaped, with a triage form on the
+    alerts of the DAGs in ``editable``."""
+    editable = set(editable)
+    cells = flagged.astype(object).where(flagged.notna(), "n/a").map(lambda v: html.escape(str(v)))
+    forms = [triage_form(alert, token) if alert["DAG"] in editable else ""
+             for alert in flagged.to_dict("records")]
+    return cells.assign(**{"set state": forms}).to_html(index=False, escape=False)
+
+
+def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
+                 editable: Iterable[str] = (), form_token: Optional[str] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.judge_history``'s, with ``verdict``); regressions ringed
-    in the plot and listed."""
+    in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
+    rows; none: new) and, on the alerts of the DAGs in ``editable``, a form to set it that carries
+    ``form_token``."""
     title = "mxbench: benchmark history"
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
-             "DAG judges (its default baseline and smallest drop) against the DAG runs before it on the same "
-             "variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
+             "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
+             "control or triage, which only its own DAG runs' findings show) against the DAG runs before it on the "
+             "same variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
              "and count, driver, CUDA, CPU). MXNet build: the version the trainer reported, which is what ran "
              "whatever was asked for; runtime: the interpreter or image each run used."]
     if history.empty:
@@ -83,9 +116,29 @@ def history_page(history: pd.DataFrame, source: str) -> str:
                             "launcher": flagged["launcher"], "machine": flagged["environment"],
                             "MXNet build": flagged["build"], "runtime": flagged["runtime"],
                             "samples/s (median)": flagged["samples_per_sec"].map(fmt)})
+    flagged = with_triage(flagged, alerts)
     png = io.BytesIO()
     plot_history(history, png)
+    forms = bool(form_token) and not flagged.empty and flagged["DAG"].isin(list(editable)).any()
     sections = [("Throughput by variant and MXNet build", by_build),
-                ("Regressions flagged (red rings in the plot)", flagged),
-                ("Step finder: which build first got slower", step_table(history))]
-    return render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
+                ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
+                (STEP_FINDER, step_table(history))]
+    page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
+    return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
+
+
+def with_triage(flagged: pd.DataFrame, alerts: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """The flagged regressions with their triage state, who set it and why (an alert nobody
+    triaged: new); ``machine`` "" where a run had no machine, as the store keys it."""
+    from ..store.alerts import ALERT_COLUMNS, machine_key
+    from ..triage import NEW
+
+    flagged = flagged.assign(machine=flagged["machine"].map(machine_key).astype(object))
+    alerts = alerts if alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)
+    alerts = alerts.rename(columns={"dag_id": "DAG", "run_id": "DAG run", "environment": "machine",
+                                    "changed_by": "set by", "reason": "why"})[
+        ["DAG", "DAG run", "variant", "launcher", "machine", "state", "set by", "why"]]
+    merged = flagged.merge(alerts.astype(object), on=["DAG", "DAG run", "variant", "launcher", "machine"],
+                           how="left")
+    return merged.assign(state=merged["state"].fillna(NEW), **{"set by": merged["set by"].fillna(""),
+                                                               "why": merged["why"].fillna("")})

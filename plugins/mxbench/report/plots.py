@@ -75,15 +75,19 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
 
 def plot_history(history: pd.DataFrame, path: Path):
     """Throughput per variant over the DAG runs' dates, one colour per MXNet build; DAG runs the
-    regression rule flagged are ringed red."""
+    regression rule flagged are ringed red, and the first DAG run of each new level (a change point)
+    is boxed in a black diamond with its level change."""
     fig, ax = _figure()
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     builds = list(dict.fromkeys(history.sort_values("when")["build"]))
     colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
     machines = history["environment"].nunique()
     for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
+        if "change_point" not in group.columns:  # a history.csv written before change points
+            group = group.assign(change_point=float("nan"))
         per_run = group.groupby([*dag_run_keys(group), "build"], as_index=False).agg(
-            when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"))
+            when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
+            change_point=("change_point", "first"))
         per_run = per_run.sort_values("when")
         ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
         ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18,
@@ -91,6 +95,12 @@ def plot_history(history: pd.DataFrame, path: Path):
         flagged = per_run[per_run["verdict"] == "regression"]
         ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
                    linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
+        changed = per_run[per_run["change_point"].notna()]
+        ax.scatter(changed["when"], changed["samples_per_sec"], s=70, marker="D", facecolors="none",
+                   edgecolors="black", linewidths=1.2, zorder=4, label="change point" if not changed.empty else None)
+        for when, speed, shift in zip(changed["when"], changed["samples_per_sec"], changed["change_point"]):
+            ax.annotate(f"{shift:+.1%}", (when, speed), fontsize=7, xytext=(0, -12), textcoords="offset points",
+                        ha="center")
         if not per_run.empty:
             label = f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")")
             ax.annotate(label, (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),

@@ -213,17 +213,64 @@ def distinct(values: pd.Series) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values.dropna()))
 
 
+STEP_FINDER = "Step finder: where the level changed over the whole history, and the first build after it"
+STEP_COLUMNS = ["variant", "launcher", "machine", "first build after", "last build before", "DAG run", "level change",
+                "p", "alert"]
+
+
 def step_table(history: pd.DataFrame) -> pd.DataFrame:
-    """Per variant, launcher and kind of machine (the store's environment fingerprint), the first
-    build that got slower than the one before it."""
-    from ..regression import find_step
+    """The step finder: per variant, launcher and kind of machine (the store's environment
+    fingerprint), each change point over the whole history (``change_points``) with the first build
+    after it and the last before; "none" where the level never changed. ``alert``: what the
+    regression rule made of that DAG run (``verdict``, where ``judge_history`` gave one)."""
+    from ..change_points import mark_change_points
+    from ..regression import dag_run_keys, dag_run_names
 
     steps = []
-    ok = history[history["status"] == "ok"]
-    for (variant, launcher, machine), group in ok.groupby(["variant", "launcher", "environment"], dropna=False):
-        step = find_step(group)
-        steps.append({"variant": variant, "launcher": launcher, "machine": machine,
-                      "first slower build": step["build"] if step else "none", "vs": step["previous"] if step else "",
-                      "change": (f"{step['change']:+.1%} [{step['ci_low']:+.1%}, {step['ci_high']:+.1%}]"
-                                 if step else "")})
-    return pd.DataFrame(steps, columns=["variant", "launcher", "machine", "first slower build", "vs", "change"])
+    for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
+        keys = dag_run_keys(group)
+        marked = mark_change_points(group, keys)
+        changes = marked[marked["change_point"].notna()]
+        where = {"variant": variant, "launcher": launcher, "machine": machine}
+        if changes.empty:
+            steps.append({**where, "first build after": "none", "last build before": "",
+                          "DAG run": f"no level change over {len(marked)} DAG run(s)"})
+            continue
+        verdicts = group.drop_duplicates(keys).set_index(keys)["verdict"] if "verdict" in group.columns else None
+        for row, name in zip(changes.to_dict("records"), dag_run_names(changes)):
+            key = tuple(row[k] for k in keys)
+            steps.append({**where, "first build after": row["build"], "last build before": row["previous_build"],
+                          "DAG run": name, "level change": f"{row['change_point']:+.1%}",
+                          "p": f"{row['change_p']:.2g}",
+                          "alert": "" if verdicts is None else text(verdicts.get(key if len(keys) > 1 else key[0]))})
+    return pd.DataFrame(steps, columns=STEP_COLUMNS).astype(object).fillna("")
+
+
+def convergence_lines(conv: pd.DataFrame) -> List[str]:
+    """The time-to-accuracy flags (``convergence.summarise``): variants faster than their reference
+    but later to the target; else one line saying none was."""
+    flags = [text(flag) for flag in conv["flag"]] if "flag" in conv else []
+    flags = [flag for flag in flags if flag]
+    if flags:
+        return flags
+    target = fmt(conv["target_accuracy"].iloc[0], 0, pct=True) if not conv.empty else "the target"
+    return [f"No variant is faster than its reference yet later to {target} validation top-1."]
+
+
+def convergence_table(conv: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: samples/s beside the seconds to the target (median over repeats, min–max over
+    the repeats that reached it) and how many of its runs reached it."""
+    rows = []
+    for r in conv.to_dict("records"):
+        never = pd.isna(r["time_to_target_s"])
+        rows.append({
+            "variant": r["variant"], "launcher": r["launcher"], "batch size": r["batch_size"],
+            "samples/s": fmt(r["samples_per_sec"]),
+            "target (val. top-1)": fmt(r["target_accuracy"], 0, pct=True),
+            "s to target": ("not reached" if never else
+                            f"{fmt(r['time_to_target_s'])} [{fmt(r['time_to_target_min'])}–"
+                            f"{fmt(r['time_to_target_max'])}]"),
+            "runs reaching it": f"{whole(r['reached'])}/{whole(r['runs'])}",
+            "reference": r["reference"],
+        })
+    return pd.DataFrame(rows)

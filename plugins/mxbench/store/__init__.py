@@ -9,9 +9,11 @@ No Airflow here: the DAG passes in what it knows (run id, trigger, dates), the r
 the DAG run's folder as the pipeline leaves it after ``join_results``.
 
 Modules: ``errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
-migrations), ``recording`` (storing DAG runs), ``reading`` (history, baselines, A/A calibrations) and ``schema``
-(the tables). Their public names are exported here.
+migrations), ``recording`` (storing DAG runs), ``reading`` (history, baselines, A/A calibrations),
+``alerts`` (the triage state of regression alerts and its record) and ``schema`` (the tables).
+Their public names are exported here.
 """
+from .alerts import ConcurrentChange, NoSuchAlert, alert_history, read_alerts, series_alerts, set_alert_state
 from .database import (
     MIGRATIONS,
     URL_ENV,
@@ -24,11 +26,12 @@ from .database import (
     url_of_connection,
 )
 from .errors import StoreError, errors_without_password, safe_error, shown, without_password
-from .reading import aa_calibrations, baseline, history, read_history, what_ran
+from .reading import PROBE_DAG_IDS, aa_calibrations, baseline, dag_run_time, history, read_history, what_ran
 from .recording import TRIGGERS, fingerprint, import_runs, record_dag_run
 from .schema import metadata
 
 __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_without_password",
            "URL_ENV", "MIGRATIONS", "default_url", "url_of_connection", "engine_name", "engine", "alembic_config",
            "migrate", "ready_engine", "TRIGGERS", "fingerprint", "record_dag_run", "import_runs", "history",
-           "read_history", "baseline", "what_ran", "aa_calibrations", "metadata"]
+           "read_history", "baseline", "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
+           "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

@@ -1,8 +1,9 @@
 """Reading the results store: every repeat's ``history``, the UI's ``read_history`` (which never
 migrates) and a regression check's ``baseline``; ``what_ran`` names the MXNet build a row ran."""
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Optional, Tuple, Union
+from typing import Iterable, Iterator, Optional, Tuple, Union
 
 import pandas as pd
 import sqlalchemy as sa
@@ -17,7 +18,10 @@ HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.s
                    dag_runs.c.mxnet_package, dag_runs.c.mxnet_commit, repeats.c.mxnet_asked, repeats.c.mxnet_reported,
                    repeats.c.runtime, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
-                   repeats.c.sec_per_epoch]
+                   repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s]
+# DAG runs that measure builds chosen on purpose, old ones too (a bisect's probes): never in a
+# baseline, nor in the histories a regression is judged over
+PROBE_DAG_IDS = ("mxbench_bisect",)
 # what a repeat ran, best source first: its trainer's own report (revision 0004), its DAG run's
 # first measured run's, the package asked for
 WHAT_RAN_SOURCES = ("mxnet_reported", "mxnet_version", "mxnet_package")
@@ -69,37 +73,46 @@ def history(url: str, variant: Optional[str] = None, launcher: Optional[str] = N
         return _frame(connection, _history_query(variant, launcher, fingerprint, dag_ids))
 
 
-def read_history(url: str) -> pd.DataFrame:
-    """``history`` of every variant for a reader (the UI's history page): it never creates or
-    upgrades the database; one that is not there yet, or has no tables yet, has no history, and
-    one at an older revision reads the columns it lacks as NULL."""
-    empty = pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS] + ["build"])
+@contextmanager
+def reader(url: str, table: str) -> Iterator[Optional[sa.Connection]]:
+    """A connection for a reader (the UI's pages), which never creates or upgrades the database:
+    None where the database, or its ``table``, is not there yet. Errors: ``StoreError``, without
+    the URL's password."""
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
         raise StoreError(f"the results store's URL is not a database URL ({UNSHOWN})") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
-        return empty
+        yield None
+        return
     try:
         with engine(url).connect() as connection:
-            inspector = sa.inspect(connection)
-            if not inspector.has_table("repeats"):
-                return empty
-            # the api-server may run this code before any store task has upgraded the database
-            stored = {c["name"] for c in inspector.get_columns("repeats")}
-            columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
-                       for c in HISTORY_COLUMNS]
-            return _frame(connection, _history_query(columns=columns))
+            yield connection if sa.inspect(connection).has_table(table) else None
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError(without_password(first_line(exc), url)) from None
 
 
+def read_history(url: str) -> pd.DataFrame:
+    """``history`` of every variant for a reader (the UI's history page, ``reader``): a store
+    not there yet has no history, and one at an older revision reads the columns it lacks as NULL."""
+    with reader(url, "repeats") as connection:
+        if connection is None:
+            return pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS] + ["build"])
+        # the api-server may run this code before any store task has upgraded the database
+        stored = {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
+        columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
+                   for c in HISTORY_COLUMNS]
+        return _frame(connection, _history_query(columns=columns))
+
+
 def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, Tuple[str, str]],
-             runs: int = 5) -> pd.DataFrame:
+             runs: int = 5, since: Optional[datetime] = None) -> pd.DataFrame:
     """The successful repeats of ``variant`` on ``launcher`` and this kind of machine in the last
-    ``runs`` DAG runs that measured it (of any DAG), strictly before ``before``: a datetime, or a
-    DAG run, ``(dag_id, run_id)`` (that run's time, the run itself excluded; a DAG run not stored
-    yet excludes nothing but itself). Ordered oldest first, as ``history``."""
+    ``runs`` DAG runs that measured it (of any DAG but a bisect's: ``PROBE_DAG_IDS``), strictly
+    before ``before``: a datetime, or a DAG run, ``(dag_id, run_id)`` (that run's time, the run
+    itself excluded; a DAG run not stored yet excludes nothing but itself), and, with ``since``,
+    none measured before it (a distribution change starts the series over:
+    ``triage.baseline_start``). Ordered oldest first, as ``history``."""
     measured = ((repeats.c.variant == variant) & (repeats.c.launcher == launcher)
                 & (repeats.c.environment == fingerprint) & (repeats.c.status == "ok")
                 & repeats.c.samples_per_sec.is_not(None))
@@ -112,7 +125,10 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
                 earlier = earlier & (dag_runs.c.measured_at < cutoff)
         else:
             earlier = dag_runs.c.measured_at < utc_time(before)
+        if since is not None:
+            earlier = earlier & (dag_runs.c.measured_at >= utc_time(since))
         # newest first through the measured_at index, each probed in ix_repeats_baseline
+        earlier = earlier & dag_runs.c.dag_id.not_in(PROBE_DAG_IDS)
         chosen = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id).where(earlier)
                   .where(sa.exists().where(measured & OF_ITS_DAG_RUN))
                   .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.dag_id.desc(), dag_runs.c.run_id.desc())
@@ -122,6 +138,13 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
                  .where(measured)
                  .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.repeat))
         return _frame(connection, query)
+
+
+def dag_run_time(url: str, dag_id: str, run_id: str) -> Optional[datetime]:
+    """The stored DAG run's ``measured_at`` (what baselines order by); None when it is not stored."""
+    with ready_engine(url).connect() as connection:
+        return connection.execute(sa.select(dag_runs.c.measured_at).where(
+            (dag_runs.c.dag_id == dag_id) & (dag_runs.c.run_id == run_id))).scalar()
 
 
 AA_COLUMNS = [dag_runs.c.dag_id, dag_runs.c.run_id.label("dag_run"), dag_runs.c.measured_at, dag_runs.c.params,

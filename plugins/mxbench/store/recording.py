@@ -11,7 +11,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..run_folder import read_json
+from .. import convergence
+from ..run_folder import load_table, read_json
 from ..variants import launcher_of, leg
 from .database import ready_engine
 from .errors import StoreError
@@ -135,6 +136,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     machine_set_of = {launcher: name for name, members in (request.get("machine_sets") or {}).items()
                       for launcher in members}
     build = build or request.get("build") or {}  # the regression DAG's expand writes it there
+    to_target = _times_to_target(dag_dir, csv_rows, request.get("params") or {})
 
     # the request's runs in its order, then any the table has that the request does not
     by_key = {row["key"]: row for row in csv_rows}
@@ -166,6 +168,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             "mxnet_asked": (row or {}).get("mxnet_asked") or build.get("package"),
             "mxnet_reported": (row or {}).get("mxnet_reported") or (environment or {}).get("mxnet_version"),
             "runtime": (row or {}).get("runtime"),
+            **to_target.get(key, {"target_accuracy": None, "time_to_target_s": None}),
         })
 
     now = utcnow()
@@ -218,6 +221,17 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             by_launcher.setdefault(row["launcher"], row["environment"])
     return {"dag_id": dag_id, "run_id": run_id, "repeats": len(repeat_rows),
             "fingerprint": dag_run_row["environment"], "fingerprints": by_launcher}
+
+
+def _times_to_target(dag_dir: Path, csv_rows: List[dict], params: dict) -> dict:
+    """Run key -> its ``target_accuracy`` and ``time_to_target_s`` (revision 0005), from
+    ``tables/epochs.csv``; empty when the preset has no target (both columns then stay NULL)."""
+    target = convergence.target_for(params)
+    if target is None or not csv_rows:
+        return {}
+    times = convergence.run_times(pd.DataFrame(csv_rows), load_table(dag_dir / "tables" / "epochs.csv"), target)
+    return {row["key"]: {"target_accuracy": target, "time_to_target_s": db_value(row["time_to_target_s"])}
+            for row in times.to_dict("records")}
 
 
 def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:

@@ -109,6 +109,10 @@ repeats = sa.Table(
     sa.Column("epoch_samples_per_sec", sa.Float),
     sa.Column("sec_per_epoch", sa.Float),
     sa.Column("validation_accuracy", sa.Float),
+    # revision 0005: seconds of training (summed epoch time costs) until validation top-1 first reached
+    # target_accuracy; NULL: never reached, or no target / no validation data
+    sa.Column("target_accuracy", sa.Float),
+    sa.Column("time_to_target_s", sa.Float),
     sa.Column("gpu_util_pct", sa.Float),
     sa.Column("gpu_mem_mib", sa.Float),
     sa.Column("started_at", UTCDateTime),
@@ -118,6 +122,42 @@ repeats = sa.Table(
     sa.UniqueConstraint("dag_id", "dag_run", "run_key", name="uq_repeats_dag_id_dag_run_run_key"),
     # baseline() finds a variant's runs on one launcher and machine without a scan
     sa.Index("ix_repeats_baseline", "variant", "launcher", "environment", "dag_id", "dag_run"),
+)
+
+# revision 0006: the triage state of each alert (a DAG run's regression on one series: variant,
+# launcher, kind of machine; "" for a run without a machine), as a person last set it on the
+# history page, and every change to it (``mxbench.triage``). Not tied to dag_runs by a foreign key:
+# who said what stays on record even if a DAG run is deleted.
+alerts = sa.Table(
+    "alerts", metadata,
+    sa.Column("dag_id", sa.String(250), nullable=False),
+    sa.Column("run_id", sa.String(250), nullable=False),
+    sa.Column("variant", sa.String(200), nullable=False),
+    sa.Column("launcher", sa.String(50), nullable=False),
+    sa.Column("environment", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(30), nullable=False),  # new | acknowledged | expected | distribution change
+    sa.Column("level", sa.Float),  # the DAG run's median samples/s on the series, when the state was set
+    sa.Column("changed_by", sa.String(250), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("changed_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("dag_id", "run_id", "variant", "launcher", "environment"),
+    # the regression check reads a series' alerts
+    sa.Index("ix_alerts_series", "variant", "launcher", "environment"),
+)
+
+alert_changes = sa.Table(
+    "alert_changes", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("dag_id", sa.String(250), nullable=False),
+    sa.Column("run_id", sa.String(250), nullable=False),
+    sa.Column("variant", sa.String(200), nullable=False),
+    sa.Column("launcher", sa.String(50), nullable=False),
+    sa.Column("environment", sa.String(16), nullable=False),
+    sa.Column("from_state", sa.String(30), nullable=False),
+    sa.Column("to_state", sa.String(30), nullable=False),
+    sa.Column("changed_by", sa.String(250), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("changed_at", UTCDateTime, nullable=False),
 )
 
 

@@ -1,0 +1,285 @@
+"""mxbench_bisect: the DAG file loads with its edges and trigger form, and its own tasks, chained
+DAG run to DAG run through the conf they trigger with, find a planted step among 8 builds of a
+manifest in at most 3 probes (the measuring tasks replaced by planted store rows)."""
+import copy
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mxbench import bisect_tasks, builds, store
+
+# 8 builds: release wheels, and commits between them built from source (their image) or as a wheel
+MANIFEST = [
+    {"since": "2026-09-01", "package": "mxnet==1.6.0", "image": "mxbench-train:1.6.0"},
+    {"since": "2026-09-10", "package": "mxnet==1.6.0", "image": "mxbench-train:src-1111111", "commit": "1111111"},
+    {"since": "2026-09-20", "package": "mxnet==1.6.0", "image": "mxbench-train:src-2222222", "commit": "2222222"},
+    {"since": "2026-10-01", "package": "mxnet==1.7.0.post2", "image": "mxbench-train:1.7.0"},
+    {"since": "2026-10-10", "package": "mxnet @ https://w.example/mxnet-1.7.0-py3-none-any.whl",
+     "sha256": "ab" * 32, "image": "mxbench-train:src-3333333", "commit": "3333333"},
+    {"since": "2026-10-15", "package": "mxnet==1.8.0.post0", "image": "mxbench-train:1.8.0"},
+    {"since": "2026-11-04", "package": "mxnet==1.9.0", "image": "mxbench-train:1.9.0"},
+    {"since": "2026-11-08", "package": "mxnet==1.9.1", "image": "mxbench-train:1.9.1"},
+]
+
+
+@pytest.fixture(scope="module")
+def dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    from conftest import REPO
+
+    bag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py"))
+    assert bag.import_errors == {}
+    return bag.dags["mxbench_bisect"]
+
+
+def test_structure(dag):
+    edges = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+    assert {("resolve_probe", "expand_variants"), ("store_results", "decide"), ("decide", "more_to_probe"),
+            ("more_to_probe", "next_probe"), ("decide", "report"), ("report", "check_runs")} <= edges
+    assert dag.schedule is None and dag.max_active_runs == 1
+    trigger = dag.get_task("next_probe")
+    assert trigger.trigger_dag_id == "mxbench_bisect"
+    assert dag.get_task("decide").trigger_rule == "all_done"  # a failed probe is still decided on
+
+
+def test_the_trigger_form_needs_good_and_bad_builds_and_one_variant(dag):
+    def validate(**conf):
+        params = copy.deepcopy(dag.params)  # setting a value sets the DAG's own Param's
+        for key, value in conf.items():
+            params[key] = value
+        return params.validate()
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="good_build"):
+        validate(bad_build="1.9.1")
+    assert validate(good_build="1.9.0", bad_build="1.9.1")["only_variants"] == ["cpu1-bs64"]
+    with pytest.raises(ParamValidationError, match=r"only_variants.*too long"):
+        validate(good_build="1.9.0", bad_build="1.9.1", only_variants=["cpu1-bs64", "cpu2w-bs64"])
+    with pytest.raises(ParamValidationError, match=r"launchers.*too long"):
+        validate(good_build="1.9.0", bad_build="1.9.1", launchers=["local", "ssh"])
+    with pytest.raises(ParamValidationError, match=r"bisect_runs.*'run_id' is a required property"):
+        validate(good_build="1.9.0", bad_build="1.9.1", bisect_runs=[{"build": "1.9.0"}])
+
+
+@pytest.fixture
+def manifest(tmp_path, monkeypatch):
+    path = tmp_path / "mxnet-builds.json"
+    path.write_text(json.dumps(MANIFEST))
+    monkeypatch.setattr(builds, "MANIFEST", path)
+    return builds.load_manifest(path)
+
+
+def bisect_by_dag_runs(dag, monkeypatch, conf, speed_of, failing=(), limit=10):
+    """Each DAG run: resolve_probe, planted repeats stored for its build, decide; the next DAG
+    run's params are the conf decide hands the trigger, validated by the DAG's form."""
+    rows = []
+    monkeypatch.setattr(store, "history", lambda url, variant=None, launcher=None, dag_ids=None: pd.DataFrame(
+        rows, columns=["run_id", "variant", "launcher", "status", "samples_per_sec"]))
+    rng = np.random.default_rng(7)
+    records = []
+    for n in range(limit):
+        params = copy.deepcopy(dag.params)
+        for key, value in conf.items():
+            params[key] = value
+        params = params.validate()
+        run_id = f"manual__{n}"
+        record = bisect_tasks.resolve_probe.function(params=params, dag_run=SimpleNamespace(dag_id=dag.dag_id))
+        records.append(record)
+        if record["label"] not in failing:
+            rows.extend((run_id, "cpu1-bs64", "kubernetes", "ok", speed_of(record["label"]) * rng.lognormal(0, 0.03))
+                        for _ in range(params["repeats"]))
+        decision = bisect_tasks.decide.function(record, params=params, run_id=run_id,
+                                                dag_run=SimpleNamespace(dag_id=dag.dag_id))
+        if decision["done"]:
+            return decision, records
+        conf = decision["next_conf"]
+    raise AssertionError(f"not done after {limit} DAG runs")
+
+
+@pytest.mark.parametrize("step_at", range(1, 8))
+def test_dag_runs_find_a_planted_step_in_at_most_3_probes(dag, manifest, monkeypatch, capsys, step_at):
+    from mxbench import bisect
+
+    labels = [bisect.label(b) for b in manifest]
+    conf = {"good_build": "2026-09-01", "bad_build": "1.9.1", "launchers": ["kubernetes"]}
+    speed_of = lambda label: 100.0 * (0.8 if labels.index(label) >= step_at else 1.0)  # noqa: E731
+    decision, records = bisect_by_dag_runs(dag, monkeypatch, conf, speed_of)
+    assert decision["first_bad"] == labels[step_at]
+    assert records[0]["label"] == labels[0]  # the first DAG run measures the reference
+    assert len(decision["path"]) == len(records) - 1 <= 3
+    assert "probe path:" in capsys.readouterr().out
+    # each DAG run's report gets the probe path so far, and the next probe a run id of its own
+    from mxbench import config
+
+    shown = json.loads((config.dag_run_dir("mxbench_bisect", f"manual__{len(records) - 1}") / "tables"
+                        / "bisect.json").read_text())
+    assert len(shown["path"]) == len(decision["path"]) + 1 and shown["path"][-1] == decision["message"]
+    assert decision["next_run_id"] == f"manual__0__probe{len(records)}"  # were there a next one
+    # what the store records of each DAG run's build: the commit of a build that has one
+    assert all(r["commit"] == manifest[labels.index(r["label"])].commit for r in records)
+
+
+def test_a_probe_that_measures_nothing_is_said_and_a_neighbour_measured(dag, manifest, monkeypatch, capsys):
+    from mxbench import bisect
+
+    labels = [bisect.label(b) for b in manifest]
+    speed_of = lambda label: 100.0 * (0.8 if labels.index(label) >= 5 else 1.0)  # noqa: E731
+    decision, records = bisect_by_dag_runs(dag, monkeypatch, {"good_build": "1.6.0", "bad_build": "1.9.1",
+                                                               "launchers": ["kubernetes"]},
+                                           speed_of, failing={labels[3]})
+    assert decision["first_bad"] == labels[5]
+    assert decision["path"][0] == {"build": labels[3], "status": "failed", "change": None,
+                                   "message": decision["path"][0]["message"]}
+    assert "probing a neighbour" in capsys.readouterr().out
+
+
+def test_a_bad_pair_of_builds_fails_the_dag_run_naming_it(dag, manifest):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    params = {"good_build": "1.9.1", "bad_build": "1.6.0", "launchers": ["kubernetes"], "probe_build": ""}
+    with pytest.raises(AirflowFailException, match=r"must come before the bad build"):
+        bisect_tasks.resolve_probe.function(params=params, dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
+    with pytest.raises(AirflowFailException, match=r"'mxnet==1\.6\.0' names 3 builds .*name one by its since date"):
+        bisect_tasks.resolve_probe.function(params={**params, "good_build": "mxnet==1.6.0", "bad_build": "1.9.1"},
+                                            dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
+    with pytest.raises(AirflowFailException, match=r"no build '2\.0\.0' in the versions manifest"):
+        bisect_tasks.resolve_probe.function(params={**params, "good_build": "2.0.0"},
+                                            dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
+
+
+def test_the_form_has_no_baseline_knobs(dag):
+    """A probe is judged against the good build's DAG run: the regression DAG's baseline (and the
+    confirmation rounds its baseline decides on) would judge it against other DAG runs."""
+    assert {"good_build", "bad_build", "repeats", "min_drop"} <= set(dag.params)
+    assert not {"baseline_runs", "confirm_rounds"} & set(dag.params)
+
+
+@pytest.mark.slow  # dag.test() of one DAG run that trains
+def test_one_real_dag_run_measures_the_reference_and_triggers_the_next_probe(airflow_db, tmp_path, monkeypatch,
+                                                                              capsys):
+    """The pinned build (the training env) as the good build, two source-only commits after it: the
+    first DAG run trains the reference for real, stores it and triggers the midpoint's DAG run."""
+    import os
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from conftest import REPO
+
+    path = tmp_path / "mxnet-builds.json"
+    path.write_text(json.dumps([
+        {"since": "2026-01-01", "package": "mxnet==1.9.1", "image": "mxbench-train:1.9.1"},
+        {"since": "2026-02-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-1234567", "commit": "1234567"},
+        {"since": "2026-03-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-89abcde", "commit": "89abcde"},
+    ]))
+    monkeypatch.setattr(builds, "MANIFEST", path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", url)
+    dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
+    run = dag.test(run_conf={"good_build": "1.9.1", "bad_build": "89abcde", "repeats": 4, "epochs": 1,
+                             "synthetic_images": 500})
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["decide"] == "success" and states["next_probe"] == "success", states
+    history = store.history(url, "cpu1-bs64", launcher="local")
+    assert set(history["run_id"]) == {run.run_id} and (history["status"] == "ok").sum() == 4
+    out = capsys.readouterr().out
+    assert "probe 1.9.1+1234567: the first bad build is after 1.9.1 and at or before 1.9.1+89abcde" in out
+
+    # the DAG run it triggered carries the bisect's state; run as dag.test() would: the local
+    # launcher cannot run a source-only commit, so the probe fails and no build is guessed
+    from airflow.models.dagrun import DagRun
+
+    triggered = [r for r in DagRun.find(dag_id="mxbench_bisect") if r.run_id != run.run_id]
+    assert len(triggered) == 1
+    conf = triggered[0].conf
+    assert conf["probe_build"] == "1.9.1+1234567"
+    assert conf["bisect_runs"] == [{"build": "1.9.1", "run_id": run.run_id}]
+    second = dag.test(run_conf=conf)
+    states = {ti.task_id: ti.state for ti in second.get_task_instances()}
+    assert states["decide"] == "success" and states["next_probe"] == "skipped", states
+    out = capsys.readouterr().out
+    assert "1. 1.9.1+1234567: failed" in out
+    assert "cannot name the first bad build: 1.9.1+1234567 failed to measure; it is one of 1.9.1+1234567, " \
+           "1.9.1+89abcde (after 1.9.1)" in out
+    # the results store records each DAG run's build, with the commit of one that names it
+    stored = store.history(url, "cpu1-bs64", launcher="local").groupby("run_id")["mxnet_commit"].first()
+    assert pd.isna(stored[run.run_id]) and stored[second.run_id] == "1234567" and len(stored) == 2
+
+
+@pytest.mark.slow  # two venvs of real MXNet wheels (pip, network or its cache) and two DAG runs that train
+def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypatch, capsys):
+    """mxnet 1.8.0.post0 (good) .. 1.9.0 (a local wheel file with its sha256 and a planted commit)
+    .. 1.9.1 (bad, the training env): the reference and the one probe train for real, each in its
+    build's venv, and the bisect names a first bad build from what they measured."""
+    import hashlib
+    import os
+    import subprocess
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.dagrun import DagRun
+
+    from conftest import REPO, train_python
+
+    wheels = tmp_path / "wheels"
+    subprocess.run([train_python(), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+                    "-d", str(wheels), "mxnet==1.9.0"], check=True, timeout=600)
+    (wheel,) = wheels.glob("mxnet-1.9.0-*.whl")
+    real = json.loads((REPO / "config" / "mxnet-builds.json").read_text())
+    by_package = {entry["package"]: entry for entry in real}
+    path = tmp_path / "mxnet-builds.json"
+    path.write_text(json.dumps([
+        by_package["mxnet==1.8.0.post0"],
+        {"since": "2026-11-04", "package": f"wheels/{wheel.name}", "image": "mxbench-train:1.9.0-cu112",
+         "commit": "fedcba9876", "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()},
+        by_package["mxnet==1.9.1"],
+    ]))
+    monkeypatch.setattr(builds, "MANIFEST", path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", url)
+    dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
+    before = {r.run_id for r in DagRun.find(dag_id="mxbench_bisect")}
+    first = dag.test(run_conf={"good_build": "1.8.0.post0", "bad_build": "1.9.1", "repeats": 4, "epochs": 1,
+                               "synthetic_images": 500})
+    assert first.state == "success"
+    (triggered,) = [r for r in DagRun.find(dag_id="mxbench_bisect") if r.run_id not in before | {first.run_id}]
+    assert triggered.conf["probe_build"] == "1.9.0+fedcba9876"
+    second = dag.test(run_conf=triggered.conf)
+    assert second.state == "success"
+    states = {ti.task_id: ti.state for ti in second.get_task_instances()}
+    assert states["next_probe"] == "skipped", states  # one probe decides among three builds
+    out = capsys.readouterr().out
+    assert "1. 1.9.0+fedcba9876: " in out
+    named = "1.9.0+fedcba9876" if "1. 1.9.0+fedcba9876: bad" in out else "1.9.1"
+    assert f"first bad build: {named} (" in out
+    history = store.history(url, "cpu1-bs64", launcher="local")
+    ran = history[history["status"] == "ok"].groupby("run_id").agg(
+        reported=("mxnet_reported", "first"), commit=("mxnet_commit", "first"), n=("repeat", "count"))
+    assert ran.loc[first.run_id, "reported"] == "1.8.0" and ran.loc[second.run_id, "reported"] == "1.9.0"
+    assert ran.loc[second.run_id, "commit"] == "fedcba9876" and set(ran["n"]) == {4}
+
+
+def test_a_regression_dag_run_starts_one_bisect_per_range_unless_triaged(manifest):
+    """Its regressions between manifest builds with builds between them: one trigger each, with
+    the DAG run's measuring params and a run id named by the range (a lasting regression starts
+    it once); an acknowledged one starts none, nor does a DAG run with ``bisect`` off."""
+    from mxbench import dag_tasks
+
+    finding = {"variant": "cpu1-bs64", "launcher": "local", "status": "regression", "triage": "",
+               "baseline_builds": "mxnet==1.7.0.post2"}
+    params = {"bisect": True, "repeats": 5, "epochs": 1, "baseline_runs": 5, "confirm_rounds": 4,
+              "only_variants": ["cpu1-bs64", "cpu2w-bs64"], "launchers": ["local"]}
+    (started,) = dag_tasks.bisects_to_start.function([finding], {"package": "mxnet==1.9.1"}, params=params)
+    conf = started["conf"]
+    assert (conf["good_build"], conf["bad_build"], conf["only_variants"]) == ("2026-10-01", "2026-11-08",
+                                                                              ["cpu1-bs64"])
+    assert conf["repeats"] == 5 and "baseline_runs" not in conf and "confirm_rounds" not in conf
+    assert started["trigger_run_id"] == "bisect__cpu1-bs64__local__2026-10-01__2026-11-08"
+    acknowledged = {**finding, "triage": "acknowledged"}
+    assert dag_tasks.bisects_to_start.function([acknowledged], {"package": "mxnet==1.9.1"}, params=params) == []
+    assert dag_tasks.bisects_to_start.function([finding], {"package": "mxnet==1.9.1"},
+                                               params={**params, "bisect": False}) == []
+
