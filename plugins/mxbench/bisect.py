@@ -167,7 +167,7 @@ def probes_of(runs: Sequence[dict], speeds: Dict[str, List[float]], good: str, v
 
 
 def start_conf(step: Optional[dict], manifest: Sequence, variant: str, launcher: str) -> Optional[dict]:
-    """The conf that starts a bisect of a step ``regression.find_step`` named (its ``previous`` and
+    """The conf that starts a bisect of a step between two builds (its ``previous`` and
     ``build``: versions as the trainer reported them), or None when there is nothing to bisect: no
     step, a build the manifest does not name exactly once, or no manifest build between the two."""
     if not step:

@@ -1,4 +1,4 @@
-"""Did a variant get slower than its baseline? The regression DAG's rule, and the step finder.
+"""Did a variant get slower than its baseline? The regression DAG's rule, its confirmation and false-discovery control.
 
 The baseline is the last ``BASELINE_RUNS`` successful DAG runs of the same variant and launcher
 on the same hardware fingerprint (the results store picks them). The rule reuses the launcher
@@ -113,25 +113,6 @@ def suspected(current: Sequence[float], baseline: Sequence[float], min_drop: flo
     is rarely left unconfirmed; the alert itself is judged over every round."""
     ratio = float(pd.Series(usable_speeds(current)).median() / pd.Series(usable_speeds(baseline)).median())
     return ratio <= 1 - SUSPECT_SHARE * min_drop, ratio
-
-
-def find_step(history: pd.DataFrame, min_drop: float = MIN_DROP, alpha: float = verdict.ALPHA) -> Optional[dict]:
-    """Which build first got slower: over ``history`` (one row per measured repeat, with
-    ``build``, the build that ran (the store's ``what_ran``: the version the trainer reported, not
-    the package asked for), ``when`` and ``samples_per_sec``; one variant and launcher), each build's
-    repeats are compared with the build before it, in the order the builds were first measured.
-    The first boundary the rule calls a regression: {"build", "previous", "change", "ci_low",
-    "ci_high", "p_value"}; None when no build is slower than the one before."""
-    ok = history.dropna(subset=["samples_per_sec"])
-    order = ok.groupby("build")["when"].min().sort_values().index.tolist()
-    for previous, build in zip(order, order[1:]):
-        finding = check("", "", ok.loc[ok["build"] == build, "samples_per_sec"],
-                        ok.loc[ok["build"] == previous, "samples_per_sec"], min_drop=min_drop, alpha=alpha,
-                        min_baseline_runs=0)
-        if finding.status == "regression":
-            return {"build": build, "previous": previous, "change": finding.change, "ci_low": finding.ci_low,
-                    "ci_high": finding.ci_high, "p_value": finding.p_value}
-    return None
 
 
 def dag_run_keys(frame: pd.DataFrame) -> List[str]:

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mxbench.regression import check, find_step
+from mxbench.regression import check
 
 CV = 0.03  # run-to-run spread of samples/s seen on the CPU demo and in the seed's logs
 REPEATS, BASELINE_RUNS = 4, 5
@@ -67,16 +67,20 @@ def test_an_improvement_is_told_apart():
 
 
 def test_the_step_finder_names_the_first_slower_build():
+    from mxbench.report import step_table
+
     rng = np.random.default_rng(6)
     rows = []
     for day, (build, mean) in enumerate([("1.7.0", 1000), ("1.8.0", 1005), ("1.9.0", 880), ("1.9.1", 870)]):
         for value in current(rng, mean) + current(rng, mean):
-            rows.append({"build": build, "when": pd.Timestamp("2026-11-01") + pd.Timedelta(days=day),
-                         "samples_per_sec": value})
-    step = find_step(pd.DataFrame(rows))
-    assert step["build"] == "1.9.0" and step["previous"] == "1.8.0" and step["change"] < -0.05
+            rows.append({"variant": "v", "launcher": "local", "environment": "aaaa", "status": "ok",
+                         "run_id": f"day{day}", "build": build, "samples_per_sec": value,
+                         "when": pd.Timestamp("2026-11-01") + pd.Timedelta(days=day)})
+    (step,) = step_table(pd.DataFrame(rows)).to_dict("records")
+    assert (step["first build after"], step["last build before"]) == ("1.9.0", "1.8.0")
+    assert float(step["level change"].rstrip("%")) < -5
     flat = pd.DataFrame([{**r, "samples_per_sec": 1000 * (1 + rng.normal(0, CV))} for r in rows])
-    assert find_step(flat) is None
+    assert step_table(flat)["first build after"].tolist() == ["none"]
 
 
 def test_the_alert_names_variant_baseline_change_builds_and_runs():

@@ -290,7 +290,7 @@ def test_upgrade_a_0003_database_adds_what_each_run_ran_on_and_old_rows_read_bac
 
 def test_history_and_the_step_finder_group_by_what_ran_not_by_what_was_asked(url, tmp_path):
     """Every DAG run asked for mxnet==1.9.0; from day 4 its interpreter held 1.9.1, 15% slower."""
-    from mxbench.regression import find_step
+    from mxbench.report import step_table
 
     for day in range(8):
         reported, mean = ("1.9.0", 1000.0) if day < 4 else ("1.9.1", 850.0)
@@ -304,9 +304,12 @@ def test_history_and_the_step_finder_group_by_what_ran_not_by_what_was_asked(url
     history = store.history(url, "cpu2-bs32", launcher="local").assign(when=lambda h: h["measured_at"])
     assert set(history["mxnet_package"]) == set(history["mxnet_asked"]) == {"mxnet==1.9.0"}
     assert history.groupby("build")["run_id"].nunique().to_dict() == {"1.9.0": 4, "1.9.1": 4}
-    step = find_step(history)
-    assert (step["build"], step["previous"]) == ("1.9.1", "1.9.0") and step["change"] < -0.1
-    assert find_step(history.assign(build=history["mxnet_package"])) is None  # by the package: one build, no step
+    (step,) = step_table(history).to_dict("records")
+    assert (step["first build after"], step["last build before"]) == ("1.9.1", "1.9.0")
+    assert float(step["level change"].rstrip("%")) < -10
+    # by the package asked for, both sides are one build: the step cannot be put on a build
+    (asked,) = step_table(history.assign(build=history["mxnet_package"])).to_dict("records")
+    assert asked["first build after"] == asked["last build before"] == "mxnet==1.9.0"
     baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_regression", "scheduled__day5"))
     assert set(baseline["build"]) == {"1.9.0", "1.9.1"} and set(baseline["runtime"]) == {VENV_190}
 
