@@ -167,7 +167,7 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from mxbench.variants import machine_sets
+    from mxbench.matrix.variants import machine_sets
 
     for machines, launchers in machine_sets().items():  # as scripts/airflow-init.sh makes them
         airflow("pools", "set", f"mxbench_{machines}", "1", f"mxbench: one run at a time on the {machines} "

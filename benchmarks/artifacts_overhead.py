@@ -80,7 +80,9 @@ def verdict(ok: bool) -> str:
 
 def real_run(scratch: Path, images: int):
     """One real run of RUN_VARIANT for 1 epoch: (DAG run folder, run key, data dict)."""
-    from mxbench import config, launchers, pipeline, run_stage
+    from mxbench import config, launchers
+    from mxbench.stages import pipeline
+    from mxbench.stages import run as run_stage
 
     params = {"preset": "cpu-demo", "only_variants": [RUN_VARIANT], "repeats": 1, "epochs": 1,
               "synthetic_images": images, "launchers": ["local"]}

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from mxbench import bisect  # noqa: E402
+from mxbench.regression import bisect  # noqa: E402
 
 BUILDS = [f"b{i}" for i in range(8)]
 

@@ -36,10 +36,11 @@ def main() -> int:
     args, scratch = begin(parser, "build-overhead")
     print(f"scratch folder: {scratch}")
     stack_env(scratch)  # before anything imports airflow: it reads its configuration once
-    from mxbench import builds, connections
+    from mxbench.airflow_glue import connections
+    from mxbench.builds import manifest as builds
     from mxbench.launchers.base import RunBuild
-    from mxbench.launchers.ssh import run_command
-    from mxbench.launchers.ssh_commands import build_command, setup_command
+    from mxbench.launchers.ssh.commands import build_command, setup_command
+    from mxbench.launchers.ssh.launcher import run_command
     from standins import sshd
 
     build = next((b for b in builds.load_manifest() if b.version == args.build), None)

@@ -25,7 +25,7 @@ OUT=${OUT:-/tmp/gpu_check}
 PACKAGE=${MXBENCH_GPU_PACKAGE:-mxnet-cu112==1.9.1}
 IMAGES=${MXBENCH_GPU_IMAGES:-12800}
 TRAIN_TIMEOUT=${MXBENCH_GPU_TRAIN_TIMEOUT:-300}
-BATCH=128  # the seed's 1-GPU variant, 1gpu-bs128 (plugins/mxbench/variants.py)
+BATCH=128  # the seed's 1-GPU variant, 1gpu-bs128 (plugins/mxbench/matrix/variants.py)
 LAYERS=110
 
 mkdir -p "$OUT"

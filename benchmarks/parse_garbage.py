@@ -69,7 +69,7 @@ def write(path: Path, lines, size: int):
 
 def parse_in_child(path: Path) -> dict:
     """Seconds and memory of one parse, in a fresh process so that peaks do not mix."""
-    code = ("import json, resource, sys, time; from mxbench.parse import parse_log; "
+    code = ("import json, resource, sys, time; from mxbench.results.parse import parse_log; "
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; t = time.perf_counter(); "
             "p = parse_log(sys.argv[1]); s = time.perf_counter() - t; "
             "print(json.dumps({'seconds': s, 'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from mxbench import regression  # noqa: E402
+from mxbench.regression import rule as regression  # noqa: E402
 
 
 def dag_run(rng, level, cv, between, repeats):

@@ -47,8 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from mxbench.floors import rounds_needed  # noqa: E402
-from mxbench.verdict import (  # noqa: E402
+from mxbench.stats.floors import rounds_needed  # noqa: E402
+from mxbench.stats.verdict import (  # noqa: E402
     ALPHA,
     LEVEL,
     POWER,
@@ -192,7 +192,7 @@ def noise_from(path):
 
 
 def aa_noise_csv(path) -> dict:
-    """An A/A calibration's ``tables/aa_noise.csv`` (``mxbench.calibration.noise_floor``) as entries."""
+    """An A/A calibration's ``tables/aa_noise.csv`` (``mxbench.results.calibration.noise_floor``) as entries."""
     with open(path, newline="") as file:
         rows = list(csv.DictReader(file))
 

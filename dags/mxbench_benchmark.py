@@ -24,8 +24,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from mxbench import dag_tasks
-from mxbench.variants import PARAMS_SCHEMA
+from mxbench.airflow_glue import dag_tasks
+from mxbench.matrix.params import PARAMS_SCHEMA
 
 
 @dag(

@@ -22,9 +22,9 @@ from __future__ import annotations
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag
 
-from mxbench import bisect_tasks, dag_tasks
-from mxbench.bisect_tasks import BISECT_PARAMS_SCHEMA
-from mxbench.notify import failure_notifiers
+from mxbench.airflow_glue import bisect_tasks, dag_tasks
+from mxbench.airflow_glue.notify import failure_notifiers
+from mxbench.matrix.params import BISECT_PARAMS_SCHEMA
 
 
 @dag(

@@ -39,9 +39,9 @@ import pendulum
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import Param, dag
 
-from mxbench import dag_tasks
-from mxbench.notify import failure_notifiers
-from mxbench.variants import REGRESSION_PARAMS_SCHEMA
+from mxbench.airflow_glue import dag_tasks
+from mxbench.airflow_glue.notify import failure_notifiers
+from mxbench.matrix.params import REGRESSION_PARAMS_SCHEMA
 
 
 @dag(
@@ -54,7 +54,7 @@ from mxbench.variants import REGRESSION_PARAMS_SCHEMA
     tags=["mxbench", "regression"],
     # no retries of its own: a deployment sets [core] default_task_retries (a run task whose worker
     # was lost then runs again on another; a run that measured is never measured twice)
-    on_failure_callback=failure_notifiers(),  # configuration: MXBENCH_NOTIFIERS (mxbench.notify)
+    on_failure_callback=failure_notifiers(),  # configuration: MXBENCH_NOTIFIERS (mxbench.airflow_glue.notify)
 )
 def mxbench_regression():
     build = dag_tasks.resolve_build()

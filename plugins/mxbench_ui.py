@@ -1,4 +1,4 @@
-"""Airflow plugin: the mxbench pages in the Airflow UI (their app is mxbench.web).
+"""Airflow plugin: the mxbench pages in the Airflow UI (their app is mxbench.airflow_glue.web).
 
 "Benchmark report" is a tab on every DAG run (it answers for mxbench_benchmark,
 mxbench_regression and mxbench_bisect runs); "Benchmark history" is in the navigation bar. Both show inside the UI,
@@ -6,7 +6,7 @@ in a frame of the api-server's own /mxbench pages, so the UI's login cookie goes
 """
 from airflow.plugins_manager import AirflowPlugin
 
-from mxbench.web import app
+from mxbench.airflow_glue.web import app
 
 
 class MxbenchUIPlugin(AirflowPlugin):

@@ -6,7 +6,7 @@ set -euo pipefail
 airflow db migrate
 # airflow's own interpreter: the one that has mxbench installed beside it
 "$(dirname "$(command -v airflow)")/python" - <<'PY' | while IFS=$'\t' read -r pool description; do airflow pools set "$pool" 1 "$description"; done
-from mxbench.variants import machine_sets  # MXBENCH_MACHINE_SETS, as the DAG reads it
+from mxbench.matrix.variants import machine_sets  # MXBENCH_MACHINE_SETS, as the DAG reads it
 
 for machines, launchers in machine_sets().items():
     print(f"mxbench_{machines}\tmxbench: one run at a time on the {machines} machines ({', '.join(launchers)})")

@@ -59,7 +59,7 @@ else
 fi
 # The 2-host variant in rounds, each round the three launchers back to back in counterbalanced
 # order (which only the real scheduler keeps, see scripts/demo_stack.py): 6 rounds, the fewest a
-# paired sign-flip test can reach p < 0.05 with (mxbench.floors.rounds_needed), and a 7th unless
+# paired sign-flip test can reach p < 0.05 with (mxbench.stats.floors.rounds_needed), and a 7th unless
 # the first 6 rounds' spread already gives every pair an interval within ±7.5% (stop_rule). 3 epochs: the first is warm-up, left out of the
 # speed, and two epochs' readings make a round's ratio about a third less noisy than one
 # (measured). About 13 s a run on 2 quiet cores, 18 s on busy ones: under 10 minutes in all.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .metrics import NoSpeedLines, compare_speeds, run_metrics
-from .parse import parse_log
+from mxbench.results.metrics import NoSpeedLines, compare_speeds, run_metrics
+from mxbench.results.parse import parse_log
 
 
 def parse_one(path: str) -> dict:
@@ -66,9 +66,9 @@ def cmd_parse(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .pipeline import join, parse_all, stored_aa_noise
-    from .report import build_report
-    from .store import default_url
+    from mxbench.report import build_report
+    from mxbench.stages.pipeline import join, parse_all, stored_aa_noise
+    from mxbench.store import default_url
 
     run_dir = Path(args.run_dir)
     parse_all(run_dir)
@@ -80,9 +80,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_fetch(args) -> int:
+    from mxbench.artifacts import download
     from mxbench_train.errors import MxbenchError
-
-    from .artifacts import download
 
     try:
         folder = download(args.dag_id, args.run_id, Path(args.to))
@@ -94,7 +93,7 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .run_folder import load_table
+    from mxbench.run_folder import load_table
 
     first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
     if args.other:
@@ -125,7 +124,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from . import store
+    from mxbench import store
 
     found = store.history(args.url or store.default_url(), args.variant, args.launcher, args.fingerprint)
     if found.empty:
@@ -140,7 +139,7 @@ def cmd_history(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from . import config, store
+    from mxbench import config, store
 
     folders = [Path(d) for d in args.run_dirs] or sorted(p for p in (config.home() / "runs").glob("*") if p.is_dir())
     missing = [str(d) for d in folders if not d.is_dir()]
@@ -199,7 +198,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command not in ("history", "import"):
         return args.func(args)
-    from .store import StoreError
+    from mxbench.store import StoreError
 
     try:
         return args.func(args)

@@ -4,6 +4,6 @@ Only ``train`` (and ``resnet``, mxnet), ``cifar10`` and ``synthetic`` (numpy) ne
 than the standard library. The orchestration environment (Airflow, no mxnet, no numpy
 needed) imports these stdlib-only modules, so they must stay that way:
 ``errors``, ``events``, ``roles``, ``plan_runner``, ``localhost``, ``telemetry``,
-``role_log``, ``pod_outputs``, ``host_build`` (with ``host_workdir``) and ``data_sources``.
+``role_log``, ``pod_outputs``, ``host_build`` (with ``host_workdir`` and ``host_folders``) and ``data_sources``.
 ``download``, ``probe``, ``supervise`` and ``recordio_check`` are stdlib-only too.
 """

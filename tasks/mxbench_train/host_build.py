@@ -1,6 +1,6 @@
 """An MXNet build's venv on a training host: made there on first use, reused after.
 
-The SSH launcher measures the build a DAG run asks for (``mxbench.builds``) on every SSH host,
+The SSH launcher measures the build a DAG run asks for (``mxbench.builds.manifest``) on every SSH host,
 so each host needs that build's MXNet beside its own. Run on the host as the SSH user, with the
 host's training interpreter (the one that has ``mxbench_train``):
 
@@ -10,7 +10,7 @@ host's training interpreter (the one that has ``mxbench_train``):
   may write to it or swap a folder above it) and ``W/builds`` is made 0700 and checked the same
   way: another local user must not plant a venv that the roles would run.
 - ``JSON`` names the build: ``{"package": "mxnet==1.9.0", "version": "1.9.0", "spec": [...]}``,
-  ``spec`` being what pip installs (``mxbench.builds.install_spec``: the package first).
+  ``spec`` being what pip installs (``mxbench.builds.manifest.install_spec``: the package first).
 - The venv, ``W/builds/<distribution>-<version>-<hash>``, is made with this interpreter's
   ``venv`` module (from a venv's python it bases on the real base interpreter), so it never sees
   this interpreter's site-packages and their MXNet. pip installs the spec with the host's own pip
@@ -44,7 +44,7 @@ import time
 
 from .data_sources import redact
 from .errors import MxbenchError
-from .host_workdir import DEFAULT_WORKDIR, check_above, check_own
+from .host_folders import DEFAULT_WORKDIR, check_above, check_own
 
 FORMAT = 1  # bump when the way a venv is made changes: every venv made before is then remade
 STAMP = ".mxbench-build.json"
@@ -80,7 +80,7 @@ class Stopped(BaseException):
     """SIGTERM, SIGHUP or SIGINT arrived (a killed task, a dropped SSH session): unwind and tidy up."""
 
 
-# --- helpers the orchestration side shares (mxbench.builds imports them) ---------------------
+# --- helpers the orchestration side shares (mxbench.builds.manifest imports them) ---------------------
 
 def shown(requirement: str) -> str:
     """``requirement`` as it may be written down: a URL's user, password and secret-looking query

@@ -83,7 +83,9 @@ def test_the_report_leads_with_the_false_calls_and_shows_the_noise_floor(calibra
 
 
 def test_the_store_keeps_the_calibration_and_a_later_run_shows_it(calibrated, url, tmp_path):
-    from mxbench import calibration, pipeline, store
+    from mxbench import store
+    from mxbench.results import calibration
+    from mxbench.stages import pipeline
 
     run, dag_dir = calibrated
     stored = json.loads((dag_dir / "stored.json").read_text())

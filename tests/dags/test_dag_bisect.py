@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mxbench import bisect_tasks, builds, store
+from mxbench import store
+from mxbench.airflow_glue import bisect_tasks
+from mxbench.builds import manifest as builds
 
 # 8 builds: release wheels, and commits between them built from source (their image) or as a wheel
 MANIFEST = [
@@ -103,7 +105,7 @@ def bisect_by_dag_runs(dag, monkeypatch, conf, speed_of, failing=(), limit=10):
 
 @pytest.mark.parametrize("step_at", range(1, 8))
 def test_dag_runs_find_a_planted_step_in_at_most_3_probes(dag, manifest, monkeypatch, capsys, step_at):
-    from mxbench import bisect
+    from mxbench.regression import bisect
 
     labels = [bisect.label(b) for b in manifest]
     conf = {"good_build": "2026-09-01", "bad_build": "1.9.1", "launchers": ["kubernetes"]}
@@ -125,7 +127,7 @@ def test_dag_runs_find_a_planted_step_in_at_most_3_probes(dag, manifest, monkeyp
 
 
 def test_a_probe_that_measures_nothing_is_said_and_a_neighbour_measured(dag, manifest, monkeypatch, capsys):
-    from mxbench import bisect
+    from mxbench.regression import bisect
 
     labels = [bisect.label(b) for b in manifest]
     speed_of = lambda label: 100.0 * (0.8 if labels.index(label) >= 5 else 1.0)  # noqa: E731
@@ -266,7 +268,7 @@ def test_a_regression_dag_run_starts_one_bisect_per_range_unless_triaged(manifes
     """Its regressions between manifest builds with builds between them: one trigger each, with
     the DAG run's measuring params and a run id named by the range (a lasting regression starts
     it once); an acknowledged one starts none, nor does a DAG run with ``bisect`` off."""
-    from mxbench import dag_tasks
+    from mxbench.airflow_glue import dag_tasks
 
     finding = {"variant": "cpu1-bs64", "launcher": "local", "status": "regression", "triage": "",
                "baseline_builds": "mxnet==1.7.0.post2"}

@@ -27,7 +27,7 @@ def dag_run(airflow_db):
 
 
 def raw_samples_per_sec(run_dir: Path) -> float:
-    """Straight from the logs, independently of mxbench.parse: per worker, the median Speedometer
+    """Straight from the logs, independently of mxbench.results.parse: per worker, the median Speedometer
     reading after the first epoch, summed over workers."""
     total = 0.0
     for log in sorted(run_dir.glob("rank*.log")):
@@ -99,8 +99,8 @@ def test_every_run_folder_has_logs_metadata_and_plan(dag_run):
 def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp_path):
     import shutil
 
-    from mxbench import run_stage
     from mxbench.cli import main
+    from mxbench.stages import run as run_stage
 
     _, original = dag_run
     dag_dir = shutil.copytree(original, tmp_path / original.name)

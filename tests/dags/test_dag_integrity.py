@@ -114,8 +114,8 @@ def test_a_run_task_is_one_operator_per_run(dagbag):
     pods are built by a KubernetesPodOperator made for that run, with the connection's settings."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    from mxbench.launchers.kubernetes_pods import PodSettings
-    from mxbench.operators import RunVariantOperator
+    from mxbench.airflow_glue.operators import RunVariantOperator
+    from mxbench.launchers.kubernetes.pods import PodSettings
 
     run_variant = dagbag.dags["mxbench_benchmark"].get_task("local.run_variant")
     assert run_variant.operator_class is RunVariantOperator
@@ -139,7 +139,7 @@ def test_a_run_task_is_one_operator_per_run(dagbag):
 def test_a_run_tasks_airflow_timeout_follows_the_run_deadline():
     from datetime import timedelta
 
-    from mxbench.operators import RunVariantOperator
+    from mxbench.airflow_glue.operators import RunVariantOperator
 
     task = RunVariantOperator(task_id="probe", run={})
     task.pre_execute({"params": {"run_timeout_minutes": 30}})
@@ -150,7 +150,7 @@ def test_trigger_form_params_validate(dagbag):
     from airflow.sdk.definitions.param import ParamsDict
 
     dag = dagbag.dags["mxbench_benchmark"]
-    from mxbench.floors import repeats_needed, rounds_needed
+    from mxbench.stats.floors import repeats_needed, rounds_needed
 
     # the repeats a verdict needs come from the exact tests' floors, never typed by hand
     assert dag.params["preset"] == "cpu-demo" and dag.params["repeats"] == rounds_needed() == 6

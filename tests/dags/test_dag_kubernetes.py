@@ -156,8 +156,9 @@ def test_a_failing_role_pod_ends_its_run_and_deletes_its_pods_while_others_go_on
 
 
 def test_a_pod_that_never_schedules_fails_with_a_named_timeout(airflow_db, kube_standin, tmp_path):
-    from mxbench import config, connections
-    from mxbench.variants import Variant
+    from mxbench import config
+    from mxbench.airflow_glue import connections
+    from mxbench.matrix.variants import Variant
     from mxbench_train.plan_runner import RoleFailed
 
     os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(kube_standin,
@@ -184,8 +185,8 @@ def launcher_with(standin, pod_manager=False, should_stop=None, **pod):
     gives it) when asked."""
     from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 
-    from mxbench import connections
-    from mxbench.launchers.kubernetes import KubernetesLauncher
+    from mxbench.airflow_glue import connections
+    from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
 
     os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(standin, **pod))
     try:
@@ -198,7 +199,7 @@ def launcher_with(standin, pod_manager=False, should_stop=None, **pod):
 
 
 def dist_variant(epochs=1):
-    from mxbench.variants import Variant
+    from mxbench.matrix.variants import Variant
 
     return Variant("dist2-bs64", "2 workers dist_sync", 64, workers=2, kvstore="dist_sync", num_layers=8,
                    epochs=epochs, disp_batches=5)
@@ -300,7 +301,8 @@ def test_sigterm_to_the_task_deletes_its_pods_and_the_task_fails(airflow_db, kub
 
 
 def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standin):
-    from mxbench import connections, run_stage
+    from mxbench.airflow_glue import connections
+    from mxbench.stages import run as run_stage
 
     env = k8s_env(kube_standin)
     process = start_dag_test({**KILL_CONF, "notes": ["sigkill"]}, env)
@@ -327,7 +329,7 @@ def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standi
 
 
 def test_a_missing_or_broken_cluster_connection_is_named(airflow_db, kube_standin):
-    from mxbench import connections
+    from mxbench.airflow_glue import connections
     from mxbench_train.errors import MxbenchError
 
     with pytest.raises(MxbenchError, match="kubernetes connection 'no_such_cluster'"):

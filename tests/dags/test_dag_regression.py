@@ -84,8 +84,10 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
     """The first run judged again, now with two earlier DAG runs of its own speed in the store (a
     second real run would measure whatever else this machine is doing; the rule's behaviour on
     noise is test_regression.py's, on seeded histories)."""
-    from mxbench import dag_run_failures, regression_check, store
+    from mxbench import store
     from mxbench.report import build_report
+    from mxbench.stages import failures as dag_run_failures
+    from mxbench.stages import regression_check
 
     run, dag_dir = first_run
     for i in range(2):
@@ -118,7 +120,7 @@ def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, u
 
 
 def test_notifiers_come_from_configuration_and_bad_ones_are_named():
-    from mxbench.notify import failure_notifiers
+    from mxbench.airflow_glue.notify import failure_notifiers
     from support.notifier import RecordingNotifier
 
     (notifier,) = failure_notifiers({"MXBENCH_NOTIFIERS": json.dumps(

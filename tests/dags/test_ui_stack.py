@@ -101,7 +101,7 @@ def test_the_plugin_answers_404_for_what_is_not_a_report(stack, finished_run):
     missing = stack.call("GET", report_path("manual__no-such-run"), viewer)
     assert missing.status == 404 and "no DAG run" in missing.text
     # run ids that are paths: no such DAG run, so nothing is looked up on disk (report_file's own
-    # guard is tested in tests/orchestration/test_history_page.py)
+    # guard is tested in tests/orchestration/report/test_history_page.py)
     for sneaky in ("..%2F..%2F..%2Fetc%2Fpasswd", "..%2F" * 8 + "etc%2Fpasswd"):
         answer = stack.call("GET", f"/mxbench/report/{DAG}/{sneaky}", viewer)
         assert answer.status == 404 and "root:" not in answer.text
@@ -306,7 +306,8 @@ def test_the_trigger_form_starts_the_run_it_shows(stack, admin, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from mxbench.variants import PARAMS_SCHEMA, PRESETS
+    from mxbench.matrix.params import PARAMS_SCHEMA
+    from mxbench.matrix.variants import PRESETS
 
     run_id = "trigger_form_choices"
     browser.delete_all_cookies()

@@ -4,7 +4,6 @@ is refused, an editor's change shows on the page, and in headless Chromium a per
 with the page's form inside the Airflow UI. The results store is seeded with a regression
 beforehand (no DAG run needed: only the api-server runs)."""
 import re
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -13,11 +12,8 @@ from datetime import timedelta
 import pytest
 from test_ui_stack import browser, framed_page, log_in, screenshot  # noqa: F401 (browser: a fixture)
 
-from conftest import REPO
 from support.airflow_stack import AirflowStack, Response
-
-sys.path.insert(0, str(REPO / "tests" / "orchestration"))  # the store's test helpers: seeded DAG runs
-from test_store import CPU_FP, T0, make_dag_dir, ok_runs, variant  # noqa: E402
+from support.stored_runs import CPU_FP, T0, make_dag_dir, ok_runs, variant  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real Airflow api-server and headless Chromium
 

@@ -17,14 +17,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from mxbench.launchers.kubernetes_pods import pod_settings
-from mxbench.variants import DEFAULT_KUBERNETES_CONNECTION, DEFAULT_SSH_CONNECTIONS, machine_sets
+from mxbench.launchers.kubernetes.pods import pod_settings
+from mxbench.matrix.variants import DEFAULT_KUBERNETES_CONNECTION, DEFAULT_SSH_CONNECTIONS, machine_sets
 
 REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "docs" / "helm"
 DOC = REPO / "docs" / "deploy.md"
 CHART_SCHEMA = REPO / "tests" / "fixtures" / "helm" / "airflow-chart-values.schema.excerpt.json"
-K8S_VERSION = "1.34.0"  # as tests/orchestration/test_kubernetes_pods.py
+K8S_VERSION = "1.34.0"  # as tests/orchestration/launchers/test_kubernetes_pods.py
 VALUES = sorted(HELM.glob("values-*.yaml"))
 MANIFESTS = sorted(set(HELM.glob("*.yaml")) - set(VALUES))
 # an environment variable the code sets for its own subprocess, not a setting
@@ -141,7 +141,8 @@ def granted(rules):
 
 def test_rbac_grants_every_call_the_launcher_makes_and_no_more():
     code = "".join((REPO / "plugins" / "mxbench" / f).read_text()
-                   for f in ("launchers/kubernetes.py", "launchers/kubernetes_roles.py", "operators.py"))
+                   for f in ("launchers/kubernetes/launcher.py", "launchers/kubernetes/roles.py",
+                             "airflow_glue/operators.py"))
     calls = set(re.findall(r"client\.((?:create|read|list|delete|patch|replace|connect|watch)_\w+)\(", code))
     unknown = calls - set(API_CALLS)
     assert not unknown, f"API calls with no RBAC rule in this test: {unknown}; add them to API_CALLS and the Role"

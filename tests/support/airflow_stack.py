@@ -74,7 +74,7 @@ class AirflowStack:
     def prepare(self):
         """The metadata DB, the mxbench pools (as scripts/airflow-init.sh makes them) and the DAGs
         serialized: before the scheduler runs, as SQLite takes one writer at a time."""
-        from mxbench.variants import machine_sets
+        from mxbench.matrix.variants import machine_sets
 
         self.airflow("db", "migrate")
         for machines, launchers in machine_sets().items():

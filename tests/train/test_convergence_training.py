@@ -3,8 +3,8 @@ for every epoch, and the seconds to a target are the epoch time costs the log pr
 import re
 
 from conftest import run_trainer
-from mxbench.convergence import time_to_target
-from mxbench.parse import parse_log
+from mxbench.results.convergence import time_to_target
+from mxbench.results.parse import parse_log
 
 TIME_COST = re.compile(r"Epoch\[(\d+)\] Time cost=([\d.]+)")
 VALIDATION = re.compile(r"Epoch\[(\d+)\] Validation-accuracy=([\d.]+)")

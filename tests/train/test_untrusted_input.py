@@ -313,7 +313,7 @@ def test_query_credentials_are_redacted_too():
 
 
 def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
     argv_log = tmp_path / "argv.log"
@@ -352,7 +352,7 @@ def _holds_secret(folder):
 def test_a_worker_file_outside_the_allowed_folders_is_refused_unread(tmp_path, form):
     """On main a trigger user got any worker-readable file copied into the data folder (file://),
     and the refusal printed its MD5."""
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
     secret, data_root = _secret_file(tmp_path), tmp_path / "data"
@@ -371,7 +371,7 @@ def test_a_worker_file_outside_the_allowed_folders_is_refused_unread(tmp_path, f
 
 
 def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_source):
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
     data_root = tmp_path / "data"
@@ -386,7 +386,7 @@ def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_
 
 
 def test_folders_an_administrator_lists_are_allowed(tmp_path, monkeypatch):
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
 
     shared = tmp_path / "shared datasets"
     src = run_trainer("synthetic-cifar10", "--out", shared, "--train", 50, "--test", 10, "--archive")
@@ -410,7 +410,7 @@ def test_an_unverified_download_is_deleted_and_its_digest_never_shown(tmp_path, 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "2130706433", "[::ffff:127.0.0.1]"])
 def test_a_url_to_a_loopback_address_is_refused_before_any_request(tmp_path, serve, host):
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
     server, base = serve({"/cifar-10-python.tar.gz": _send(b"x")})
@@ -424,7 +424,7 @@ def test_a_url_to_a_loopback_address_is_refused_before_any_request(tmp_path, ser
 
 
 def test_a_listed_private_host_may_serve_but_not_redirect_to_an_unlisted_one(tmp_path, serve, monkeypatch):
-    from mxbench import pipeline
+    from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
     inner, inner_base = serve({"/c.tgz": _send(b"x")})

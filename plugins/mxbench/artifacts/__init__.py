@@ -24,10 +24,10 @@ The modules: ``object_store`` (``Store``, its units and manifests), ``workspace`
 folder for one task: ``dag_run``, ``run_folder``), ``prepared_data`` (``publish_data``,
 ``local_data``) and ``published_runs`` (``read_report``, ``download``). Import them from here.
 """
-from .object_store import SETTING, Store, base_url, files_under, listing, object_of
-from .prepared_data import DATA_FILES, fetch_published_data, local_data, publish_data
-from .published_runs import download, published_folder, published_paths, read_report
-from .workspace import (
+from mxbench.artifacts.object_store import SETTING, Store, base_url, files_under, listing, object_of
+from mxbench.artifacts.prepared_data import DATA_FILES, fetch_published_data, local_data, publish_data
+from mxbench.artifacts.published_runs import download, published_folder, published_paths, read_report
+from mxbench.artifacts.workspace import (
     DAG_FILES,
     RunSpace,
     Workspace,

@@ -15,11 +15,10 @@ import uuid
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from mxbench import config
+from mxbench.run_folder import sha256_of
 from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
-
-from .. import config
-from ..run_folder import sha256_of
 
 SETTING = "MXBENCH_ARTIFACTS"
 

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from mxbench import config
+from mxbench.artifacts.object_store import Store, files_under
+from mxbench.builds import caches
+from mxbench.run_folder import sha256_of
 from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
-
-from .. import caches, config
-from ..run_folder import sha256_of
-from .object_store import Store, files_under
 
 DATA_FILES = (".rec", ".idx", ".json")  # a prepared data set's published files (not its download)
 

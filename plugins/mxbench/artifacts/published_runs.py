@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
+from mxbench.artifacts.object_store import Store, object_of
+from mxbench.artifacts.workspace import Workspace, dag_run_name
 from mxbench_train.errors import MxbenchError
-
-from .object_store import Store, object_of
-from .workspace import Workspace, dag_run_name
 
 
 def published_paths(paths: Dict[str, str], dag_dir: Path, dag_id: str, run_id: str,
@@ -32,7 +31,7 @@ def published_folder(dag_id: str, run_id: str, store: Optional[Store] = None) ->
 def read_report(dag_id: str, run_id: str, store: Optional[Store] = None) -> Optional[bytes]:
     """The published report.html of a DAG run, checked against the report's manifest; None when
     there is none yet, or the DAG run folder is another DAG's. Object storage only (the default
-    store is read as a folder: ``mxbench.web``)."""
+    store is read as a folder: ``mxbench.airflow_glue.web``)."""
     store = store or Store()
     folder = f"runs/{dag_run_name(dag_id, run_id)}"
     manifest = store.manifest(folder, "report")

@@ -11,12 +11,11 @@ import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
+from mxbench import config
+from mxbench.artifacts.object_store import Store, files_under
+from mxbench.run_folder import sha256_of
 from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
-
-from .. import config
-from ..run_folder import sha256_of
-from .object_store import Store, files_under
 
 DAG_FILES = ("request.json", "data.json", "stages.json", "stored.json")
 

@@ -1,20 +1,19 @@
 """Launchers: each executes a variant's role plan on its own kind of machines.
 
 ``base`` says what a launcher is (the ``Launcher`` and ``RoleHandle`` protocols) and holds what
-they share. ``local`` is the embedded default; ``ssh`` runs each role on an SSH host
-(``ssh_commands``: its pure part, every command line; ``ssh_transfer``: the data set and the
-run's outputs over SFTP); ``kubernetes`` runs each role as a pod (``kubernetes_roles``: a run's
-pods and each role's; ``kubernetes_pods``: its pure part, settings and manifests), with the pod
-building of the DAG's run operator (``mxbench.operators``). ``mxbench.connections`` makes the ssh and kubernetes ones
-from Airflow connections. No launcher imports another.
+they share. ``local`` is the embedded default; the ``ssh`` package runs each role on an SSH host
+(``commands``: its pure part, every command line; ``transfer``: the data set and the run's
+outputs over SFTP); the ``kubernetes`` package runs each role as a pod (``roles``: a run's pods
+and each role's; ``pods``: its pure part, settings and manifests), with the pod building of the
+DAG's run operator (``mxbench.airflow_glue.operators``). ``mxbench.airflow_glue.connections``
+makes the ssh and kubernetes ones from Airflow connections. No launcher imports another.
 """
+from mxbench.launchers.base import Launched, Launcher, RunBuild
+from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.local import LocalLauncher
+from mxbench.launchers.ssh.launcher import SshLauncher
+from mxbench.matrix.variants import LAUNCHERS as NAMES
 from mxbench_train.errors import MxbenchError
-
-from ..variants import LAUNCHERS as NAMES
-from .base import Launched, Launcher, RunBuild
-from .kubernetes import KubernetesLauncher
-from .local import LocalLauncher
-from .ssh import SshLauncher
 
 # the one map of launcher names to classes; the names are the trigger form's choices (variants.LAUNCHERS)
 LAUNCHERS = {"local": LocalLauncher, "ssh": SshLauncher, "kubernetes": KubernetesLauncher}

@@ -21,10 +21,9 @@ from mxbench_train.host_build import shown
 from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 
 if TYPE_CHECKING:
+    from mxbench.matrix.variants import Target, Variant
     from mxbench_train.plan_runner import RoleResult
     from mxbench_train.roles import Role
-
-    from ..variants import Target, Variant
 
 # the launcher's own records in a run folder: what comes back from a host or pod never replaces them
 LOCAL_ONLY = frozenset({"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"})

@@ -3,16 +3,15 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from mxbench import config
+from mxbench.launchers.base import Launched, RunBuild, StepTimes, local_cores, write_plan
+from mxbench.matrix.jobs import job_for
+from mxbench.matrix.variants import Target, Variant
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, pid_scope
 from mxbench_train.plan_runner import reap, run_plan
 from mxbench_train.roles import plan_roles
 from mxbench_train.telemetry import gpu_environment
-
-from .. import config
-from ..jobs import job_for
-from ..variants import Target, Variant
-from .base import Launched, RunBuild, StepTimes, local_cores, write_plan
 
 HOST = "127.0.0.1"
 

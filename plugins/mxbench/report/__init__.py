@@ -14,12 +14,10 @@ from typing import Dict
 
 import pandas as pd
 
-from ..floors import rounds_needed
-from ..run_folder import load_table, read_json, write_atomically
-from .notes import data_line, environment, provenance, retried_notes
-from .pages import history_page, render_page
-from .plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
-from .tables import (
+from mxbench.report.notes import data_line, environment, provenance, retried_notes
+from mxbench.report.pages import history_page, render_page
+from mxbench.report.plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
+from mxbench.report.tables import (
     STEP_FINDER,
     aa_lines,
     aa_table,
@@ -36,6 +34,8 @@ from .tables import (
     verdict_lines,
     with_build,
 )
+from mxbench.run_folder import load_table, read_json, write_atomically
+from mxbench.stats.floors import rounds_needed
 
 REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-study.md in the mxbench repository."
 PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per epoch",
@@ -158,7 +158,7 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
 def false_alert_line(dag_dir: Path, findings) -> str:
     """How many false alerts a month of nightly checks like this one should give, from the A/A
     noise floor of each series (``regression.false_alerts_per_month``), or why that is not known."""
-    from ..regression import false_alerts_per_month
+    from mxbench.regression.rule import false_alerts_per_month
 
     params = (read_json(dag_dir / "request.json") or {}).get("params") or {}
     confirm = int(params.get("confirm_rounds") or 0)

@@ -5,7 +5,7 @@ from typing import Dict, List
 
 import pandas as pd
 
-from ..run_folder import load_table, read_json
+from mxbench.run_folder import load_table, read_json
 
 
 def provenance(dag_dir: Path) -> List[str]:

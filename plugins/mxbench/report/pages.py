@@ -7,8 +7,8 @@ from typing import Iterable, List, Optional, Tuple
 
 import pandas as pd
 
-from .plots import plot_history
-from .tables import STEP_FINDER, distinct, fmt, step_table, with_build
+from mxbench.report.plots import plot_history
+from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_build
 
 
 def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
@@ -49,7 +49,7 @@ TRIAGE_TABLE = "mxbench-triage-table"
 def triage_form(alert: dict, token: str) -> str:
     """The small form that sets one alert's state: the states it may become, a reason, a button.
     It posts to ``history/alerts``, relative to the history page; no script."""
-    from ..triage import ALLOWED, MAX_REASON
+    from mxbench.regression.triage import ALLOWED, MAX_REASON
 
     fields = {"dag_id": alert["DAG"], "run_id": alert["DAG run"], "variant": alert["variant"],
               "launcher": alert["launcher"], "environment": alert["machine"], "token": token}
@@ -130,8 +130,8 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
 def with_triage(flagged: pd.DataFrame, alerts: Optional[pd.DataFrame]) -> pd.DataFrame:
     """The flagged regressions with their triage state, who set it and why (an alert nobody
     triaged: new); ``machine`` "" where a run had no machine, as the store keys it."""
-    from ..store.alerts import ALERT_COLUMNS, machine_key
-    from ..triage import NEW
+    from mxbench.regression.triage import NEW
+    from mxbench.store.alerts import ALERT_COLUMNS, machine_key
 
     flagged = flagged.assign(machine=flagged["machine"].map(machine_key).astype(object))
     alerts = alerts if alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..regression import dag_run_keys
-from ..run_folder import write_atomically
+from mxbench.regression.rule import dag_run_keys
+from mxbench.run_folder import write_atomically
 
 
 def _figure():

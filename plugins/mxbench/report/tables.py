@@ -6,10 +6,10 @@ from typing import List
 
 import pandas as pd
 
-from ..floors import ALPHA
-from ..parse import worth_reporting
-from ..run_folder import read_json
-from ..variants import SEED_REFERENCE
+from mxbench.matrix.variants import SEED_REFERENCE
+from mxbench.results.parse import worth_reporting
+from mxbench.run_folder import read_json
+from mxbench.stats.floors import ALPHA
 
 
 def fmt(value, digits=1, pct=False):
@@ -127,7 +127,7 @@ def ratio_table(ratios: pd.DataFrame) -> pd.DataFrame:
 def aa_lines(noise: pd.DataFrame) -> List[str]:
     """An A/A calibration's answer (``calibration.noise_floor``'s rows): how often identical arms
     were called different, against what α allows, and the noise floor per run."""
-    from ..calibration import false_call_p, false_calls
+    from mxbench.results.calibration import false_call_p, false_calls
 
     called, judged = false_calls(noise)
     names = [f"{r['variant']} {r['launcher']}" for r in noise.to_dict("records")
@@ -203,7 +203,7 @@ def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
 def with_build(history: pd.DataFrame) -> pd.DataFrame:
     """History rows named by the MXNet build that ran (``store.what_ran``), the version the trainer
     reported rather than the package asked for; a history.csv older than that column included."""
-    from ..store import what_ran
+    from mxbench.store import what_ran
 
     return history.assign(build=what_ran(history))
 
@@ -223,8 +223,8 @@ def step_table(history: pd.DataFrame) -> pd.DataFrame:
     fingerprint), each change point over the whole history (``change_points``) with the first build
     after it and the last before; "none" where the level never changed. ``alert``: what the
     regression rule made of that DAG run (``verdict``, where ``judge_history`` gave one)."""
-    from ..change_points import mark_change_points
-    from ..regression import dag_run_keys, dag_run_names
+    from mxbench.regression.rule import dag_run_keys, dag_run_names
+    from mxbench.stats.change_points import mark_change_points
 
     steps = []
     for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):

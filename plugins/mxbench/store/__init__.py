@@ -13,8 +13,15 @@ migrations), ``recording`` (storing DAG runs), ``reading`` (history, baselines, 
 ``alerts`` (the triage state of regression alerts and its record) and ``schema`` (the tables).
 Their public names are exported here.
 """
-from .alerts import ConcurrentChange, NoSuchAlert, alert_history, read_alerts, series_alerts, set_alert_state
-from .database import (
+from mxbench.store.alerts import (
+    ConcurrentChange,
+    NoSuchAlert,
+    alert_history,
+    read_alerts,
+    series_alerts,
+    set_alert_state,
+)
+from mxbench.store.database import (
     MIGRATIONS,
     URL_ENV,
     alembic_config,
@@ -25,10 +32,18 @@ from .database import (
     ready_engine,
     url_of_connection,
 )
-from .errors import StoreError, errors_without_password, safe_error, shown, without_password
-from .reading import PROBE_DAG_IDS, aa_calibrations, baseline, dag_run_time, history, read_history, what_ran
-from .recording import TRIGGERS, fingerprint, import_runs, record_dag_run
-from .schema import metadata
+from mxbench.store.errors import StoreError, errors_without_password, safe_error, shown, without_password
+from mxbench.store.reading import (
+    PROBE_DAG_IDS,
+    aa_calibrations,
+    baseline,
+    dag_run_time,
+    history,
+    read_history,
+    what_ran,
+)
+from mxbench.store.recording import TRIGGERS, fingerprint, import_runs, record_dag_run
+from mxbench.store.schema import metadata
 
 __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_without_password",
            "URL_ENV", "MIGRATIONS", "default_url", "url_of_connection", "engine_name", "engine", "alembic_config",

@@ -1,17 +1,17 @@
 """Alert triage in the results store: each alert's state as a person last set it (``alerts``) and
 every change, who made it, from what to what and why (``alert_changes``). The states and their
-rules: ``mxbench.triage``. An alert without a row is new."""
+rules: ``mxbench.regression.triage``. An alert without a row is new."""
 from datetime import datetime
 from typing import Optional
 
 import pandas as pd
 import sqlalchemy as sa
 
-from .. import triage
-from .database import ready_engine
-from .errors import StoreError
-from .reading import reader
-from .schema import alert_changes, alerts, dag_runs, repeats, utcnow
+from mxbench.regression import triage
+from mxbench.store.database import ready_engine
+from mxbench.store.errors import StoreError
+from mxbench.store.reading import reader
+from mxbench.store.schema import alert_changes, alerts, dag_runs, repeats, utcnow
 
 SERIES_KEY = ("dag_id", "run_id", "variant", "launcher", "environment")
 ALERT_COLUMNS = [*SERIES_KEY, "state", "level", "changed_by", "reason", "changed_at"]

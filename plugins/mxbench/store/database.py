@@ -7,8 +7,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from .. import config
-from .errors import UNSHOWN, StoreError, first_line, shown, without_password
+from mxbench import config
+from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 URL_ENV = "MXBENCH_RESULTS_URL"

@@ -8,10 +8,10 @@ from typing import Iterable, Iterator, Optional, Tuple, Union
 import pandas as pd
 import sqlalchemy as sa
 
-from .database import engine, ready_engine
-from .errors import UNSHOWN, StoreError, first_line, without_password
-from .recording import utc_time
-from .schema import dag_runs, repeats
+from mxbench.store.database import engine, ready_engine
+from mxbench.store.errors import UNSHOWN, StoreError, first_line, without_password
+from mxbench.store.recording import utc_time
+from mxbench.store.schema import dag_runs, repeats
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,

@@ -11,12 +11,12 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .. import convergence
-from ..run_folder import load_table, read_json
-from ..variants import launcher_of, leg
-from .database import ready_engine
-from .errors import StoreError
-from .schema import dag_runs, environments, repeats, utcnow, variants
+from mxbench.matrix.variants import launcher_of, leg
+from mxbench.results import convergence
+from mxbench.run_folder import load_table, read_json
+from mxbench.store.database import ready_engine
+from mxbench.store.errors import StoreError
+from mxbench.store.schema import dag_runs, environments, repeats, utcnow, variants
 
 TRIGGERS = ("manual", "scheduled", "backfill")
 VARIANT_COLUMNS = [c.name for c in variants.columns if c.name != "id"]

@@ -1,7 +1,7 @@
 """The results store's tables at the newest revision (SQLAlchemy Core).
 
 The migrations in ``migrations/versions`` create these; they do not import this module, so that an
-old migration keeps meaning what it meant when it was written. ``tests/orchestration/test_store.py``
+old migration keeps meaning what it meant when it was written. ``tests/orchestration/store/test_store.py``
 checks that a migrated database matches these definitions.
 
 Times are stored as naive UTC (``UTCDateTime``): SQLite has no time zones, and one convention on
@@ -126,7 +126,7 @@ repeats = sa.Table(
 
 # revision 0006: the triage state of each alert (a DAG run's regression on one series: variant,
 # launcher, kind of machine; "" for a run without a machine), as a person last set it on the
-# history page, and every change to it (``mxbench.triage``). Not tied to dag_runs by a foreign key:
+# history page, and every change to it (``mxbench.regression.triage``). Not tied to dag_runs by a foreign key:
 # who said what stays on record even if a DAG run is deleted.
 alerts = sa.Table(
     "alerts", metadata,

@@ -1,0 +1,98 @@
+"""The bisect DAG's own tasks (mxbench_bisect); the measuring ones are the pipeline's (``dag_tasks``).
+
+One DAG run measures one build: the good build first (the reference), then each probe that
+``mxbench.regression.bisect`` picks. ``resolve_probe`` takes the build from the params (not from the date),
+``decide`` reads this bisect's DAG runs back from the results store, judges each probe against
+the reference by the regression rule and picks the next build or names the first bad one, and
+``next_probe`` triggers the next DAG run with the bisect's state in its conf (``bisect_runs``:
+each earlier DAG run and the build it measured; ``probe_build``: what it measures).
+"""
+from __future__ import annotations
+
+from airflow.sdk import task
+
+
+def _plan(params) -> tuple:
+    """The builds from good to bad (manifest entries), the one this DAG run measures, and its label."""
+    from mxbench.builds import manifest as builds
+    from mxbench.regression import bisect
+
+    chosen = bisect.builds_between(params["good_build"], params["bad_build"], builds.load_manifest())
+    labels = [bisect.label(b) for b in chosen]
+    probe = params.get("probe_build") or labels[0]  # the first DAG run measures the reference
+    if probe not in labels:
+        raise ValueError(f"probe_build {probe!r} is not one of the builds from {labels[0]} to {labels[-1]}: {labels}")
+    for earlier in params.get("bisect_runs") or []:
+        if earlier["build"] not in labels:
+            raise ValueError(f"bisect_runs names {earlier['build']!r}, not one of {labels}")
+    return chosen, labels, chosen[labels.index(probe)], probe
+
+
+@task
+def resolve_probe(params=None, dag_run=None) -> dict:
+    """The build this DAG run measures, as ``dag_tasks.resolve_build`` gives a date's: its record
+    (package, commit, image, install spec, local interpreter or why it cannot run here) and its
+    bisect ``label``. A bad good/bad pair fails the DAG run here, naming the cause."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench.builds import manifest as builds
+    from mxbench_train.errors import MxbenchError
+
+    try:
+        _, labels, build, probe = _plan(params)
+    except (ValueError, MxbenchError) as exc:
+        raise AirflowFailException(f"bisect from {params['good_build']!r} to {params['bad_build']!r}: {exc}") from None
+    record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
+              "since": str(build.since), "spec": None, "python": None, "unsupported": None, "label": probe}
+    try:
+        record["spec"] = builds.install_spec(build)
+        if "local" in params["launchers"]:
+            record["python"] = builds.python_for(build)
+            record["unsupported"] = builds.check_trainer(record["python"])
+    except MxbenchError as exc:  # the local runs fail with this cause; decide probes a neighbour
+        record["unsupported"] = str(exc)
+    print(f"mxbench: bisect {labels[0]} .. {labels[-1]}: this DAG run measures {probe} "
+          f"({builds.shown(build.package)}): {record['unsupported'] or record['python'] or 'no local runs'}")
+    return record
+
+
+@task(trigger_rule="all_done", multiple_outputs=True)  # a probe whose runs failed is still decided on
+def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
+    """This bisect's DAG runs so far, judged; the next build to probe or the first bad build."""
+    from mxbench import store
+    from mxbench.airflow_glue import connections
+    from mxbench.airflow_glue.dag_tasks import dag_folder
+    from mxbench.regression import bisect
+    from mxbench.run_folder import write_json
+
+    _, labels, _, probe = _plan(params)
+    runs = list(params.get("bisect_runs") or []) + [{"build": probe, "run_id": run_id}]
+    variant, launcher = params["only_variants"][0], params["launchers"][0]
+    url = connections.results_url(params)
+    with store.errors_without_password(url):
+        history = store.history(url, variant=variant, launcher=launcher, dag_ids=[dag_run.dag_id])
+    speeds = bisect.speeds_by_run(history, [r["run_id"] for r in runs])
+    probes = bisect.probes_of(runs, speeds, labels[0], variant, launcher, params["min_drop"])
+    if probes is None:  # without the reference no probe can be judged: measure it again, never guess
+        step = bisect.Step(True, message=f"the good build {labels[0]} measured too few repeats to judge against "
+                                         f"(its DAG runs: {[r['run_id'] for r in runs if r['build'] == labels[0]]}); "
+                                         "start the bisect again")
+    else:
+        step = bisect.next_step(labels, probes)
+    title = f"bisect of {variant} ({launcher}) from {labels[0]} to {labels[-1]}"
+    print(f"mxbench: {title}, probe path:")
+    for line in bisect.path_lines(step):
+        print(f"  {line}")
+    with dag_folder(dag_run, run_id, "decide", tables=True) as dag_dir:  # for the report
+        write_json(dag_dir / "tables" / "bisect.json", {"title": title, "path": bisect.path_lines(step)})
+    return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
+            "message": step.message, "path": [p.__dict__ for p in step.path],
+            "next_conf": {**dict(params), "probe_build": step.next_build or "", "bisect_runs": runs},
+            # one id per probe of this bisect: a cleared or rerun trigger finds it and starts no second chain
+            "next_run_id": f"{runs[0]['run_id']}__probe{len(runs)}"}
+
+
+@task.short_circuit
+def more_to_probe(done: bool) -> bool:
+    """Skip triggering when the bisect is done."""
+    return not done

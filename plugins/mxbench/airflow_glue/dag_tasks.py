@@ -1,0 +1,268 @@
+"""The DAGs' Airflow tasks, shared by mxbench_benchmark and mxbench_regression.
+
+Each task wraps a stage function (``mxbench.stages.pipeline``, ``mxbench.stages.failures``,
+``mxbench.stages.regression_check``, ``mxbench.builds.manifest``, ``mxbench.store``), which need no Airflow;
+their imports sit inside the tasks, so that parsing a DAG file stays fast. Each works in the DAG
+run's folder as ``mxbench.artifacts`` gives it to the task: with the default artifact store, the
+folder itself (``config.existing_dag_run_dir``: a DAG run begun before folders were keyed by DAG
+keeps its legacy folder); with object storage (several workers, no shared disk), a scratch
+folder holding what the task reads, fetched first, and what it wrote published at its end.
+"""
+from __future__ import annotations
+
+from airflow.sdk import task, task_group
+
+from mxbench.airflow_glue.operators import RunVariantOperator
+from mxbench.matrix.variants import machine_sets
+
+
+def dag_folder(dag_run, run_id: str, task: str, **scope):
+    """The DAG run's folder for this task: what it reads (``scope``: see ``artifacts.dag_run``)
+    there, what it writes published when it ends."""
+    from mxbench import artifacts
+
+    return artifacts.dag_run(dag_run.dag_id, run_id, task, **scope)
+
+
+RUN_FILES_READ = ("metrics.json", "notices.json", "meta.json")  # what report and store read of each run
+
+
+@task
+def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run=None) -> list[dict]:
+    """Params -> one run per (variant, launcher, repeat); a misfit fails the DAG run here. With a
+    ``build`` (the regression DAG's), every run trains with that build (its interpreter, its venv
+    on each SSH host, its image in pods): a launcher with no way to run it is refused here, by
+    name; one whose hosts fail to make it has its runs fail with that cause."""
+    with dag_folder(dag_run, run_id, "expand_variants") as dag_dir:
+        return _expand(build, params, dag_dir, dag_run.dag_id)
+
+
+def _expand(build, params, dag_dir, dag_id) -> list[dict]:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench.airflow_glue import connections
+    from mxbench.builds import manifest as builds
+    from mxbench.matrix.variants import VariantError
+    from mxbench.stages import failures as dag_run_failures
+    from mxbench.stages import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    try:  # an unmarked results connection is refused before anything runs, not after the runs
+        connections.results_url(params)
+    except MxbenchError as exc:
+        cause = dag_run_failures.stage_failed(dag_dir, "expand", exc)
+        raise AirflowFailException(cause) from None
+    targets, unavailable = pipeline.targets_for(
+        params["launchers"], lambda name: connections.launcher_for(name, params))
+    refused = {}
+    if build and build.get("unsupported"):  # this machine cannot run it: the local runs fail with that
+        unavailable["local"] = f"MXNet build {builds.shown(build['package'])}: {build['unsupported']}"
+    if build:  # each launcher gets ready to run the build (venvs on SSH hosts), or says why it cannot
+        refused = pipeline.prepare_builds(params["launchers"], targets, unavailable, build,
+                                          lambda name: connections.launcher_for(name, params))
+    for reason in unavailable.values():
+        print(f"mxbench: {reason}")
+    try:
+        return pipeline.expand(dict(params), dag_dir, targets, unavailable,
+                               build=build, dag_id=dag_id, refused=refused)
+    except VariantError as exc:
+        raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
+
+
+@task
+def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
+    from mxbench import artifacts, config
+    from mxbench.stages import pipeline
+
+    with dag_folder(dag_run, run_id, "prepare_data") as dag_dir:
+        # published by another worker: fetched, so that preparing finds its cache complete
+        artifacts.fetch_published_data(pipeline.prepared_name(params), config.data_dir())
+        data = pipeline.prepare_data(dict(params), dag_dir, config.data_dir())
+    return artifacts.publish_data(data)  # once per data set: each run task fetches it from there
+
+
+@task(task_id="pick")  # the id runs and the UI already know
+def runs_for_launchers(runs: list[dict], launchers: list[str]) -> list[dict]:
+    """The runs of ``launchers`` (one machine set's): the input its run task is mapped over."""
+    return [run for run in runs if run["launcher"] in launchers]  # in expansion order: interleaved
+
+
+def measure(build=None):
+    """The measuring every mxbench DAG shares: expand_variants -> prepare_data -> each machine
+    set's run tasks -> parse_logs -> join_results; the joined tables (``build``: the regression
+    and bisect DAGs' MXNet build under test)."""
+    runs = expand_variants(build)
+    data = prepare_data()
+    runs >> data
+    parsed = parse_logs()
+    launch_runs(runs, data) >> parsed
+    return join_results(parsed)
+
+
+def launch_runs(runs, data) -> list:
+    """One mapped run task per machine set, in that set's pool (one slot): runs that share
+    machines never overlap, and their launchers' rounds run in counterbalanced order."""
+    launched = []
+    for machines, launchers in machine_sets().items():
+        @task_group(group_id=machines)
+        def launch(machines=machines, launchers=launchers):
+            return RunVariantOperator.partial(
+                task_id="run_variant", pool=f"mxbench_{machines}", pool_slots=1,
+                map_index_template="{{ task.run['key'] }}").expand(run=runs_for_launchers(runs, list(launchers)))
+
+        launched.append(launch())
+    data >> launched
+    return launched
+
+
+@task(trigger_rule="all_done")
+def parse_logs(params=None, run_id=None, dag_run=None) -> dict:
+    from mxbench.airflow_glue import connections
+    from mxbench.stages import pipeline
+
+    # a run whose task died mid-run is reaped here, on its hosts too
+    with dag_folder(dag_run, run_id, "parse_logs", all_units=True) as dag_dir:
+        return pipeline.parse_all(dag_dir, lambda name: connections.launcher_for(name, params))
+
+
+@task
+def join_results(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
+    from mxbench.airflow_glue import connections
+    from mxbench.stages import pipeline
+
+    with dag_folder(dag_run, run_id, "join_results", tables=True, all_units=True,
+                    unit_files=("metrics.json",)) as dag_dir:
+        return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, connections.results_url(params)))
+
+
+@task
+def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
+    """This DAG run's runs into the results database, replacing what an earlier try wrote."""
+    with dag_folder(dag_run, run_id, "store_results", tables=True, all_units=True,
+                    unit_files=RUN_FILES_READ) as dag_dir:
+        return _store(dag_dir, build, params, dag_run, run_id)
+
+
+def _store(dag_dir, build, params, dag_run, run_id) -> dict:
+    from mxbench import artifacts, store
+    from mxbench.airflow_glue import connections
+    from mxbench.run_folder import write_json
+
+    try:
+        url = connections.results_url(params)
+        with store.errors_without_password(url):  # a driver's message may quote the URL
+            store.migrate(url)
+            stored = store.record_dag_run(
+                url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
+                folder=artifacts.published_folder(dag_run.dag_id, run_id), logical_date=dag_run.logical_date,
+                data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
+    except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
+        write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    write_json(dag_dir / "stored.json", stored)
+    print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
+          f"(hardware {stored['fingerprint']})")
+    return stored
+
+
+def trigger_of(dag_run) -> str:
+    """manual | scheduled | backfill, as the results database records it."""
+    kind = str(getattr(dag_run.run_type, "value", dag_run.run_type))
+    return {"scheduled": "scheduled", "backfill": "backfill"}.get(kind, "manual")
+
+
+@task(trigger_rule="all_done")  # a report of what there is, whatever failed before it
+def report(tables: dict, run_id=None, dag_run=None) -> dict:
+    from mxbench import artifacts
+    from mxbench.report import build_report
+
+    with dag_folder(dag_run, run_id, "report", tables=True, all_units=True, unit_files=RUN_FILES_READ) as dag_dir:
+        built = build_report(dag_dir)
+        print(built.pop("text"))
+        built = artifacts.published_paths(built, dag_dir, dag_run.dag_id, run_id)
+    print(f"report: {built['html']}")
+    return built
+
+
+@task(trigger_rule="all_done")
+def check_runs(run_id=None, dag_run=None) -> None:
+    """Fail the DAG run when a run measured nothing (or a regression was found), so that
+    Airflow's callbacks and alerting see it; after the report, which is built either way."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from mxbench.stages import failures as dag_run_failures
+
+    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=("report.md",)) as dag_dir:
+        problem = dag_run_failures.failure_message(dag_dir)
+    if problem:
+        raise AirflowFailException(problem)
+
+
+# --- the regression DAG's own tasks ----------------------------------------------------------
+
+@task
+def resolve_build(params=None, dag_run=None) -> dict:
+    """The MXNet build this DAG run measures: the versions manifest's entry for its data interval
+    (the same interval always measures the same build), its install spec (what SSH hosts install),
+    and, when the local launcher runs, its training interpreter on this machine, made on first
+    use. A build that cannot be installed or trained here is named (``unsupported``); the local
+    runs then fail with that cause, never as a crash; the other launchers run it where they run."""
+    from mxbench.builds import manifest as builds
+    from mxbench_train.errors import MxbenchError
+
+    when = dag_run.data_interval_start or dag_run.logical_date or dag_run.run_after
+    build = builds.build_for(when)
+    record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
+              "since": str(build.since), "spec": builds.install_spec(build), "python": None, "unsupported": None}
+    if "local" not in (params or {}).get("launchers", ["local"]):
+        print(f"mxbench: interval from {when} measures {builds.shown(build.package)} (no local runs: no venv here)")
+        return record
+    try:
+        record["python"] = builds.python_for(build)
+    except MxbenchError as exc:
+        return {**record, "unsupported": str(exc)}
+    record["unsupported"] = builds.check_trainer(record["python"])
+    print(f"mxbench: interval from {when} measures {build.package}: {record['unsupported'] or record['python']}")
+    return record
+
+
+@task
+def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> list:
+    """Each variant against its baseline (the last DAG runs on the same hardware): findings for the
+    report; ``check_runs`` fails the DAG run on a regression."""
+    from mxbench import store
+    from mxbench.airflow_glue import connections
+    from mxbench.stages import regression_check
+
+    url = connections.results_url(params)
+    with dag_folder(dag_run, run_id, "check_regression", tables=True) as dag_dir, \
+            store.errors_without_password(url):  # a driver's message may quote the URL
+        findings = regression_check.check_regressions(dag_dir, url, dag_run.dag_id, run_id, stored["fingerprints"],
+                                                      params["baseline_runs"], params["min_drop"])
+    for finding in findings:
+        print(f"mxbench: {finding['message']}")
+    return findings
+
+
+@task
+def bisects_to_start(findings: list, build: dict, params=None) -> list[dict]:
+    """The mxbench_bisect DAG runs to start for this DAG run's regressions (``bisect.regression_bisects``;
+    not those triaged as acknowledged or expected), each ``conf`` with this DAG run's measuring params
+    and a ``trigger_run_id`` named by its variant, launcher and builds: a regression that lasts
+    many nights starts one bisect of that range, not one a night. None when ``bisect`` is off."""
+    from mxbench.builds import manifest as builds
+    from mxbench.matrix.params import BISECT_PARAMS_SCHEMA
+    from mxbench.regression import bisect
+
+    if not params.get("bisect"):
+        return []
+    untriaged = [f for f in findings if not f.get("triage")]
+    confs = bisect.regression_bisects(untriaged, build.get("package"), builds.load_manifest())
+    shared = {name: value for name, value in params.items()
+              if name in BISECT_PARAMS_SCHEMA and name not in ("only_variants", "launchers", "good_build",
+                                                               "bad_build", "probe_build", "bisect_runs")}
+    for conf in confs:
+        print(f"mxbench: starting mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
+              f"{conf['good_build']} to {conf['bad_build']}")
+    return [{"conf": {**shared, **conf}, "trigger_run_id": bisect.run_id_of(conf)} for conf in confs]
+

@@ -1,0 +1,342 @@
+"""From parsed logs to the numbers of the seed study's table.
+
+Per run: steady-state samples/s (warm-up excluded; the workers' own readings
+summed, as each worker's Speedometer measures only its share), seconds/epoch
+(the first epoch excluded when later ones exist), validation accuracy.
+Per variant: median and spread over repeats, speedup and scaling efficiency
+against the 1-device baseline. Across launchers: the speed ratio with the
+verdict statistics of ``verdict``, paired by round when the runs came in rounds.
+"""
+import math
+from typing import List, Optional, Tuple
+
+import pandas as pd
+
+from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
+from mxbench.results.parse import ParsedLog
+from mxbench.stats import verdict
+from mxbench.stats.floors import rounds_needed
+
+
+class NoSpeedLines(ValueError):
+    """A log that holds no Speedometer reading: nothing to measure."""
+
+
+def steady_state(speed: pd.DataFrame) -> pd.DataFrame:
+    """Readings after warm-up: epochs after the first when there are any, else all but each worker's first."""
+    later = speed[speed["epoch"] > speed["epoch"].min()]
+    if not later.empty:
+        return later
+    rest = speed[speed.groupby("worker").cumcount() > 0]
+    return rest if not rest.empty else speed
+
+
+def epoch_table(parsed: ParsedLog) -> pd.DataFrame:
+    """One row per epoch of the job: the slowest worker's time, the workers' mean accuracies."""
+    return (parsed.epochs.groupby("epoch", as_index=False)
+            .agg(time_cost_s=("time_cost_s", "max"), train_accuracy=("train_accuracy", "mean"),
+                 validation_accuracy=("validation_accuracy", "mean")))
+
+
+def images_per_epoch(parsed: ParsedLog) -> Optional[float]:
+    """Images the whole job read per epoch, from the workers' ``run_end`` events (each worker
+    reads its own part of the data)."""
+    ends = [e for e in parsed.events if e.get("event") == "run_end" and e.get("epochs_completed")]
+    if not ends:
+        return None
+    return float(sum(e["images_seen"] / e["epochs_completed"] for e in ends))
+
+
+def run_metrics(parsed: ParsedLog, name: str = "log", images_per_epoch_hint: Optional[float] = None) -> dict:
+    """One run's numbers. Throughput two ways: the Speedometer's (batches only) and images per
+    epoch / s/epoch (what the seed's s/epoch table implies)."""
+    if parsed.speed.empty:
+        raise NoSpeedLines(f"{name} has no Speedometer lines ('Epoch[..] Batch [..] Speed: .. samples/sec'): "
+                           "did training start, and is --disp-batches smaller than the batches per epoch?")
+    per_worker = steady_state(parsed.speed).groupby("worker")["samples_per_sec"].median()
+    epochs = epoch_table(parsed)
+    timed = epochs.dropna(subset=["time_cost_s"])
+    warmup_excluded = len(timed) > 1
+    steady_epochs = timed[timed["epoch"] > timed["epoch"].min()] if warmup_excluded else timed
+    validated = epochs.dropna(subset=["validation_accuracy"])
+    sec_per_epoch = float(steady_epochs["time_cost_s"].median()) if not steady_epochs.empty else None
+    images = images_per_epoch(parsed) or images_per_epoch_hint
+    return {
+        "workers": int(parsed.workers),
+        "samples_per_sec": float(per_worker.sum()),
+        "sec_per_epoch": sec_per_epoch,
+        "epoch_samples_per_sec": images / sec_per_epoch if images and sec_per_epoch else None,
+        "images_per_epoch": images,
+        "warmup_excluded": warmup_excluded,
+        "first_epoch_s": float(timed["time_cost_s"].iloc[0]) if not timed.empty else None,
+        "validation_accuracy": float(validated["validation_accuracy"].iloc[-1]) if not validated.empty else None,
+        "epochs": [{k: nan_to_none(v) for k, v in row.items()} for row in epochs.to_dict("records")],
+        "p2p": parsed.p2p,
+    }
+
+
+def nan_to_none(value):
+    """A table cell as JSON takes it: NaN (a missing number) -> None."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def spread(values: pd.Series) -> dict:
+    values = values.dropna()
+    if values.empty:
+        return {"median": None, "min": None, "max": None, "cv": None, "n": 0}
+    mean = values.mean()
+    cv = float(values.std(ddof=1) / mean) if len(values) > 1 and mean else None
+    return {"median": float(values.median()), "min": float(values.min()), "max": float(values.max()),
+            "cv": cv, "n": int(len(values))}
+
+
+SUMMARY_COLUMNS = {
+    "variant": "string", "setup": "string", "launcher": "string", "num_layers": "Int64", "devices": "Int64",
+    "batch_size": "Int64", "batch_per_device": "Int64", "runs_ok": "Int64", "runs_failed": "Int64",
+    "runs_reused": "Int64", "samples_per_sec": "float64", "samples_per_sec_min": "float64",
+    "samples_per_sec_max": "float64", "samples_per_sec_cv": "float64", "epoch_samples_per_sec": "float64",
+    "throughput_check": "string", "warmup_excluded": "boolean", "sec_per_epoch": "float64",
+    "sec_per_epoch_min": "float64", "sec_per_epoch_max": "float64", "gpu_util_pct": "float64",
+    "gpu_mem_mib": "float64", "validation_accuracy": "float64", "speedup": "float64",
+    "scaling_efficiency": "float64",
+}
+THROUGHPUT_TOLERANCE = 0.10  # Speedometer vs images/epoch ÷ s/epoch: more apart than this is flagged
+
+
+def throughput_check(speedometer, per_epoch) -> str:
+    """Empty when the two throughputs agree; else which one is higher, and by how much."""
+    if speedometer is None or per_epoch is None or pd.isna(speedometer) or pd.isna(per_epoch):
+        return ""
+    gap = speedometer / per_epoch - 1
+    if abs(gap) <= THROUGHPUT_TOLERANCE:
+        return ""
+    return (f"Speedometer samples/s is {abs(gap):.0%} {'above' if gap > 0 else 'below'} images/epoch ÷ s/epoch "
+            f"(more than {THROUGHPUT_TOLERANCE:.0%} apart)")
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant x launcher, over its repeats; with speedup and scaling efficiency
+    (both from the Speedometer's samples/s)."""
+    rows = []
+    for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
+        ok = group[group["status"] == "ok"]
+        speed, epoch = spread(ok["samples_per_sec"]), spread(ok["sec_per_epoch"])
+        per_epoch = spread(ok["epoch_samples_per_sec"])["median"] if "epoch_samples_per_sec" in ok else None
+        first = group.iloc[0]
+        rows.append({
+            "variant": variant, "setup": first["setup"], "launcher": launcher,
+            "num_layers": first["num_layers"], "devices": first["devices"], "batch_size": first["batch_size"],
+            "batch_per_device": first["batch_per_device"], "runs_ok": len(ok),
+            "runs_failed": int((~group["status"].isin(["ok", "skipped"])).sum()),
+            "runs_reused": int(group["reused"].fillna(False).astype(bool).sum()) if "reused" in group else 0,
+            "samples_per_sec": speed["median"], "samples_per_sec_min": speed["min"],
+            "samples_per_sec_max": speed["max"], "samples_per_sec_cv": speed["cv"],
+            "epoch_samples_per_sec": per_epoch, "throughput_check": throughput_check(speed["median"], per_epoch),
+            "warmup_excluded": bool(ok["warmup_excluded"].fillna(True).astype(bool).all())
+            if "warmup_excluded" in ok and not ok.empty else None,
+            "sec_per_epoch": epoch["median"], "sec_per_epoch_min": epoch["min"], "sec_per_epoch_max": epoch["max"],
+            "gpu_util_pct": ok["gpu_util_pct"].median() if ok["gpu_util_pct"].notna().any() else None,
+            "gpu_mem_mib": ok["gpu_mem_mib"].median() if ok["gpu_mem_mib"].notna().any() else None,
+            "validation_accuracy": ok["validation_accuracy"].median() if not ok.empty else None,
+        })
+    summary = pd.DataFrame(rows, columns=[c for c in SUMMARY_COLUMNS if c not in ("speedup", "scaling_efficiency")])
+    return summary.pipe(add_scaling).astype(SUMMARY_COLUMNS)
+
+
+def add_scaling(summary: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and efficiency against the 1-device variant with the same launcher, depth and
+    per-device batch (the seed: 1 GPU at 128 is the baseline of 2, 4, 8 GPUs at 128 each)."""
+    keys = ["launcher", "num_layers", "batch_per_device"]
+    baseline = (summary[summary["devices"] == 1].groupby(keys)["samples_per_sec"].first()
+                .rename("baseline_samples_per_sec"))
+    joined = summary.join(baseline, on=keys)
+    speedup = joined["samples_per_sec"] / joined["baseline_samples_per_sec"]
+    return summary.assign(speedup=speedup, scaling_efficiency=speedup / summary["devices"])
+
+
+RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string", "ratio": "float64",
+                 "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
+                 "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
+                 "outcome": "string", "order": "string", "analysis": "string", "verdict": "string",
+                 "stopping": "string", "noise_floor": "string"}
+
+
+# simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
+# ssh costs; kubernetes / ssh is the seed study's headline)
+LAUNCHER_ORDER = ("local", "ssh", "kubernetes")
+
+
+def launcher_pairs(launchers: List[str]) -> List[tuple]:
+    """(launcher, reference) for every pair, the reference the simpler of the two. In an A/A
+    calibration (legs ``local-b``, ...: ``variants.leg``) each arm b against its own launcher only:
+    different launchers' runs were not back to back there."""
+    arms = [(name, launcher_of(name)) for name in launchers if name.endswith(ARM_B)]
+    if arms:
+        return [(arm, base) for arm, base in arms if base in launchers]
+    rank = {name: LAUNCHER_ORDER.index(name) if name in LAUNCHER_ORDER else len(LAUNCHER_ORDER) + i
+            for i, name in enumerate(launchers)}
+    ordered = sorted(launchers, key=rank.get)
+    return [(a, b) for i, a in enumerate(ordered) for b in ordered[:i]]
+
+
+def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
+                    budget: Optional[Tuple[int, int, float]] = None) -> pd.DataFrame:
+    """For every variant run under two or more launchers: the speed of each against each simpler
+    one (or only against ``reference``), with the verdict statistics, how the two legs were
+    ordered in time, and which analysis gave the verdict: paired by round when the two
+    launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
+    unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap) when
+    the rounds' number was chosen from the first stage (``verdict.rounds_planned``): then the
+    paired verdict is the two-stage one and ``stopping`` says why the rounds stopped. A round
+    skipped as not needed is no run here; so is the rest of a round one of whose runs was skipped."""
+    skipped = runs[runs["status"] == "skipped"]
+    if not skipped.empty:
+        part_skipped = set(zip(skipped["variant"], skipped["repeat"]))
+        runs = runs[[(v, r) not in part_skipped for v, r in zip(runs["variant"], runs["repeat"])]]
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
+    launchers = list(dict.fromkeys(ok["launcher"]))
+    pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
+    rows = []
+    for variant, group in ok.groupby("variant", sort=False):
+        every_run = runs[runs["variant"] == variant]
+        for launcher, ref_name in pairs:
+            other = group.loc[group["launcher"] == launcher, "samples_per_sec"]
+            ref = group.loc[group["launcher"] == ref_name, "samples_per_sec"]
+            if other.empty or ref.empty:
+                continue
+            rounds, why_not = paired_rounds(every_run, launcher, ref_name)
+            if rounds is not None and len(rounds) < rounds_needed():
+                # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
+                rounds, why_not = None, f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
+            first_n = budget[0] if budget and rounds is not None and len(rounds) >= budget[0] >= 3 else None
+            if first_n:
+                result = verdict.compare_two_stage(rounds, first_n, launcher, ref_name).to_dict()
+            elif rounds is not None:
+                result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
+            else:
+                result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
+                          "analysis": f"unpaired: {why_not}"}
+            rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
+                         "order": leg_order(group, launcher, ref_name),
+                         "stopping": stopping(rounds, budget) if budget else None})
+    return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
+
+
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float]) -> str:
+    """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
+    rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
+    how many of them ran."""
+    first_n, most, target_gap = budget
+    if rounds is None or len(rounds) < first_n:
+        return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
+    total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
+    if len(rounds) < total:
+        return f"{reason} ({len(rounds)} of them ran)"
+    if len(rounds) > total:  # another launcher pair of the variant needed more
+        return f"{reason}; {len(rounds)} ran, as another pair of the variant needed"
+    return reason
+
+
+def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:
+    """The (a, b) samples/s of each round, in time order, when launchers ``a`` and ``b`` ran in
+    rounds: one measured run of each per round (``repeat``), the two back to back, rounds not
+    overlapping. Else (None, why not): then only the unpaired rule applies.
+
+    ``runs``: one variant's runs, failed ones included (a failed run leaves its round without a
+    partner, and a drift could then pass for a launcher effect in the others).
+    """
+    legs = runs[runs["launcher"].isin([a, b])]
+    if legs.empty:
+        return None, f"no runs of {a} or {b}"
+    if "started_at" not in legs or "ended_at" not in legs or "repeat" not in legs \
+            or legs[["started_at", "ended_at", "repeat"]].isna().any().any():
+        return None, "no start times to pair the runs by"
+    measured = (legs["status"] == "ok") & legs["samples_per_sec"].notna()
+    if not measured.all():
+        failed = legs[~measured].iloc[0]
+        return None, f"a run failed ({failed['launcher']} r{failed['repeat']}), so its round has no pair"
+    per_round = legs.groupby("repeat")["launcher"].agg(list)
+    if any(sorted(members) != sorted([a, b]) for members in per_round):
+        return None, f"a round without exactly one run of each of {a} and {b}"
+    timed = legs.sort_values("started_at")
+    rounds_in_time = list(timed["repeat"])
+    if rounds_in_time[0::2] != rounds_in_time[1::2]:
+        return None, "the two runs of a round were not back to back"
+    # a first-run launcher must alternate (ABBA), or a drift adds to its side in every round
+    a_first = sum(launcher == a for launcher in list(timed["launcher"])[0::2])
+    if not len(per_round) // 2 <= a_first <= (len(per_round) + 1) // 2:
+        return None, f"not counterbalanced: {a} ran first in {a_first} of {len(per_round)} rounds"
+    starts, ends = list(timed["started_at"]), list(timed["ended_at"])
+    if any(start < max(ends[:i]) for i, start in enumerate(starts) if i):
+        return None, "runs overlapped in time"
+    speed = {(row.launcher, row.repeat): float(row.samples_per_sec) for row in timed.itertuples()}
+    return [(speed[a, r], speed[b, r]) for r in rounds_in_time[0::2]], ""
+
+
+def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:
+    """How the repeats of launchers ``a`` and ``b`` followed each other in time. Interleaved legs
+    (a r1, b r1, a r2, ...) spread a drift over both, and counterbalanced ones (a r1, b r1, b r2,
+    a r2, ...) cancel a linear drift; all of one, then all of the other, does not."""
+    if "started_at" not in runs or "ended_at" not in runs:
+        return "unknown (no start times)"
+    legs = runs[runs["launcher"].isin([a, b])].dropna(subset=["started_at", "ended_at"]).sort_values("started_at")
+    if legs.empty:
+        return "unknown (no start times)"
+    latest_end = {}
+    for launcher, start, end in zip(legs["launcher"], legs["started_at"], legs["ended_at"]):
+        if any(start < other_end for other, other_end in latest_end.items() if other != launcher):
+            return "overlapping: the two launchers ran at the same time and may have slowed each other"
+        latest_end[launcher] = max(end, latest_end.get(launcher, end))
+    order = list(legs["launcher"])
+    sequence = (", ".join(f"{launcher} r{r}" for launcher, r in zip(order[:6], legs["repeat"][:6]))
+                + (", …" if len(order) > 6 else ""))
+    switches = sum(x != y for x, y in zip(order, order[1:]))
+    if switches == len(order) - 1 and switches:
+        return f"interleaved ({sequence})"
+    rounds_in_time = list(legs["repeat"])
+    in_rounds = (len(order) % 2 == 0 and rounds_in_time[0::2] == rounds_in_time[1::2]
+                 and all(x != y for x, y in zip(order[0::2], order[1::2])))
+    if in_rounds:
+        a_first = order[0::2].count(a)
+        balanced = abs(2 * a_first - len(order) // 2) <= 1
+        return f"interleaved{', counterbalanced' if balanced else ''} ({sequence})"
+    if switches == 1 and min(order.count(a), order.count(b)) > 1:
+        return f"blocked: all {order[0]} first, then all {order[-1]}; a drift could pass for a launcher effect"
+    return f"mixed ({sequence})"
+
+
+GAP_COLUMNS = {"variant": "string", "part": "string", "launcher": "string", "reference": "string",
+               "ratio": "float64", "ci_low": "float64", "ci_high": "float64", "level": "float64",
+               "p_value": "float64", "alpha": "float64", "n": "Int64", "n_reference": "Int64",
+               "min_detectable": "float64", "outcome": "string", "verdict": "string"}
+
+
+def kubernetes_gap(runs: pd.DataFrame) -> pd.DataFrame:
+    """The seed's open question, answered per variant that also ran with ``hostNetwork: true``: how
+    much of the k8s/ssh gap is the container (k8s on the host network vs ssh) and how much the pod
+    network (k8s on the pod network vs k8s on the host network), each with its verdict."""
+    if runs.empty:
+        return pd.DataFrame(columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
+
+    def speeds(variant, launcher):
+        return ok.loc[(ok["variant"] == variant) & (ok["launcher"] == launcher), "samples_per_sec"]
+
+    rows = []
+    for twin in dict.fromkeys(ok.loc[ok["variant"].str.endswith(HOST_NETWORK_SUFFIX), "variant"]):
+        base = twin[:-len(HOST_NETWORK_SUFFIX)]
+        ssh, pod_net, host_net = speeds(base, "ssh"), speeds(base, "kubernetes"), speeds(twin, "kubernetes")
+        parts = [("whole gap", pod_net, ssh, "kubernetes", "ssh"),
+                 ("container", host_net, ssh, "kubernetes (hostNetwork)", "ssh"),
+                 ("network", pod_net, host_net, "kubernetes (pod network)", "kubernetes (hostNetwork)")]
+        for part, a, b, name, reference in parts:
+            if a.empty or b.empty:
+                continue
+            rows.append({"variant": base, "part": part, "launcher": name, "reference": reference,
+                         **verdict.compare(a, b, name, reference).to_dict()})
+    return pd.DataFrame(rows, columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
+
+
+def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b") -> dict:
+    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict."""
+    return verdict.compare(a, b, name, reference).to_dict()

@@ -1,0 +1,140 @@
+"""The run stage: one run of the matrix under its launcher, its folder and ``meta.json`` (``run_one``).
+
+Apart from the other stages (``pipeline``) because the run task imports it for every run: neither
+this nor what it imports (launchers, caches, build provenance) loads pandas or numpy, which only
+parsing and the report need (``tests/orchestration/stages/test_run_path.py``). No Airflow here.
+"""
+import shlex
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from mxbench import launchers
+from mxbench.builds import caches
+from mxbench.builds.provenance import build_of, ran_with, reported_version, same_release
+from mxbench.launchers import RunBuild
+from mxbench.matrix.variants import variant_from_dict
+from mxbench.run_folder import read_json, write_json
+from mxbench_train.errors import MxbenchError
+from mxbench_train.host_build import shown
+from mxbench_train.localhost import pid_scope
+from mxbench_train.plan_runner import RoleFailed
+from mxbench_train.roles import Role
+
+
+class RunFailed(RuntimeError):
+    """A run that did not produce a measurement; its message names the run and the cause."""
+
+
+def check_enough_data(variant, records: int):
+    """Refuse a run whose workers would print no Speedometer line: it could measure nothing."""
+    batches = records // variant.workers // variant.batch_size
+    if batches <= variant.disp_batches:
+        raise MxbenchError(
+            f"each of its {variant.workers} workers gets {batches} batches of {variant.batch_size} per epoch "
+            f"({records} training images), not more than --disp-batches {variant.disp_batches}: no speed "
+            "would be measured; use more images or a smaller batch")
+
+
+def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None,
+            task: Optional[dict] = None) -> dict:
+    """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
+
+    A run that already succeeded is not run again (a retried or cleared task
+    returns it as it was, marked ``reused``); a failed attempt's folder is kept
+    under ``attempts/``, after whatever of its processes still live was reaped
+    (a task killed by SIGKILL cannot clean up after itself), on every host.
+    ``launcher_for(name)`` gives the launcher (default: ``launchers.get``); ``task``: the Airflow
+    task's worker and try number, kept in ``meta.json``.
+    """
+    run_dir = dag_dir / run["key"]
+    meta = read_json(run_dir / "meta.json", {})
+    if meta.get("status") == "ok":
+        if not meta.get("reused"):
+            write_json(run_dir / "meta.json", {**meta, "reused": True})
+        return {**summary_of(meta), "reused": True}
+    launcher, setup_error = None, None
+    try:
+        if run.get("unavailable"):
+            raise MxbenchError(run["unavailable"])
+        launcher = (launcher_for or launchers.get)(run["launcher"])
+    except MxbenchError as exc:
+        setup_error = exc  # recorded below like any other failure of this run
+    reaped = []
+    if run_dir.exists():
+        reaped = launcher.reap(run_dir) if launcher else []
+        n = len(list((dag_dir / "attempts").glob(f"{run['key']}.*"))) + 1
+        (dag_dir / "attempts").mkdir(exist_ok=True)
+        run_dir.replace(dag_dir / "attempts" / f"{run['key']}.{n}")
+    run_dir.mkdir(parents=True)
+    variant = variant_from_dict(run["variant"])
+    meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
+            "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
+            "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")},
+            "machine": pid_scope(), **(task or {})}
+    write_json(run_dir / "meta.json", meta)
+    try:
+        if setup_error:
+            raise setup_error
+        check_enough_data(variant, data["records"]["train"])
+        build = RunBuild.from_record(build_of(run, dag_dir))
+        local_python = build.python if build and run["launcher"] == "local" else None
+        with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
+            gone = caches.pruned_since_made(data, local_python)
+            if gone:
+                raise MxbenchError(gone)
+            launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
+        meta["command"] = _worker_command(launched.plan)
+        meta["build"] = {"asked": build.package if build else None, "reported": reported_version(run_dir),
+                         "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
+        if build and not same_release(build.version, meta["build"]["reported"]):
+            where = launched.runtime.get("image") or launched.runtime.get("python")
+            raise MxbenchError(f"it asked for {build}, but its trainer imported MXNet "
+                               f"{meta['build']['reported'] or '(no version reported)'} ({where}): not kept as "
+                               f"{shown(build.package)}")
+        results = launched.results
+        meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
+                    warnings=[r.warning for r in results if r.warning],
+                    # first role's start to last role's exit: the trainer processes' own wall time
+                    trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
+    except RoleFailed as exc:
+        meta.update(status="failed", cause=str(exc), failed_role=exc.role.name, exit_status=exc.status)
+    except MxbenchError as exc:
+        meta.update(status="failed", cause=str(exc))
+    except Exception as exc:  # a launcher bug still leaves a record of the run
+        meta.update(status="failed", cause=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if read_json(run_dir / "meta.json", {}).get("attempt") != meta["attempt"]:
+            # this attempt hung, a newer one moved its folder away and owns the path now
+            raise RunFailed(f"run {run['key']}: a newer attempt took over its folder; this attempt's "
+                            "result is dropped") from None
+        if "command" not in meta:  # the launcher failed: its records, as far as it got
+            plan = [Role.from_dict(r) for r in read_json(run_dir / "plan.json", [])]
+            meta["command"] = _worker_command(plan)
+            meta["build"].update(ran_with(run_dir, plan))
+        meta["ended_at"] = time.time()
+        meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
+        write_json(run_dir / "meta.json", meta)
+    if meta["status"] != "ok":
+        raise RunFailed(f"run {run['key']} failed: {meta['cause']}")
+    return summary_of(meta)
+
+
+def record_skip(run: dict, dag_dir: Path, reason: str) -> None:
+    """Keep an optional round that was not needed (``stop_rule``) as a run folder whose
+    ``meta.json`` says so: the tables list it as skipped, with the reason, not as failed."""
+    write_json(dag_dir / run["key"] / "meta.json",
+               {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
+                "status": "skipped", "cause": reason, "skipped_at": time.time()})
+
+
+def _worker_command(plan) -> Optional[str]:
+    worker = next((r for r in plan if r.kind == "worker"), None)
+    return shlex.join(worker.argv) if worker else None
+
+
+def summary_of(meta: dict) -> dict:
+    return {k: meta.get(k) for k in ("key", "launcher", "repeat", "status", "cause", "duration_s",
+                                      "trainer_wall_s")}

@@ -1,0 +1,126 @@
+"""Stop when sure: how many rounds a variant needs, between ``repeats`` and ``max_repeats``, and
+whether an optional round (beyond ``repeats``) is still worth its time.
+
+Stein's two-stage rule (``verdict.rounds_planned``): the first ``repeats`` rounds' spread fixes
+how many rounds give every launcher pair of the variant an interval of ±``target_gap``/2; the
+rounds beyond that are skipped. Only the first stage decides, so every run of one round decides
+alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``). A pair
+that cannot be paired (a failed run, overlapping runs) gets the whole budget.
+
+In the regression DAG the rounds beyond ``repeats`` are ``confirm_rounds``: they run only for a
+variant and launcher whose first rounds look like a regression against the baseline the check
+will use (``confirmation_skip_reason``), so that an alert rests on every round.
+
+Imported by the run task only for optional rounds: it parses logs (pandas), which the run path
+itself never loads (``run_stage``). No Airflow here.
+"""
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from mxbench.matrix.variants import budget, confirming, leg
+from mxbench.results.metrics import NoSpeedLines, launcher_pairs, paired_rounds, run_metrics
+from mxbench.results.parse import parse_run_logs
+from mxbench.run_folder import read_json, run_logs
+from mxbench.stats.verdict import rounds_planned
+
+
+def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dict:
+    """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times and its
+    steady-state samples/s (the report's own figure, from the same parser)."""
+    meta = read_json(dag_dir / run["key"] / "meta.json") or {}
+    row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
+           "started_at": meta.get("started_at"), "ended_at": meta.get("ended_at"), "samples_per_sec": None,
+           "environment": None}
+    if row["status"] == "ok":
+        try:
+            parsed = parse_run_logs(run_logs(dag_dir / run["key"]))
+            row["samples_per_sec"] = run_metrics(parsed, f"run {run['key']}", images_per_epoch)["samples_per_sec"]
+        except NoSpeedLines:
+            row["status"] = "failed"
+        else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
+            start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
+            row["environment"] = start.get("environment")
+    return row
+
+
+def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) -> Optional[str]:
+    """Why optional ``run`` need not run, or None: run it. A launcher comparison's round: the first
+    stage's rounds plan fewer rounds than its own, for every launcher pair of its variant. A
+    regression DAG's confirmation round (``confirm_rounds``): its variant's first rounds under its
+    launcher do not look like a regression against ``baseline_for(variant, launcher, fingerprint)``
+    (the baseline's repeats, as ``store.baseline`` gives them; ``confirmation_skip_reason``).
+    ``dag_dir``: the DAG run's folder (its ``request.json``, ``data.json`` and, unless
+    ``fetch_unit(key, into)`` fetches each from the artifact store into folder ``into``, the first
+    stage's run folders)."""
+    request = read_json(dag_dir / "request.json") or {}
+    params = request.get("params") or {}
+    first_n, most = budget(params)
+    if run["round"] <= first_n:
+        return None
+    first = [r for r in request.get("runs") or []
+             if r["variant"]["id"] == run["variant"]["id"] and r["round"] <= first_n]
+    if confirming(params):
+        first = [r for r in first if leg(r) == leg(run)]
+    launchers = list(dict.fromkeys(leg(r) for r in first))
+    if len(launchers) < 2 and not confirming(params):
+        return None  # one launcher: no comparison to settle, its budget is all it gets
+    images = ((read_json(dag_dir / "data.json", {}) or {}).get("records") or {}).get("train")
+    scratch = Path(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
+    try:
+        for r in first if scratch else []:
+            fetch_unit(r["key"], scratch)
+        rows = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in first])
+        if confirming(params):
+            return confirmation_skip_reason(run, rows, machine_of(rows), baseline_for,
+                                            float(params.get("min_drop", 0.05)))
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    reasons = []
+    for launcher, reference in launcher_pairs(launchers):
+        pairs, _ = paired_rounds(rows, launcher, reference)
+        if pairs is None:
+            return None  # unpaired: only the budget stops it
+        total, reason = rounds_planned(pairs, float(params["target_gap"]), most)
+        if run["round"] <= total:
+            return None
+        reasons.append(f"{launcher}/{reference} {reason}")
+    return f"round {run['round']} of {run['variant']['id']} skipped: " + "; ".join(reasons)
+
+
+def machine_of(rows: pd.DataFrame) -> Optional[str]:
+    """The store's fingerprint of the machine the first measured of ``rows`` (``measured``'s) ran on."""
+    from mxbench.store.recording import fingerprint
+
+    measured_on = [e for e in rows.get("environment", pd.Series(dtype=object)) if e]
+    return fingerprint(measured_on[0])[0] if measured_on else None
+
+
+def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[str], baseline_for,
+                             min_drop: float) -> Optional[str]:
+    """Why confirmation round ``run`` need not run: its launcher's first rounds (``first``, as
+    ``measured`` gives them) do not look like a regression (``regression.suspected``) against the
+    baseline on ``machine``, or there is nothing to confirm against; None: run it."""
+    from mxbench.regression.rule import MIN_BASELINE_RUNS, SUSPECT_SHARE, dag_run_keys, suspected, usable_speeds
+
+    what = f"confirmation round {run['round']} of {run['variant']['id']} ({leg(run)}) skipped"
+    if first.empty or not first["status"].isin(["ok", "failed"]).all():
+        return None  # the first rounds have not all ended: not knowing means running
+    current = usable_speeds(first.loc[first["status"] == "ok", "samples_per_sec"])
+    if not current or machine is None:
+        return f"{what}: its first rounds measured nothing to confirm"
+    stored = baseline_for(run["variant"]["id"], leg(run), machine) if baseline_for else None
+    baseline = [] if stored is None else usable_speeds(stored["samples_per_sec"])
+    earlier = 0 if stored is None else len(stored.drop_duplicates(dag_run_keys(stored)))
+    if earlier < MIN_BASELINE_RUNS or not baseline:
+        return (f"{what}: no baseline on this hardware to confirm against ({earlier} earlier DAG run(s), "
+                f"{MIN_BASELINE_RUNS} needed)")
+    looks, ratio = suspected(current, baseline, min_drop)
+    if looks:
+        return None
+    return (f"{what}: the first rounds' median is {ratio - 1:+.1%} against the baseline's, not a suspected "
+            f"regression (at most {-SUSPECT_SHARE * min_drop:+.1%})")

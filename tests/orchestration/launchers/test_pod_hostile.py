@@ -1,0 +1,133 @@
+"""A hostile pod against the Kubernetes launcher, on the loopback stand-in (standins.kube).
+
+The pod's "python" is tests/fixtures/bin/python-hostile-pod: it trains nothing and prints a
+crafted outputs block (names aimed at the launcher's records and outside the run folder), a
+block that expands 1000:1, an endless log line, or a line that never ends. The launcher must
+keep its records, write nothing outside the run folder, hold every cap, and fail the run naming
+the pod and the cause.
+"""
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import core_api, pods_left
+from mxbench.launchers.kubernetes import roles as kubernetes_roles
+from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes.pods import pod_settings
+from mxbench.matrix.variants import Variant
+from mxbench_train.errors import MxbenchError
+from mxbench_train.plan_runner import LaunchTimeout
+from mxbench_train.role_log import ECHO_LINE_CHARS, MAX_LINE_BYTES
+
+HOSTILE_PYTHON = Path(__file__).parents[2] / "fixtures" / "bin" / "python-hostile-pod"
+ROLE_LOG_CAP = 512 << 10
+ONE_WORKER = Variant("cpu1-bs64", "1 worker", 64, num_layers=8, epochs=1)
+
+
+def run_hostile(standin, tmp_path, mode, deadline_s=120, on_pods=None):
+    """Run the one-worker variant as a pod whose python is hostile in ``mode``; (run folder, outcome)."""
+    data = tmp_path / "data"
+    (data / "rec").mkdir(parents=True)
+    settings = pod_settings("mxbench_kubernetes", {"mxbench_pod": {
+        "image": "mxbench-standin", "python": str(HOSTILE_PYTHON), "data": {"host_path": str(data)},
+        "env": {"MXBENCH_HOSTILE": mode}}}, namespace="mxbench")
+    run_dir = tmp_path / "dag-run" / "cpu1-bs64__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "meta.json").write_text('{"status": "running"}')  # as the pipeline writes it first
+    try:
+        launcher = KubernetesLauncher(settings, core_api(standin), on_pods=on_pods)
+        outcome = launcher.execute(ONE_WORKER, data / "rec", run_dir, deadline_s=deadline_s)
+    except MxbenchError as exc:
+        outcome = exc
+    assert pods_left(standin) == []
+    return run_dir, outcome
+
+
+@pytest.fixture
+def small_role_logs(monkeypatch):
+    monkeypatch.setenv("MXBENCH_ROLE_LOG_MAX_BYTES", str(ROLE_LOG_CAP))
+
+
+def assert_capped(log: Path):
+    text = log.read_bytes()
+    assert len(text) <= ROLE_LOG_CAP + 300, len(text)  # head + tail + the one marker line
+    assert b"bytes of this log were dropped here" in text
+    return text
+
+
+def test_outputs_aimed_at_the_launchers_records_or_outside_the_run_folder_fail_the_run(kube_standin, tmp_path):
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "names")
+    assert isinstance(outcome, MxbenchError) and not isinstance(outcome, LaunchTimeout), outcome
+    message = str(outcome)
+    assert message.startswith("role worker-0: the outputs of pod mxb-") and "-worker-0: files of the outputs were " \
+        "refused: './meta.json' would overwrite the launcher's own records; 'x/../pids.json' would overwrite the " \
+        "launcher's own records; '../escape' leaves the run folder (and 3 more)" in message
+    assert json.loads((run_dir / "meta.json").read_text()) == {"status": "running"}
+    assert list(json.loads((run_dir / "pids.json").read_text())) == ["worker-0"]  # the launcher's, not "{}"
+    assert "forged" not in (run_dir / "roles" / "worker-0.log").read_text()
+    assert (run_dir / "rank0.log").is_file()  # what was fine still came back
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["cpu1-bs64__kubernetes__r1"]
+    assert not Path("/tmp/mxbench-hostile-absolute").exists() and not (run_dir / "link").exists()
+
+
+def test_outputs_that_expand_1000_to_1_are_refused_while_unpacking(kube_standin, tmp_path):
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "bomb")
+    assert isinstance(outcome, MxbenchError), outcome
+    assert "the outputs of pod mxb-" in str(outcome) and "the outputs expand past 268435456 bytes" in str(outcome)
+    assert sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) < 1 << 20
+
+
+def test_an_endless_line_is_capped_and_the_outputs_block_at_the_end_still_comes_back(kube_standin, tmp_path,
+                                                                                   small_role_logs, capfd):
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "endless")
+    assert not isinstance(outcome, Exception), outcome
+    text = assert_capped(run_dir / "roles" / "worker-0.log")
+    assert text.startswith(b"hostile pod: endless\nxxxx") and text.endswith(b"xxxx\nthe last line before the block\n")
+    assert b"mxbench outputs" not in text
+    assert "Speed: 100.0" in (run_dir / "rank0.log").read_text()  # unpacked from behind 8 MiB of log
+    out, _ = capfd.readouterr()
+    # cut, saying so
+    assert max(map(len, out.splitlines())) <= len("[worker-0@standin-node-1] ") + ECHO_LINE_CHARS + 100
+
+
+def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, small_role_logs, monkeypatch, capfd):
+    monkeypatch.setattr(kubernetes_roles, "FETCH_MAX_BYTES", 2 << 20)
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "endless")
+    assert not isinstance(outcome, Exception), outcome
+    _, err = capfd.readouterr()
+    assert f"its log is over {2 << 20} bytes; read no further (its outputs block, at the end, is lost)" in err
+    assert not (run_dir / "rank0.log").exists()
+    assert_capped(run_dir / "roles" / "worker-0.log")  # the streamed one stays
+
+
+def test_a_line_that_never_ends_is_streamed_within_the_cap(kube_standin, tmp_path, small_role_logs, capfd):
+    # stopped as the operator's on_kill stops a run (its pods deleted), once the task log has taken
+    # all it takes from the role: by then the role log has had many times its cap (a fixed deadline
+    # would count the pod's start too, and on loaded cores end the run before that)
+    role_log = tmp_path / "dag-run" / "cpu1-bs64__kubernetes__r1" / "roles" / "worker-0.log"
+    run_pods, echoed = [], []
+
+    def stop_once_the_echo_points_to_the_role_log():
+        until = time.monotonic() + 240
+        while str(role_log) not in "".join(echoed) and time.monotonic() < until:
+            time.sleep(0.2)
+            echoed.append(capfd.readouterr().out)
+        run_pods[0].delete_all()
+
+    stopper = threading.Thread(target=stop_once_the_echo_points_to_the_role_log)
+    run_dir, outcome = run_hostile(kube_standin, tmp_path, "forever", deadline_s=300,
+                                   on_pods=lambda pods: (run_pods.append(pods), stopper.start()))
+    stopper.join()
+    assert isinstance(outcome, MxbenchError) and not isinstance(outcome, LaunchTimeout), outcome
+    assert "worker-0" in str(outcome)
+    out = "".join(echoed) + capfd.readouterr().out
+    assert len(out) < ROLE_LOG_CAP  # the task log got half the cap at most, then a pointer to the role log
+    last = out.splitlines()[-1]
+    assert last.startswith("[worker-0@") and str(role_log) in last
+    text = assert_capped(role_log)
+    # the line comes in pieces of MAX_LINE_BYTES, each a line of the log
+    assert text.startswith(b"hostile pod: forever\nyyyy") and text.endswith(b"yyyy\n")
+    assert max(map(len, text.split(b"\n"))) <= MAX_LINE_BYTES

@@ -1,0 +1,226 @@
+"""The "Benchmark history" page and its pieces, on seeded store rows: each variant, launcher and
+kind of machine judged on its own; a planted step is flagged, listed and named by the step finder.
+And the report view's guard: a run id maps to a file under $MXBENCH_HOME/runs or to nothing."""
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+
+from mxbench import store
+from mxbench.regression.rule import judge_history
+from mxbench.report import history_page
+from support.stored_runs import IMAGE_190, VENV_190, make_dag_dir, ok_runs, variant
+
+CV = 0.03
+
+
+def store_rows(rng, variant, launcher, environment, builds):
+    """Store history rows (as ``store.history`` gives them): one DAG run a day, 4 repeats each,
+    each having run the build it asked for."""
+    rows, day = [], 0
+    for build, mean, runs in builds:
+        for _ in range(runs):
+            when = pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=day)
+            for repeat, value in enumerate(mean * (1 + rng.normal(0, CV, 4))):
+                rows.append({"measured_at": when, "when": when, "run_id": f"{variant}-{launcher}-{day}",
+                             "dag_id": "mxbench_regression", "trigger": "backfill", "mxnet_version": build,
+                             "mxnet_package": f"mxnet=={build}", "mxnet_asked": f"mxnet=={build}",
+                             "mxnet_reported": build, "runtime": f"/opt/builds/{build}/bin/python", "build": build,
+                             "variant": variant, "launcher": launcher,
+                             "repeat": repeat, "environment": environment, "status": "ok", "cause": None,
+                             "samples_per_sec": value, "sec_per_epoch": 1000 / value})
+            day += 1
+    return rows
+
+
+def seeded():
+    rng = np.random.default_rng(11)
+    rows = store_rows(rng, "cpu1-bs64", "local", "aaaa", [("1.8.0", 1000, 6), ("1.9.0", 850, 2)])
+    # the same variant on other hardware, 40% slower throughout: no regression, judged on its own
+    rows += store_rows(rng, "cpu1-bs64", "local", "bbbb", [("1.8.0", 600, 4), ("1.9.0", 600, 4)])
+    rows += store_rows(rng, "cpu2w-bs64", "ssh", "aaaa", [("1.8.0", 1500, 6), ("1.9.0", 1500, 2)])
+    return pd.DataFrame(rows)
+
+
+class Tables(HTMLParser):
+    """The page's tables as DataFrames, as a reader sees them (no lxml in this env)."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.tables, self.row, self.cell = [], None, None
+        self.feed(page)
+        self.frames = [pd.DataFrame(rows[1:], columns=rows[0]) for rows in self.tables]
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.row = []
+        elif tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.row.append(self.cell)
+            self.cell = None
+        elif tag == "tr":
+            self.tables[-1].append(self.row)
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def test_each_variant_launcher_and_machine_is_judged_on_its_own():
+    judged = judge_history(seeded())
+    per_run = judged.groupby(["variant", "launcher", "environment", "run_id"])["verdict"].first()
+    flagged = per_run[per_run == "regression"]
+    assert set(flagged.index.get_level_values("environment")) == {"aaaa"}
+    assert set(flagged.index.get_level_values("variant")) == {"cpu1-bs64"}
+    assert per_run.loc[("cpu1-bs64", "local", "aaaa")].iloc[0] == "no baseline yet"
+
+
+def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
+    page = history_page(judge_history(seeded()), "sqlite:///results.db")
+    by_build, flagged, steps = Tables(page).frames
+    assert set(by_build["MXNet build"]) == {"1.8.0", "1.9.0"}
+    assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"1.9.0"}
+    assert set(flagged["runtime"]) == {"/opt/builds/1.9.0/bin/python"}
+    step = steps.set_index(["variant", "launcher", "machine"])
+    assert step.loc[("cpu1-bs64", "local", "aaaa"), "first build after"] == "1.9.0"
+    assert step.loc[("cpu1-bs64", "local", "bbbb"), "first build after"] == "none"  # its own hardware
+    assert step.loc[("cpu2w-bs64", "ssh", "aaaa"), "first build after"] == "none"
+    assert page.count("data:image/png;base64,") == 1
+
+
+def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tmp_path):
+    """Stored DAG runs that all asked for mxnet==1.9.0: the local ones ran 1.9.1 from a venv, the
+    Kubernetes ones 1.9.0 in an image; the page reads them as the history route does."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.1", "runtime": VENV_190},
+           "kubernetes": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.0", "runtime": IMAGE_190}}
+    for day in range(2):
+        folder = make_dag_dir(tmp_path, f"day{day}", ok_runs(launchers=("local", "kubernetes")), ran=ran,
+                              started=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=day))
+        store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
+                             trigger="scheduled", build={"package": "mxnet==1.9.0", "commit": None})
+    rows = store.read_history(url)
+    page = history_page(judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True))), "test")
+    by_build = Tables(page).frames[0].set_index("launcher")
+    assert by_build.loc["local", ["MXNet build", "asked for", "runtime", "DAG runs"]].tolist() == [
+        "1.9.1", "mxnet==1.9.0", VENV_190, "2"]
+    assert by_build.loc["kubernetes", ["MXNet build", "asked for", "runtime"]].tolist() == [
+        "1.9.0", "mxnet==1.9.0", IMAGE_190]
+
+
+def test_rows_without_a_machine_are_shown_not_dropped():
+    rows = seeded().assign(environment=None)
+    by_build = Tables(history_page(judge_history(rows), "the results store (sqlite)")).frames[0]
+    assert set(by_build["variant"]) == {"cpu1-bs64", "cpu2w-bs64"}
+
+
+def test_an_empty_store_says_so():
+    page = history_page(judge_history(pd.DataFrame(columns=seeded().columns)), "sqlite:///results.db")
+    assert "No runs are stored yet." in page and "<img" not in page
+
+
+def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
+    from mxbench import config
+    from mxbench.airflow_glue.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "manual__2026-12-03T00:00:00+00:00"
+    assert report_file("mxbench_benchmark", run_id) is None  # no report yet
+    report = config.dag_run_dir("mxbench_benchmark", run_id) / "report" / "report.html"
+    report.parent.mkdir(parents=True)
+    report.write_text("<html>report</html>")
+    assert report_file("mxbench_benchmark", run_id) == report.resolve()
+    assert report_file("mxbench_regression", run_id) is None  # the same run id, the other DAG: its own folder
+    (config.dag_run_dir("mxbench_benchmark", run_id) / "request.json").write_text('{"dag_id": "mxbench_regression"}')
+    assert report_file("mxbench_benchmark", run_id) is None  # a folder whose request.json gives it to another DAG
+    assert report_file("mxbench_benchmark", "../../../etc/passwd") is None
+    outside = tmp_path / "elsewhere"
+    (outside / "report").mkdir(parents=True)
+    (outside / "report" / "report.html").write_text("secret")
+    other = config.dag_run_dir("mxbench_benchmark", "manual__other")
+    other.symlink_to(outside, target_is_directory=True)  # a run folder swapped for a link out of MXBENCH_HOME
+    assert report_file("mxbench_benchmark", "manual__other") is None
+
+
+def test_each_dag_gets_its_own_report_for_a_shared_run_id(tmp_path, monkeypatch):
+    """A manual run of the benchmark DAG may take the regression DAG's scheduled run id."""
+    from mxbench import config
+    from mxbench.airflow_glue.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "scheduled__2026-11-08T00:00:00+00:00"
+    for dag_id in ("mxbench_regression", "mxbench_benchmark"):
+        folder = config.dag_run_dir(dag_id, run_id)
+        (folder / "report").mkdir(parents=True)
+        (folder / "request.json").write_text(f'{{"dag_id": "{dag_id}"}}')
+        (folder / "report" / "report.html").write_text(f"<html>{dag_id}</html>")
+    for dag_id in ("mxbench_regression", "mxbench_benchmark"):
+        assert report_file(dag_id, run_id).read_text() == f"<html>{dag_id}</html>"
+
+
+def test_a_report_under_the_old_folder_name_is_still_served(tmp_path, monkeypatch):
+    from mxbench import config
+    from mxbench.airflow_glue.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
+    run_id = "manual__2026-10-01T00:00:00+00:00"
+    old = config.legacy_dag_run_dir(run_id)  # written before folders were keyed by DAG
+    (old / "report").mkdir(parents=True)
+    (old / "report" / "report.html").write_text("<html>old</html>")
+    assert report_file("mxbench_benchmark", run_id) == (old / "report" / "report.html").resolve()
+    (old / "request.json").write_text('{"dag_id": "mxbench_benchmark"}')
+    assert report_file("mxbench_regression", run_id) is None  # the old folder is the other DAG's
+    assert report_file("mxbench_benchmark", run_id).read_text() == "<html>old</html>"
+
+
+def test_the_plugin_serves_no_api_docs(monkeypatch):
+    """/openapi.json, /docs and /redoc would answer without Airflow's auth: there are none."""
+    from fastapi.testclient import TestClient
+
+    from mxbench.airflow_glue import web
+
+    client = TestClient(web.app)
+    for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+        answer = client.get(path)
+        assert answer.status_code == 404, path
+        assert "swagger" not in answer.text.lower() and "openapi" not in answer.text.lower()
+
+
+def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from mxbench.airflow_glue import web
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
+        folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
+        store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
+    web.app.dependency_overrides[web.current_user] = lambda: "someone"  # the auth manager's part is may_read
+    try:
+        client = TestClient(web.app)
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: dag_id == "mxbench_regression")
+        monkeypatch.setattr(web, "may_edit", lambda user, dag_id: False)
+        page = client.get("/history")
+        assert page.status_code == 200
+        assert "cpu1-nightly" in page.text and "cpu1-bench" not in page.text
+        assert str(tmp_path) not in page.text  # where the store is stays on the server
+        assert page.headers["content-security-policy"] == web.POLICY and "script-src" not in web.POLICY
+        assert page.headers["x-content-type-options"] == "nosniff"
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: False)
+        refused = client.get("/history")
+        assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
+        nowhere = client.get("/no-such-page")
+        assert nowhere.status_code == 404 and "<h1>mxbench: 404</h1>" in nowhere.text
+        # a store not made yet is an empty history, and a reader's visit does not make it
+        monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
+        monkeypatch.setenv("MXBENCH_RESULTS_URL", f"sqlite:///{tmp_path / 'none' / 'results.db'}")
+        empty = client.get("/history")
+        assert "No runs are stored yet." in empty.text and not (tmp_path / "none").exists()
+    finally:
+        web.app.dependency_overrides.clear()

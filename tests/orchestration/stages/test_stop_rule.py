@@ -1,0 +1,219 @@
+"""Stop when sure: an optional round is skipped once every launcher pair of its variant is
+settled by the rounds before it, read from the runs' own logs; the tables, the verdicts and the
+DAG run's failures treat a skipped round as no run, never as a failed one."""
+import random
+
+import pandas as pd
+import pytest
+
+from mxbench.matrix.variants import Target, expand_runs
+from mxbench.results.metrics import launcher_ratios, summarise
+from mxbench.run_folder import write_json
+from mxbench.stages import pipeline, stop_rule
+from mxbench.stages.failures import failed_runs
+from mxbench.stages.run import record_skip
+
+TARGETS = {"local": Target("local", 1, 0, one_machine=True), "ssh": Target("ssh", 1, 0)}
+PARAMS = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local", "ssh"],
+          "repeats": 6, "max_repeats": 8, "target_gap": 0.10}
+
+
+def speed_log(samples_per_sec: float) -> str:
+    lines = []
+    for epoch, cost in ((0, 9.0), (1, 6.0)):
+        lines += [f"INFO:root:Epoch[{epoch}] Batch [{b}]\tSpeed: {samples_per_sec:.2f} samples/sec\taccuracy=0.1"
+                  for b in (20, 40)]
+        lines += [f"INFO:root:Epoch[{epoch}] Time cost={cost:.3f}", f"INFO:root:Epoch[{epoch}] Validation-accuracy=0.2"]
+    return "\n".join(lines) + "\n"
+
+
+def ran(dag_dir, run, speed, t):
+    """Run ``run`` as a finished, measured run started at ``t``."""
+    folder = dag_dir / run["key"]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rank0.log").write_text(speed_log(speed))
+    write_json(folder / "meta.json", {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"],
+                                      "repeat": run["repeat"], "status": "ok", "started_at": t, "ended_at": t + 1,
+                                      "duration_s": 1.0})
+
+
+def dag_run(tmp_path, ssh_over_local, spread, rounds=6, params=PARAMS, seed=1):
+    """A DAG run folder whose first ``rounds`` rounds ran, in expansion order, ssh at
+    ``ssh_over_local`` of local with per-run noise ``spread``; returns (folder, runs)."""
+    runs = expand_runs(params, TARGETS)
+    write_json(tmp_path / "request.json", {"runs": runs, "params": params})
+    write_json(tmp_path / "data.json", {"records": {"train": 1000}})
+    rng = random.Random(seed)
+    for t, run in enumerate(r for r in runs if r["round"] <= rounds):
+        base = 1000.0 * (ssh_over_local if run["launcher"] == "ssh" else 1.0)
+        ran(tmp_path, run, base * (1 + rng.gauss(0, spread)), 10.0 * t)
+    return tmp_path, runs
+
+
+def round_of(runs, r):
+    return [run for run in runs if run["round"] == r]
+
+
+def test_runs_beyond_repeats_are_optional_up_to_the_budget():
+    runs = expand_runs(PARAMS, TARGETS)
+    assert [(r["round"], r["optional"]) for r in runs if r["launcher"] == "ssh"] == [
+        (r, r > 6) for r in range(1, 9)]
+
+
+def test_a_settled_variant_skips_its_optional_round_saying_why(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    first, second = round_of(runs, 7)
+    reason = stop_rule.skip_reason(first, dag_dir)
+    assert reason.startswith("round 7 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 "
+                             "rounds' spread gives ±")
+    # both runs of a round decide alike, whatever ran meanwhile: only the first stage counts
+    ran(dag_dir, first, 500.0, 1000.0)
+    assert stop_rule.skip_reason(second, dag_dir) == reason
+
+
+def test_a_noisy_variant_runs_its_optional_round(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.08)
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+
+
+def test_a_round_that_cannot_be_paired_is_never_settled(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    write_json(dag_dir / runs[3]["key"] / "meta.json", {"status": "failed", "cause": "the trainer crashed"})
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+
+
+def test_earlier_rounds_not_run_yet_mean_run_it(tmp_path):
+    # dags test runs mapped instances in any order: round 7 may come before round 6 ran
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=5)
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+
+
+def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_path):
+    store, _ = dag_run(tmp_path / "store", 0.95, spread=0.002)
+    here = tmp_path / "worker"
+    here.mkdir()
+    for name in ("request.json", "data.json"):
+        (here / name).write_bytes((store / name).read_bytes())
+    runs = expand_runs(PARAMS, TARGETS)
+    fetched = []
+
+    def fetch(key, into):
+        fetched.append(key)
+        (into / key).mkdir(parents=True)
+        for f in (store / key).iterdir():
+            (into / key / f.name).write_bytes(f.read_bytes())
+
+    reason = stop_rule.skip_reason(round_of(runs, 7)[0], here, fetch_unit=fetch)
+    assert reason and len(fetched) == 12 and not list(here.glob("cpu1-bs64__*"))
+
+
+def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    for r in (7, 8):
+        for run in round_of(runs, r):
+            record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
+    pipeline.parse_all(dag_dir)
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv")
+    skipped = table[table["status"] == "skipped"]
+    assert len(skipped) == 4 and skipped["cause"].str.contains("stopped after 6 rounds").all()
+    summary = summarise(table)
+    assert list(summary["runs_ok"]) == [6, 6] and list(summary["runs_failed"]) == [0, 0]
+    assert failed_runs(dag_dir) == []
+    pipeline.join(dag_dir)
+    (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
+    assert row["n"] == 6 and row["analysis"].startswith("paired")
+    assert row["stopping"].startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±")
+    assert row["analysis"] == "paired, 6 rounds, two-stage (spread of the first 6)"
+    from mxbench.report import build_report
+
+    report = open(build_report(dag_dir)["markdown"]).read()
+    verdicts = report.split("## Verdicts", 1)[1].split("## ", 1)[0]
+    assert "6 rounds paired" in verdicts and "stopped after 6 rounds" in verdicts
+    assert "__r7" not in report.split("## Failed runs", 1)[1].split("## ", 1)[0]
+
+
+def test_a_budget_spent_says_what_gap_the_rounds_could_detect(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.05, rounds=8)
+    pipeline.parse_all(dag_dir)
+    ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.02))
+    (stopping,) = ratios["stopping"]
+    assert stopping.startswith("budget spent: 8 rounds give ±") and stopping.endswith("> ±1.0% (target gap 2%)")
+    assert launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"))["stopping"].isna().all()
+
+
+@pytest.mark.parametrize("bad", [{"max_repeats": 4}, {"max_repeats": 8, "target_gap": None}])
+def test_a_budget_below_repeats_or_without_a_target_is_refused(bad):
+    from mxbench.matrix.variants import VariantError
+
+    with pytest.raises(VariantError):
+        expand_runs({**PARAMS, **bad}, TARGETS)
+
+
+def test_the_run_task_skips_a_settled_optional_round_and_runs_a_mandatory_one(tmp_path):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from mxbench.airflow_glue.operators import RunVariantOperator
+    from mxbench.run_folder import read_json
+
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    context = {"params": {"run_timeout_minutes": 5, "target_gap": PARAMS["target_gap"]},
+               "dag_run": SimpleNamespace(dag_id="mxbench_benchmark"), "run_id": "manual__1"}
+    optional = round_of(runs, 7)[0]
+    with pytest.raises(AirflowSkipException, match="round 7 of cpu1-bs64 skipped: ssh/local stopped after 6"):
+        RunVariantOperator(task_id="t", run=optional).run_in(dag_dir, context, {})
+    assert read_json(dag_dir / optional["key"] / "meta.json")["status"] == "skipped"
+    # a round within repeats is never checked: it is reused as measured
+    RunVariantOperator(task_id="t", run=round_of(runs, 6)[0]).run_in(dag_dir, context, {})
+    assert read_json(dag_dir / round_of(runs, 6)[0]["key"] / "meta.json")["reused"] is True
+
+
+def test_rounds_in_the_same_order_every_time_are_not_paired(tmp_path):
+    # a drift adds to the side that always runs second: DAG runs from before counterbalancing
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params={k: v for k, v in PARAMS.items()
+                                                                   if k not in ("max_repeats", "target_gap")})
+    pipeline.parse_all(dag_dir)
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv")
+    table = table.assign(started_at=[10.0 * r + (who == "ssh") for r, who in zip(table["repeat"], table["launcher"])])
+    table = table.assign(ended_at=table["started_at"] + 0.5)
+    (row,) = launcher_ratios(table).to_dict("records")
+    assert row["analysis"] == "unpaired: not counterbalanced: ssh ran first in 0 of 6 rounds"
+
+
+def test_a_round_with_one_run_skipped_is_left_out_not_the_pairing(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=6)
+    first, second = round_of(runs, 7)
+    ran(dag_dir, first, 1000.0, 1000.0)  # a retry let one run of round 7 start before its plan was known
+    for run in (second, *round_of(runs, 8)):
+        record_skip(run, dag_dir, "skipped: settled")
+    pipeline.parse_all(dag_dir)
+    (row,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1)).to_dict("records")
+    assert row["n"] == 6 and row["analysis"].startswith("paired, 6 rounds")
+
+
+def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
+    import sqlalchemy as sa
+
+    from mxbench import store
+
+    dag_dir, runs = dag_run(tmp_path / "run", 0.95, spread=0.002)
+    for run in round_of(runs, 7) + round_of(runs, 8):
+        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
+    pipeline.parse_all(dag_dir)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
+    with sa.create_engine(url).connect() as db:
+        assert db.execute(sa.text("select state, runs_ok, runs_failed from dag_runs")).one() == ("ok", 12, 0)
+        assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 4
+
+
+def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
+    for run in round_of(runs, 8):
+        record_skip(run, dag_dir, "skipped: not needed")
+    pipeline.parse_all(dag_dir)
+    ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
+    (stopping,) = ratios["stopping"]
+    assert stopping.startswith("stopped after 6 rounds") and stopping.endswith("; 7 ran, as another pair of the "
+                                                                                "variant needed")

@@ -1,0 +1,107 @@
+"""The architecture as rules that fail: which modules may import Airflow, which packages may import
+which (the floors, top to bottom), and which of the trainer's modules stay stdlib-only so that the
+orchestration side can import them. The launchers' own rule (no launcher imports another) is in
+launchers/test_launcher_contract.py."""
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "plugins" / "mxbench"
+TRAINER = REPO / "tasks" / "mxbench_train"
+
+# Top to bottom: a module may import its own package and the floors below it, never above.
+FLOORS = [
+    {"airflow_glue", "cli"},
+    {"stages"},
+    {"report"},
+    {"store"},
+    {"artifacts"},
+    {"builds"},
+    {"launchers"},
+    {"regression", "results"},
+    {"matrix"},
+    {"stats"},
+    {"config", "run_folder"},
+]
+# Airflow's object storage is the artifact store's file system (files travel between workers
+# through ObjectStoragePath): the one module outside the glue that opens it.
+AIRFLOW_OUTSIDE_THE_GLUE = {"artifacts/object_store.py"}
+# The trainer's modules that need mxnet or numpy; every other one is imported by the
+# orchestration side (no mxnet, maybe another numpy) or runs on a host with a bare Python.
+TRAINING_ONLY = {"__main__", "train", "resnet", "cifar10", "synthetic"}
+
+
+def modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+
+
+def imported(path):
+    """Every module ``path`` imports, at the top or inside a function (relative ones resolved)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{path}: relative import; mxbench imports absolutely"
+            names.add(node.module)
+            if node.module == "mxbench":
+                names |= {f"mxbench.{alias.name}" for alias in node.names}
+    return names
+
+
+def package_of(path):
+    return path.relative_to(PACKAGE).with_suffix("").parts[0]
+
+
+def floor_of(package):
+    return next(i for i, floor in enumerate(FLOORS) if package in floor)
+
+
+def test_every_package_has_a_floor():
+    packages = {package_of(p) for p in modules()} - {"__init__"}
+    assert packages == set().union(*FLOORS)
+
+
+def test_only_the_glue_imports_airflow():
+    importers = {str(p.relative_to(PACKAGE)) for p in modules()
+                 if any(m == "airflow" or m.startswith("airflow.") for m in imported(p))}
+    outside = {p for p in importers if not p.startswith("airflow_glue/")}
+    assert outside == AIRFLOW_OUTSIDE_THE_GLUE
+    assert {p for p in importers if p.startswith("airflow_glue/")}, "the glue imports Airflow"
+
+
+def test_no_package_imports_one_above_it():
+    upward = []
+    for path in modules():
+        own = package_of(path)
+        if own == "__init__":
+            continue
+        for name in imported(path):
+            if not name.startswith("mxbench."):
+                continue
+            other = name.split(".")[1]
+            if other != own and floor_of(other) <= floor_of(own):
+                upward.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not upward, "\n".join(upward)
+
+
+def test_a_rule_that_sees_an_upward_import(tmp_path):
+    # the rule above is not vacuous: a store module that imported a stage would be caught
+    fake = tmp_path / "store_mod.py"
+    fake.write_text("from mxbench.stages import pipeline\n")
+    assert "mxbench.stages" in imported(fake)
+    assert floor_of("stages") < floor_of("store")
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in TRAINER.glob("*.py")
+                                          if p.stem not in TRAINING_ONLY | {"__init__"}))
+def test_the_trainers_shared_modules_import_only_the_standard_library(module):
+    # -S: no site-packages at all, so any third-party import fails here
+    code = f"import sys; sys.path.insert(0, {str(REPO / 'tasks')!r}); import mxbench_train.{module}"
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+

@@ -1,0 +1,75 @@
+"""Seeded DAG-run folders and store fixtures, shared by the store's, the report's and the UI's tests."""
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from alembic import command
+
+from mxbench import store
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+CPU_BOX = {"python": "3.11.9", "host": "box-1", "cpu_model": "AMD EPYC 7B13", "cpu_count": 2,
+           "gpu": {"available": False, "reason": "nvidia-smi not found"}, "mxnet_version": "1.9.1"}
+OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "cpu_count": 8}
+GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
+                              "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
+CPU_FP = store.fingerprint(CPU_BOX)[0]
+HEAD = "0006"  # the newest migration
+OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
+
+
+def variant(id="cpu2-bs32", workers=2, batch_size=32):
+    return {"id": id, "setup": f"1 host x {workers} workers dist_sync (CPU)", "batch_size": batch_size,
+            "workers": workers, "hosts": 1, "gpus_per_worker": 0, "kvstore": "dist_sync", "num_layers": 8,
+            "epochs": 3, "disp_batches": 5, "host_network": False, "launchers": []}
+
+
+def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None, ran=None):
+    """A DAG run folder as join_results leaves it. ``runs``: (variant dict, launcher, repeat,
+    status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv.
+    ``ran``: launcher -> the runs.csv columns saying what its runs ran on (``mxnet_asked``,
+    ``mxnet_reported``, ``runtime``); None: a folder from before those columns."""
+    dag_dir = root / name
+    dag_dir.mkdir(parents=True)
+    request_runs, rows = [], []
+    for i, (v, launcher, repeat, status, speed, cause) in enumerate(runs):
+        key = f"{v['id']}__{launcher}__r{repeat}"
+        request_runs.append({"key": key, "variant": v, "launcher": launcher, "repeat": repeat})
+        if key in unparsed:
+            continue
+        start = started.timestamp() + 60 * i
+        rows.append({"key": key, "variant": v["id"], "setup": v["setup"], "launcher": launcher, "repeat": repeat,
+                     "num_layers": v["num_layers"], "devices": v["workers"], "workers": v["workers"],
+                     "batch_size": v["batch_size"], "batch_per_device": v["batch_size"], "status": status,
+                     "cause": cause, "samples_per_sec": speed, "epoch_samples_per_sec": speed and speed * 0.98,
+                     "sec_per_epoch": speed and 3000 / speed, "first_epoch_s": None, "warmup_excluded": True,
+                     "validation_accuracy": 0.1 if speed else None, "gpu_util_pct": None, "gpu_mem_mib": None,
+                     "p2p_pairs": None, "started_at": start, "ended_at": start + 50, "duration_s": 50.0,
+                     "trainer_wall_s": 45.0, "reused": False, "warnings": None, **(ran or {}).get(launcher, {})})
+        (dag_dir / key).mkdir()
+        if status == "ok":
+            (dag_dir / key / "metrics.json").write_text(json.dumps(
+                {"samples_per_sec": speed, "environment": environment}))
+    request = {"params": {"preset": "cpu-demo", "repeats": 2}, "runs": request_runs,
+               "machine_sets": {"local": ["local", "ssh"]}}
+    if run_id:
+        request["run_id"] = run_id
+    (dag_dir / "request.json").write_text(json.dumps(request))
+    (dag_dir / "tables").mkdir()
+    pd.DataFrame(rows).to_csv(dag_dir / "tables" / "runs.csv", index=False)
+    return dag_dir
+
+
+def ok_runs(v=None, launchers=("local",), speeds=(100.0, 102.0)):
+    return [(v or variant(), launcher, r, "ok", speed, None)
+            for launcher in launchers for r, speed in enumerate(speeds, 1)]
+
+
+VENV_190 = "/opt/mxbench/builds/mxnet-1.9.0/bin/python"
+IMAGE_190 = "registry.example/mxbench-train:1.9.0"
+
+
+def upgrade_to(url, revision):
+    with store.engine(url).begin() as connection:
+        command.upgrade(store.alembic_config(connection), revision)
