@@ -38,7 +38,7 @@ def main() -> int:
     stack_env(scratch)  # before anything imports airflow: it reads its configuration once
     from mxbench.airflow_glue import connections
     from mxbench.builds import manifest as builds
-    from mxbench.launchers.base import RunBuild
+    from mxbench.builds.record import RunBuild
     from mxbench.launchers.ssh.commands import build_command, setup_command
     from mxbench.launchers.ssh.launcher import run_command
     from standins import sshd

@@ -93,11 +93,11 @@ def cmd_fetch(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from mxbench.run_folder import load_table
+    from mxbench.run_folder import DagRunFolder, load_table
 
-    first = load_table(Path(args.run_dir) / "tables" / "runs.csv")
+    first = load_table(DagRunFolder(args.run_dir).table("runs"))
     if args.other:
-        a, b = load_table(Path(args.other) / "tables" / "runs.csv"), first
+        a, b = load_table(DagRunFolder(args.other).table("runs")), first
         names, keys = (Path(args.other).name, Path(args.run_dir).name), ["variant", "launcher"]
     elif args.launchers:
         a = first[first["launcher"] == args.launchers[0]]

@@ -5,6 +5,8 @@ import os
 import re
 from pathlib import Path
 
+from mxbench.run_folder import DagRunFolder
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -15,7 +17,7 @@ def home() -> Path:
 
 def train_env_python() -> str:
     """The training env's interpreter (the pinned MXNet build of ``requirements-train.txt``), which
-    the local launcher runs unless a run asks for another build (``builds.python_for``)."""
+    the local launcher runs unless a run asks for another build (``builds.ensure_venv``)."""
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
 
 
@@ -52,7 +54,7 @@ def existing_dag_run_dir(dag_id: str, run_id: str) -> Path:
     if folder.is_dir() or not legacy.is_dir():
         return folder
     try:
-        owner = json.loads((legacy / "request.json").read_text(encoding="utf-8")).get("dag_id")
+        owner = json.loads(DagRunFolder(legacy).request.read_text(encoding="utf-8")).get("dag_id")
     except (OSError, ValueError, AttributeError):
         owner = None
     return legacy if owner in (None, dag_id) else folder

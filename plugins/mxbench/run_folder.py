@@ -1,9 +1,11 @@
-"""Reading and writing the files of a DAG run's folder: JSON records (written atomically), CSV
-tables and checksums. Shared by the stages, the launchers, the artifact store, the results store
-and the report."""
+"""A DAG run's folder: its layout, told once here (``DagRunFolder``, ``RunFolder``), and reading
+and writing its files: JSON records (written atomically), CSV tables and checksums. Shared by the
+stages, the launchers, the artifact store, the results store and the report; none of them spells a
+file name of the folder (``tests/orchestration/test_run_folder.py`` checks)."""
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +13,136 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder, ``<dag run>/<key>/`` (or a retried attempt's, ``attempts/<key>.<n>/``)::
+
+        meta.json      the run task's record: attempt, machine, status, reused, build
+        plan.json      the roles the launcher planned (``launchers.base.write_plan``)
+        pids.json      the local launcher's processes; remote.json: the ssh launcher's remote folders
+        metrics.json   what the parse stage read of the logs, with the run's environment
+        notices.json   the parse stage's notices (warnings in the logs)
+        rank*.log      the workers' logs (local, ssh), else roles/worker-*.log (kubernetes)
+        gpu-rank*.csv  telemetry, where the hosts have GPUs
+
+    ``meta``, ``plan``, ``pids`` and ``remote`` are this worker's own (``launchers.base.LOCAL_ONLY``)."""
+    path: Path
+
+    META = "meta.json"
+    PLAN = "plan.json"
+    PIDS = "pids.json"
+    REMOTE = "remote.json"
+    METRICS = "metrics.json"
+    NOTICES = "notices.json"
+    FILES = (META, PLAN, PIDS, REMOTE, METRICS, NOTICES)
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def meta(self) -> Path:
+        return self.path / self.META
+
+    @property
+    def plan(self) -> Path:
+        return self.path / self.PLAN
+
+    @property
+    def pids(self) -> Path:
+        return self.path / self.PIDS
+
+    @property
+    def remote(self) -> Path:
+        return self.path / self.REMOTE
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def notices(self) -> Path:
+        return self.path / self.NOTICES
+
+    def logs(self) -> list:
+        return run_logs(self.path)
+
+
+@dataclass(frozen=True)
+class DagRunFolder:
+    """A DAG run's folder, ``$MXBENCH_HOME/runs/<dag run>/``, the bus every stage rides::
+
+        request.json   params, the expanded runs and the build asked for (``pipeline.expand``)
+        data.json      the prepared data set (``pipeline.prepare``)
+        stages.json    the stages that failed, and why (``stages.failures``)
+        stored.json    what the store task recorded in the results database
+        <key>/         one folder per run (``RunFolder``)
+        attempts/      earlier attempts of a run, moved aside: ``attempts/<key>.<n>/`` (``stages.run``)
+        tables/        tidy tables, ``tables/<name>.csv`` (runs, speed, epochs, summary, ratios, k8s_gap,
+                       aa_noise, convergence, regression, history) and ``tables/bisect.json``
+        report/        the report (``mxbench.report``)
+
+    Each stage reads what the earlier ones wrote, so any stage can be rerun, and ``mxbench report``
+    rebuilds the tables and report from files. The artifact store publishes the same layout
+    (``mxbench.artifacts``)."""
+    path: Path
+
+    REQUEST = "request.json"
+    DATA = "data.json"
+    STAGES = "stages.json"
+    STORED = "stored.json"
+    TABLES = "tables"
+    REPORT = "report"
+    ATTEMPTS = "attempts"
+    FILES = (REQUEST, DATA, STAGES, STORED)  # one object each, replaced whole
+    BISECT = "bisect.json"  # in tables/
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def request(self) -> Path:
+        return self.path / self.REQUEST
+
+    @property
+    def data(self) -> Path:
+        return self.path / self.DATA
+
+    @property
+    def stages(self) -> Path:
+        return self.path / self.STAGES
+
+    @property
+    def stored(self) -> Path:
+        return self.path / self.STORED
+
+    @property
+    def tables(self) -> Path:
+        return self.path / self.TABLES
+
+    def table(self, name: str) -> Path:
+        """``tables/<name>.csv``."""
+        return self.tables / f"{name}.csv"
+
+    @property
+    def bisect(self) -> Path:
+        return self.tables / self.BISECT
+
+    @property
+    def report(self) -> Path:
+        return self.path / self.REPORT
+
+    def run(self, key) -> RunFolder:
+        return RunFolder(self.path / str(key))
+
+    @property
+    def attempts(self) -> Path:
+        return self.path / self.ATTEMPTS
+
+    def earlier_attempts(self, key) -> list:
+        """Run ``key``'s folders moved aside by later attempts, ``attempts/<key>.<n>``."""
+        return sorted(self.attempts.glob(f"{key}.*"))
 
 
 def run_logs(run_dir: Path) -> list:

@@ -41,9 +41,10 @@ from typing import Optional
 
 import numpy as np
 
-from .data_sources import TEST_BATCH, TRAIN_BATCHES, batch_dir, redact
+from .data_sources import TEST_BATCH, TRAIN_BATCHES, batch_dir
 from .download import SourcePolicy, content_md5, fetch, limit
 from .errors import MxbenchError
+from .redaction import redact
 from .synthetic import SYNTHETIC_TAG
 
 OFFICIAL_MD5 = "c58f30108f718f92721af3b95e74349a"

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-from .data_sources import TEST_BATCH, TRAIN_BATCHES, batch_dir, redact
+from .data_sources import TEST_BATCH, TRAIN_BATCHES, batch_dir
 from .errors import MxbenchError
+from .redaction import redact
 
 DOWNLOAD_TIMEOUT_S = 1800.0  # the whole download: a trickling server must not hold a run for ever
 DOWNLOAD_MAX_BYTES = 1 << 30  # the official archive is ~163 MB

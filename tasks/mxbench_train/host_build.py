@@ -42,9 +42,9 @@ import signal
 import sys
 import time
 
-from .data_sources import redact
 from .errors import MxbenchError
 from .host_folders import DEFAULT_WORKDIR, check_above, check_own
+from .redaction import redact
 
 FORMAT = 1  # bump when the way a venv is made changes: every venv made before is then remade
 STAMP = ".mxbench-build.json"
@@ -82,15 +82,6 @@ class Stopped(BaseException):
 
 # --- helpers the orchestration side shares (mxbench.builds.manifest imports them) ---------------------
 
-def shown(requirement: str) -> str:
-    """``requirement`` as it may be written down: a URL's user, password and secret-looking query
-    values redacted."""
-    direct = DIRECT_REFERENCE.match(requirement)
-    if not direct:
-        return requirement
-    return requirement[:direct.start("url")] + redact(direct["url"]) + requirement[direct.end("url"):]
-
-
 def clean_env() -> dict:
     """The environment for venv/pip: no PYTHONPATH/PYTHONHOME/VIRTUAL_ENV (the caller's) and no
     DMLC_* (importing mxnet with DMLC_ROLE set would start a kvstore role); PIP_* stay."""
@@ -113,7 +104,7 @@ def _one_line(value, what: str) -> str:
     if not value.strip():
         raise MxbenchError(f"--spec-json: {what} is empty")
     if any(ord(char) < 0x20 or char == "\x7f" for char in value):
-        raise MxbenchError(f"--spec-json: {what} {shown(value)!r} is not a one-line string")
+        raise MxbenchError(f"--spec-json: {what} {redact(value)!r} is not a one-line string")
     return value
 
 
@@ -133,17 +124,18 @@ def parse_spec(text: str) -> BuildSpec:
                            f"; expected {', '.join(SPEC_KEYS)}")
     spec = raw["spec"]
     if not isinstance(spec, list) or not spec:
-        raise MxbenchError(f"--spec-json: spec must be a non-empty list of requirement strings, not {spec!r}")
+        raise MxbenchError(f"--spec-json: spec must be a non-empty list of requirement strings, "
+                           f"not {redact(repr(spec))}")
     for index, line in enumerate(spec):
         _one_line(line, f"spec[{index}]")
         if line.lstrip().startswith("-"):  # pip would take it as an option (--index-url=..., -e ...)
-            raise MxbenchError(f"--spec-json: spec[{index}] {shown(line)!r} is a pip option, not a requirement")
+            raise MxbenchError(f"--spec-json: spec[{index}] {redact(line)!r} is a pip option, not a requirement")
     package, version = _one_line(raw["package"], "package"), _one_line(raw["version"], "version")
     if package != spec[0]:
-        raise MxbenchError(f"--spec-json: package {shown(package)!r} must be spec[0], which is {shown(spec[0])!r}")
+        raise MxbenchError(f"--spec-json: package {redact(package)!r} must be spec[0], which is {redact(spec[0])!r}")
     name = _PROJECT_NAME.match(package)
     if not name:
-        raise MxbenchError(f"--spec-json: package {shown(package)!r} does not start with a project name")
+        raise MxbenchError(f"--spec-json: package {redact(package)!r} does not start with a project name")
     return BuildSpec(package, version, list(spec), re.sub(r"[-_.]+", "-", name.group(0)).lower())
 
 
@@ -240,7 +232,7 @@ def _utc_now() -> str:
 
 
 def _failed(build: BuildSpec, why: str) -> MxbenchError:
-    return MxbenchError(f"cannot make the venv of MXNet build {shown(build.package)} on this host: {why}")
+    return MxbenchError(f"cannot make the venv of MXNet build {redact(build.package)} on this host: {why}")
 
 
 def _cannot_make_venvs(why: str) -> MxbenchError:
@@ -329,7 +321,7 @@ def _make(venv: str, build: BuildSpec, pip_timeout: float) -> dict:
     pip_log = os.path.join(venv, PIP_LOG)
     _run([_python(venv), "-I", "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
           "--progress-bar", "off", "--log", pip_log, *build.spec],
-         "pip install " + " ".join(map(shown, build.spec)), build, pip_timeout, pip_log=pip_log)
+         "pip install " + " ".join(map(redact, build.spec)), build, pip_timeout, pip_log=pip_log)
     digest = install_trainer(venv, build)
     done = _run([_python(venv), "-I", "-c", _IMPORT_CHECK], "import mxnet, mxbench_train", build, IMPORT_TIMEOUT_S)
     try:
@@ -387,10 +379,10 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
     if check_only:
         if stamp is None:
             why = "not made" if not os.path.lexists(venv) else "its stamp is missing or for another spec"
-            raise MxbenchError(f"MXNet build {shown(build.package)} has no venv on this host yet ({venv}: {why}); "
+            raise MxbenchError(f"MXNet build {redact(build.package)} has no venv on this host yet ({venv}: {why}); "
                                "run without --check-only to make it")
         if stamp["trainer_digest"] != trainer_digest():
-            raise MxbenchError(f"MXNet build {shown(build.package)} has no venv on this host yet ({venv}: its copy "
+            raise MxbenchError(f"MXNet build {redact(build.package)} has no venv on this host yet ({venv}: its copy "
                                f"of mxbench_train differs from {TRAINER}); run without --check-only to update it")
     elif stamp is None or stamp["trainer_digest"] != trainer_digest():
         try:
@@ -409,7 +401,7 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
                     _write_stamp(venv, stamp)
         except Stopped as exc:
             raise MxbenchError(f"stopped by {exc} while making or updating the venv of MXNet build "
-                               f"{shown(build.package)}; nothing half done will be used ({venv})") from None
+                               f"{redact(build.package)}; nothing half done will be used ({venv})") from None
         except OSError as exc:
             raise _failed(build, f"{exc.strerror or exc}{' (' + exc.filename + ')' if exc.filename else ''}") from None
     return {"python": _python(venv), "made": made, "seconds": round(time.monotonic() - started, 3),

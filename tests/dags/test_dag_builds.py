@@ -31,7 +31,7 @@ def image_of(day) -> str:
     machine (made here, as an image would be built; the training env itself for the pinned build)."""
     from mxbench.builds import manifest as builds
 
-    return str(Path(builds.python_for(builds.build_for(day))).parent.parent)
+    return str(Path(builds.ensure_venv(builds.build_for(day))).parent.parent)
 
 
 def run_regression(day, env: dict, conf=CONF):

@@ -20,12 +20,13 @@ FLOORS = [
     {"report"},
     {"store"},
     {"artifacts"},
-    {"builds"},
     {"launchers"},
+    {"builds"},
     {"regression", "results"},
     {"matrix"},
     {"stats"},
-    {"config", "run_folder"},
+    {"config"},
+    {"run_folder"},  # the DAG run folder's layout; config reads a folder's request through it
 ]
 # Airflow's object storage is the artifact store's file system (files travel between workers
 # through ObjectStoragePath): the one module outside the glue that opens it.

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import run_trainer, train_python
-from mxbench_train import data_sources, download
+from mxbench_train import download, redaction
 
 BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
@@ -309,7 +309,7 @@ def test_a_batch_asking_for_a_huge_or_object_array_is_refused(tmp_path, dtype, r
 
 def test_query_credentials_are_redacted_too():
     url = "https://store.example/cifar.tar.gz?X-Amz-Signature=abc123&token=t0k&version=2"
-    assert data_sources.redact(url) == "https://store.example/cifar.tar.gz?X-Amz-Signature=REDACTED&token=REDACTED&version=2"
+    assert redaction.redact(url) == "https://store.example/cifar.tar.gz?X-Amz-Signature=REDACTED&token=REDACTED&version=2"
 
 
 def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):

@@ -1,3 +1,4 @@
 """The Airflow glue: the DAGs' tasks, the run operator, connections, notifiers and the UI's app.
 
-The only modules of mxbench that import ``airflow`` (tests/orchestration/test_layers.py holds that)."""
+The only modules of mxbench that import ``airflow``, ``artifacts.object_store`` aside
+(tests/orchestration/test_layers.py holds that)."""

@@ -33,27 +33,31 @@ def resolve_probe(params=None, dag_run=None) -> dict:
     """The build this DAG run measures, as ``dag_tasks.resolve_build`` gives a date's: its record
     (package, commit, image, install spec, local interpreter or why it cannot run here) and its
     bisect ``label``. A bad good/bad pair fails the DAG run here, naming the cause."""
+    import dataclasses
+
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench.builds import manifest as builds
+    from mxbench.builds.record import RunBuild
     from mxbench_train.errors import MxbenchError
+    from mxbench_train.redaction import redact
 
     try:
-        _, labels, build, probe = _plan(params)
+        _, labels, entry, probe = _plan(params)
     except (ValueError, MxbenchError) as exc:
-        raise AirflowFailException(f"bisect from {params['good_build']!r} to {params['bad_build']!r}: {exc}") from None
-    record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
-              "since": str(build.since), "spec": None, "python": None, "unsupported": None, "label": probe}
+        raise AirflowFailException(redact(f"bisect from {params['good_build']!r} to {params['bad_build']!r}: "
+                                          f"{exc}")) from None
+    build = RunBuild.of(entry, label=probe)
     try:
-        record["spec"] = builds.install_spec(build)
+        build = dataclasses.replace(build, spec=tuple(builds.install_spec(entry)))
         if "local" in params["launchers"]:
-            record["python"] = builds.python_for(build)
-            record["unsupported"] = builds.check_trainer(record["python"])
+            python = builds.ensure_venv(entry)
+            build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
     except MxbenchError as exc:  # the local runs fail with this cause; decide probes a neighbour
-        record["unsupported"] = str(exc)
+        build = dataclasses.replace(build, unsupported=str(exc))
     print(f"mxbench: bisect {labels[0]} .. {labels[-1]}: this DAG run measures {probe} "
-          f"({builds.shown(build.package)}): {record['unsupported'] or record['python'] or 'no local runs'}")
-    return record
+          f"({redact(build.package)}): {redact(build.unsupported or build.python or 'no local runs')}")
+    return build.to_dict()
 
 
 @task(trigger_rule="all_done", multiple_outputs=True)  # a probe whose runs failed is still decided on
@@ -63,7 +67,7 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.airflow_glue import connections
     from mxbench.airflow_glue.dag_tasks import dag_folder
     from mxbench.regression import bisect
-    from mxbench.run_folder import write_json
+    from mxbench.run_folder import DagRunFolder, write_json
 
     _, labels, _, probe = _plan(params)
     runs = list(params.get("bisect_runs") or []) + [{"build": probe, "run_id": run_id}]
@@ -84,7 +88,7 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     for line in bisect.path_lines(step):
         print(f"  {line}")
     with dag_folder(dag_run, run_id, "decide", tables=True) as dag_dir:  # for the report
-        write_json(dag_dir / "tables" / "bisect.json", {"title": title, "path": bisect.path_lines(step)})
+        write_json(DagRunFolder(dag_dir).bisect, {"title": title, "path": bisect.path_lines(step)})
     return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
             "message": step.message, "path": [p.__dict__ for p in step.path],
             "next_conf": {**dict(params), "probe_build": step.next_build or "", "bisect_runs": runs},

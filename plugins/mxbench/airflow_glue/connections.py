@@ -1,9 +1,8 @@
 """Airflow Connections -> launchers and the results database's URL.
 
-One of the six library modules that import Airflow (with ``dag_tasks`` and ``operators``, the
-DAGs' tasks; ``artifacts.object_store``, for object storage; ``notify``, for notifiers;
-``web``, for the UI pages; and the ``mxbench_ui`` plugin beside the package); the stages
-(``pipeline``) never do. Called inside tasks only.
+Part of the Airflow glue (see ``mxbench.airflow_glue``: the only package that imports Airflow,
+``artifacts.object_store`` aside, as tests/orchestration/test_layers.py holds); the stages never
+do. Called inside tasks only.
 
 SSH hosts are SSH connections (apache-airflow-providers-ssh): the provider's SSHHook reads
 login, key, password and host key; mxbench reads its own extras (``mxbench_python``,

@@ -1,4 +1,5 @@
-"""The DAGs' Airflow tasks, shared by mxbench_benchmark and mxbench_regression.
+"""The DAGs' Airflow tasks, shared by mxbench_benchmark, mxbench_regression and mxbench_bisect (whose
+own tasks are in ``bisect_tasks``).
 
 Each task wraps a stage function (``mxbench.stages.pipeline``, ``mxbench.stages.failures``,
 ``mxbench.stages.regression_check``, ``mxbench.builds.manifest``, ``mxbench.store``), which need no Airflow;
@@ -14,6 +15,7 @@ from airflow.sdk import task, task_group
 
 from mxbench.airflow_glue.operators import RunVariantOperator
 from mxbench.matrix.variants import machine_sets
+from mxbench.run_folder import DagRunFolder, RunFolder
 
 
 def dag_folder(dag_run, run_id: str, task: str, **scope):
@@ -24,7 +26,7 @@ def dag_folder(dag_run, run_id: str, task: str, **scope):
     return artifacts.dag_run(dag_run.dag_id, run_id, task, **scope)
 
 
-RUN_FILES_READ = ("metrics.json", "notices.json", "meta.json")  # what report and store read of each run
+RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run
 
 
 @task
@@ -41,11 +43,11 @@ def _expand(build, params, dag_dir, dag_id) -> list[dict]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench.airflow_glue import connections
-    from mxbench.builds import manifest as builds
     from mxbench.matrix.variants import VariantError
     from mxbench.stages import failures as dag_run_failures
     from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
+    from mxbench_train.redaction import redact
 
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         connections.results_url(params)
@@ -56,7 +58,7 @@ def _expand(build, params, dag_dir, dag_id) -> list[dict]:
         params["launchers"], lambda name: connections.launcher_for(name, params))
     refused = {}
     if build and build.get("unsupported"):  # this machine cannot run it: the local runs fail with that
-        unavailable["local"] = f"MXNet build {builds.shown(build['package'])}: {build['unsupported']}"
+        unavailable["local"] = f"MXNet build {redact(build['package'])}: {redact(build['unsupported'])}"
     if build:  # each launcher gets ready to run the build (venvs on SSH hosts), or says why it cannot
         refused = pipeline.prepare_builds(params["launchers"], targets, unavailable, build,
                                           lambda name: connections.launcher_for(name, params))
@@ -131,7 +133,7 @@ def join_results(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.stages import pipeline
 
     with dag_folder(dag_run, run_id, "join_results", tables=True, all_units=True,
-                    unit_files=("metrics.json",)) as dag_dir:
+                    unit_files=(RunFolder.METRICS,)) as dag_dir:
         return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, connections.results_url(params)))
 
 
@@ -157,9 +159,9 @@ def _store(dag_dir, build, params, dag_run, run_id) -> dict:
                 folder=artifacts.published_folder(dag_run.dag_id, run_id), logical_date=dag_run.logical_date,
                 data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
     except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
-        write_json(dag_dir / "stored.json", {"error": f"{type(exc).__name__}: {exc}"})
+        write_json(DagRunFolder(dag_dir).stored, {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    write_json(dag_dir / "stored.json", stored)
+    write_json(DagRunFolder(dag_dir).stored, stored)
     print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
           f"(hardware {stored['fingerprint']})")
     return stored
@@ -207,23 +209,27 @@ def resolve_build(params=None, dag_run=None) -> dict:
     and, when the local launcher runs, its training interpreter on this machine, made on first
     use. A build that cannot be installed or trained here is named (``unsupported``); the local
     runs then fail with that cause, never as a crash; the other launchers run it where they run."""
+    import dataclasses
+
     from mxbench.builds import manifest as builds
+    from mxbench.builds.record import RunBuild
     from mxbench_train.errors import MxbenchError
+    from mxbench_train.redaction import redact
 
     when = dag_run.data_interval_start or dag_run.logical_date or dag_run.run_after
-    build = builds.build_for(when)
-    record = {"package": build.package, "version": build.version, "commit": build.commit, "image": build.image,
-              "since": str(build.since), "spec": builds.install_spec(build), "python": None, "unsupported": None}
+    entry = builds.build_for(when)
+    build = RunBuild.of(entry, builds.install_spec(entry))
     if "local" not in (params or {}).get("launchers", ["local"]):
-        print(f"mxbench: interval from {when} measures {builds.shown(build.package)} (no local runs: no venv here)")
-        return record
+        print(f"mxbench: interval from {when} measures {redact(build.package)} (no local runs: no venv here)")
+        return build.to_dict()
     try:
-        record["python"] = builds.python_for(build)
+        python = builds.ensure_venv(entry)
     except MxbenchError as exc:
-        return {**record, "unsupported": str(exc)}
-    record["unsupported"] = builds.check_trainer(record["python"])
-    print(f"mxbench: interval from {when} measures {build.package}: {record['unsupported'] or record['python']}")
-    return record
+        return dataclasses.replace(build, unsupported=str(exc)).to_dict()
+    build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
+    print(f"mxbench: interval from {when} measures {redact(build.package)}: "
+          f"{redact(build.unsupported or build.python)}")
+    return build.to_dict()
 
 
 @task

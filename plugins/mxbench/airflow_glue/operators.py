@@ -60,7 +60,7 @@ class RunVariantOperator(BaseOperator):
         from mxbench import artifacts, config
         from mxbench.airflow_glue import connections
         from mxbench.builds.provenance import build_here
-        from mxbench.run_folder import read_json
+        from mxbench.run_folder import DagRunFolder, read_json
         from mxbench.stages import run as run_stage
         from mxbench.stages.failures import root_cause
         from mxbench_train.errors import MxbenchError
@@ -72,14 +72,15 @@ class RunVariantOperator(BaseOperator):
                 return self.kubernetes_launcher(context)
             return connections.launcher_for(name, params)
 
-        data = read_json(dag_dir / "data.json")
+        folder = DagRunFolder(dag_dir)
+        data = read_json(folder.data)
         if data is None:
             cause = root_cause(dag_dir) or "no data.json: prepare_data has not run"
             raise AirflowException(f"run {self.run['key']}: {cause}")
         run = self.run
         store = artifacts.Store()
         # an optional round not started yet (a try that started it is retried as a run, and reaped)
-        if run.get("optional") and aside is None and (read_json(dag_dir / run["key"] / "meta.json") or {}).get(
+        if run.get("optional") and aside is None and (read_json(folder.run(run["key"]).meta) or {}).get(
                 "status") in (None, "skipped"):
             reason = self.skip_reason(run, dag_dir, context, store)
             if reason:

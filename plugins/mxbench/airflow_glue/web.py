@@ -40,6 +40,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mxbench import config
+from mxbench.run_folder import DagRunFolder
 
 # Airflow's api-server modules are imported inside the functions: every Airflow process that
 # loads plugins (each task's, too) imports this module, and only the api-server needs them.
@@ -172,11 +173,11 @@ def report_file(dag_id: str, run_id: str) -> Optional[Path]:
     named their DAG are taken as they are)."""
     runs = (config.home() / "runs").resolve()
     folder = config.existing_dag_run_dir(dag_id, run_id).resolve()
-    path = folder / "report" / "report.html"
+    path = DagRunFolder(folder).report / "report.html"
     if runs not in path.resolve().parents or not path.is_file():
         return None
     try:
-        owner = json.loads((folder / "request.json").read_text(encoding="utf-8")).get("dag_id")
+        owner = json.loads(DagRunFolder(folder).request.read_text(encoding="utf-8")).get("dag_id")
     except (OSError, ValueError, AttributeError):
         owner = None
     return path.resolve() if owner in (None, dag_id) else None
@@ -234,7 +235,8 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
         rows = store.read_history(url)
         alerts = store.read_alerts(url)
     except store.StoreError as exc:
-        log.error("mxbench history: the results store %s cannot be read: %s", store.shown(url), exc)
+        log.error("mxbench history: the results store %s cannot be read: %s", store.shown(url),
+                  store.without_password(str(exc), url))
         raise HTTPException(503, "The results store cannot be read; the api-server's log says why") from None
     # judged over every stored run (a bisect's probes measure old builds on purpose: not history),
     # as the regression DAG judges, then shown for the readable DAGs
@@ -288,7 +290,8 @@ def set_alert(request: Request, who: Annotated[tuple, Depends(writer)], dag_id: 
     except store.ConcurrentChange as exc:
         raise HTTPException(409, str(exc)) from None
     except store.StoreError as exc:
-        log.error("mxbench triage: the results store %s cannot be written: %s", store.shown(url), exc)
+        log.error("mxbench triage: the results store %s cannot be written: %s", store.shown(url),
+                  store.without_password(str(exc), url))
         raise HTTPException(503, "The results store cannot be written; the api-server's log says why") from None
     log.info("mxbench triage: %s set %s (%s, machine %s) of %s/%s to %s: %s", user.get_name(), variant, launcher,
              environment or "none", dag_id, run_id, state, row["reason"])

@@ -4,7 +4,7 @@ other's work. One base URL, ``MXBENCH_ARTIFACTS``, read through Airflow's own ob
 (``ObjectStoragePath``, over fsspec): ``s3://<conn id>@<bucket>/<prefix>`` takes its credentials
 from that Airflow connection; gs:// and abfs:// work the same way through their providers.
 
-Layout under the base::
+Layout under the base (a DAG run's own folder is ``run_folder.DagRunFolder``'s layout, published)::
 
     runs/<dag run>/request.json, data.json, stages.json, stored.json   one object each, replaced whole
     runs/<dag run>/tables/<name>.csv               likewise

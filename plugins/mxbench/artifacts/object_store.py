@@ -17,8 +17,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mxbench import config
 from mxbench.run_folder import sha256_of
-from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
+from mxbench_train.redaction import redact
 
 SETTING = "MXBENCH_ARTIFACTS"
 

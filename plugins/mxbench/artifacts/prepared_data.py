@@ -11,8 +11,8 @@ from mxbench import config
 from mxbench.artifacts.object_store import Store, files_under
 from mxbench.builds import caches
 from mxbench.run_folder import sha256_of
-from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
+from mxbench_train.redaction import redact
 
 DATA_FILES = (".rec", ".idx", ".json")  # a prepared data set's published files (not its download)
 

@@ -8,6 +8,7 @@ from typing import Dict, Optional
 
 from mxbench.artifacts.object_store import Store, object_of
 from mxbench.artifacts.workspace import Workspace, dag_run_name
+from mxbench.run_folder import DagRunFolder
 from mxbench_train.errors import MxbenchError
 
 
@@ -36,7 +37,7 @@ def read_report(dag_id: str, run_id: str, store: Optional[Store] = None) -> Opti
     folder = f"runs/{dag_run_name(dag_id, run_id)}"
     manifest = store.manifest(folder, "report")
     entry = (manifest or {}).get("files", {}).get("report/report.html")
-    request = store.read_json(f"{folder}/request.json") or {}
+    request = store.read_json(f"{folder}/{DagRunFolder.REQUEST}") or {}
     if entry is None or request.get("dag_id") not in (None, dag_id):
         return None
     body = store.read_bytes(f"{folder}/{object_of('report/report.html', entry)}")
@@ -52,7 +53,8 @@ def download(dag_id: str, run_id: str, dest: Path, store: Optional[Store] = None
     name = dag_run_name(dag_id, run_id)
     space = Workspace(store, name, Path(dest) / name)
     space.fetch_dag_files(tables=True)
-    request = json.loads((space.path / "request.json").read_text()) if (space.path / "request.json").is_file() else None
+    request_file = DagRunFolder(space.path).request
+    request = json.loads(request_file.read_text()) if request_file.is_file() else None
     if request is None:
         raise MxbenchError(f"the artifact store {store.shown} has no DAG run {run_id} of {dag_id} "
                            f"(runs/{name}/request.json)")

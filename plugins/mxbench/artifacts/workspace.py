@@ -13,11 +13,11 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from mxbench import config
 from mxbench.artifacts.object_store import Store, files_under
-from mxbench.run_folder import sha256_of
-from mxbench_train.data_sources import redact
+from mxbench.run_folder import DagRunFolder, sha256_of
 from mxbench_train.errors import MxbenchError
+from mxbench_train.redaction import redact
 
-DAG_FILES = ("request.json", "data.json", "stages.json", "stored.json")
+DAG_FILES = DagRunFolder.FILES
 
 
 def run_units(files: Iterable[str]) -> Dict[str, List[str]]:
@@ -26,11 +26,11 @@ def run_units(files: Iterable[str]) -> Dict[str, List[str]]:
     units: Dict[str, List[str]] = {}
     for rel in files:
         parts = rel.split("/")
-        if len(parts) == 1 or parts[0] in ("tables", "manifests"):
+        if len(parts) == 1 or parts[0] in (DagRunFolder.TABLES, "manifests"):
             unit = ""
-        elif parts[0] == "report":
+        elif parts[0] == DagRunFolder.REPORT:
             unit = "report"
-        elif parts[0] == "attempts":
+        elif parts[0] == DagRunFolder.ATTEMPTS:
             unit = parts[1].rsplit(".", 1)[0]
         else:
             unit = parts[0]
@@ -52,8 +52,9 @@ class Workspace:
         names = list(DAG_FILES)
         if tables:  # a table is one object, replaced whole: its names are the files that exist
             try:
-                names += [f"tables/{Path(p).name}" for p in self.store.fs.ls(self.store._path(f"{self.folder}/tables"),
-                                                                           detail=False)]
+                tables = DagRunFolder.TABLES
+                listed = self.store.fs.ls(self.store._path(f"{self.folder}/{tables}"), detail=False)
+                names += [f"{tables}/{Path(p).name}" for p in listed]
             except FileNotFoundError:
                 pass
         present = [rel for rel in names if self.store.fs.exists(self.store._path(f"{self.folder}/{rel}"))]
@@ -150,7 +151,8 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
         space.fetch_dag_files(tables=tables)
         keys = list(units)
         if all_units:
-            request = json.loads((scratch / "request.json").read_text()) if (scratch / "request.json").is_file() else {}
+            request_file = DagRunFolder(scratch).request
+            request = json.loads(request_file.read_text()) if request_file.is_file() else {}
             keys = [run["key"] for run in request.get("runs", [])]
         leftovers = [found for key in keys
                      if space.fetch_unit(key, unit_files) is None and all_units
@@ -220,7 +222,7 @@ def _leftover_first(space: Workspace, key: str) -> Optional[Path]:
     (a higher try number): it is the run's folder, and the store's is replaced by it (its older
     try failed, or ours would have been reused). The store's is newer or the same: ours is put
     aside as an attempt (returned, to be reaped) and the store's is fetched."""
-    local = space.path / key / "meta.json"
+    local = DagRunFolder(space.path).run(key).meta
     manifest = space.store.manifest(space.folder, key)
     if not local.is_file() or manifest is None:
         return None
@@ -232,7 +234,7 @@ def _leftover_first(space: Workspace, key: str) -> Optional[Path]:
         print(f"mxbench: run {key}: try {ours} on this worker did not publish; it is newer than the store's "
               f"(try {manifest.get('try_number')}) and is kept as the run's folder")
         return None
-    aside = space.path / "attempts" / f"{key}.lost-try{ours}-{uuid.uuid4().hex[:8]}"
+    aside = DagRunFolder(space.path).attempts / f"{key}.lost-try{ours}-{uuid.uuid4().hex[:8]}"
     aside.parent.mkdir(exist_ok=True)
     (space.path / key).replace(aside)
     print(f"mxbench: run {key}: try {ours} on this worker did not publish and try {manifest.get('try_number')} "
@@ -274,7 +276,7 @@ def leftover(store: Store, name: str, key: str, into: Path) -> Optional[Path]:
     task was killed mid-run here (SIGKILL, a lost heartbeat). Copied into ``into`` so that
     parsing finds it running, reaps what it left and publishes it as interrupted."""
     found = run_scratch(name, key)
-    if not (found / key / "meta.json").is_file():
+    if not DagRunFolder(found).run(key).meta.is_file():
         return None
     for rel in files_under(found):
         if run_units([rel]).get(key):

@@ -1,2 +1,2 @@
-"""MXNet builds: the versions manifest, a venv per build, which build a run asked for and which ran,
-and pruning the caches."""
+"""MXNet builds: the versions manifest, a venv per build, the build record the DAG hands around,
+which build a run asked for and which ran, and pruning the caches."""

@@ -30,9 +30,9 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from mxbench import config
 from mxbench.builds import caches
-from mxbench_train.data_sources import redact
 from mxbench_train.errors import MxbenchError
-from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines, shown
+from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines
+from mxbench_train.redaction import redact
 
 MANIFEST = config.REPO / "config" / "mxnet-builds.json"
 REQUIREMENTS = config.REPO / "requirements-train.txt"
@@ -88,7 +88,7 @@ class Build:
 
     def __str__(self) -> str:
         at = f", commit {self.commit}" if self.commit else ""
-        return f"{shown(self.package)} (since {self.since}{at})"
+        return f"{redact(self.package)} (since {self.since}{at})"
 
 
 def url_problem(requirement: str) -> Optional[str]:
@@ -157,14 +157,14 @@ def _parse_package(package: str) -> Tuple[str, str]:
         parts = wheel["file"].split("-")
         if len(parts) >= 5 and parts[0].replace("_", "-") == wheel["name"]:
             return wheel["name"], parts[1]
-    raise ValueError(f"package {shown(package)!r} is neither mxnet[-VARIANT]==VERSION nor "
+    raise ValueError(f"package {redact(package)!r} is neither mxnet[-VARIANT]==VERSION nor "
                      "mxnet[-VARIANT] @ URL-of-a-wheel (name-version-python-abi-platform.whl)")
 
 
 def _requirement_name(requirement: str) -> str:
     match = _REQUIREMENT_NAME.match(requirement.strip())
     if not match:
-        raise ValueError(f"{requirement!r} is not a requirement")
+        raise ValueError(f"{redact(requirement)!r} is not a requirement")
     return re.sub(r"[-_.]+", "-", match.group(0)).lower()
 
 
@@ -186,7 +186,7 @@ def _wheel_source(label: str, package: str, sha256, commit, image: str) -> Tuple
             raise ManifestError(f"{label}: sha256 must be the wheel's SHA-256, 64 lowercase hex digits "
                                 f"(sha256sum FILE), not {sha256!r}")
         if not direct:
-            raise ManifestError(f"{label}: sha256 is for a wheel; package {shown(package)!r} is an index pin, "
+            raise ManifestError(f"{label}: sha256 is for a wheel; package {redact(package)!r} is an index pin, "
                                 "which pip checks against the index")
         parts = urllib.parse.urlsplit(direct["url"])
         if parts.fragment and parts.fragment != f"sha256={sha256}":
@@ -199,7 +199,7 @@ def _wheel_source(label: str, package: str, sha256, commit, image: str) -> Tuple
     if commit and not direct:
         tag = _SOURCE_TAG.fullmatch(image)
         if not tag or not (commit.startswith(tag["commit"]) or tag["commit"].startswith(commit)):
-            raise ManifestError(f"{label}: commit {commit} has no wheel (package {shown(package)!r} is an index pin), "
+            raise ManifestError(f"{label}: commit {commit} has no wheel (package {redact(package)!r} is an index pin), "
                                 f"so its image must be built from docker/train-source.Dockerfile at that commit, "
                                 f"tagged ...:src-{commit}, not {image!r}; or give a wheel (URL or path) and its sha256")
     return package, sha256
@@ -210,7 +210,7 @@ def _entry(raw, index: int, where: str) -> Build:
     if not isinstance(raw, dict):
         raise ManifestError(f"{label}: expected an object with since, package, image, not {type(raw).__name__}")
     if isinstance(raw.get("package"), str):
-        label += f" ({shown(raw['package'])})"
+        label += f" ({redact(raw['package'])})"
     unknown = sorted(set(raw) - _FIELDS)
     if unknown:
         raise ManifestError(f"{label}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
@@ -249,7 +249,7 @@ def _entry(raw, index: int, where: str) -> Build:
         except ValueError as exc:
             raise ManifestError(f"{label}: pins: {exc}") from None
         if name.startswith("mxnet"):
-            raise ManifestError(f"{label}: pins: {shown(pin)!r} names MXNet itself; that is the package field")
+            raise ManifestError(f"{label}: pins: {redact(pin)!r} names MXNet itself; that is the package field")
         problem = url_problem(pin)
         if problem:
             raise ManifestError(f"{label}: pins: {problem}")
@@ -274,8 +274,9 @@ def load_manifest(path: Union[str, Path, None] = None) -> List[Build]:
     builds = [_entry(item, i, str(path)) for i, item in enumerate(raw)]
     for i in range(1, len(builds)):
         if builds[i].since <= builds[i - 1].since:
-            raise ManifestError(f"{path}: entry {i} ({builds[i].package}): since {builds[i].since} is not after "
-                                f"entry {i - 1}'s ({builds[i - 1].package}, since {builds[i - 1].since}); "
+            earlier = builds[i - 1]
+            raise ManifestError(f"{path}: entry {i} ({redact(builds[i].package)}): since {builds[i].since} is not "
+                                f"after entry {i - 1}'s ({redact(earlier.package)}, since {earlier.since}); "
                                 "the list is ordered by date, one build per date")
     return builds
 
@@ -304,7 +305,7 @@ def build_for(when: Union[dt.date, dt.datetime, str], builds: Optional[Sequence[
     at = bisect.bisect_right([b.since for b in builds], day)
     if at == 0:
         raise ManifestError(f"no MXNet build for {day}: the versions manifest starts at {builds[0].since} "
-                            f"({builds[0].package}); add an earlier entry to measure that date")
+                            f"({redact(builds[0].package)}); add an earlier entry to measure that date")
     return builds[at - 1]
 
 
@@ -408,7 +409,7 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     _run([base, "-m", "venv", str(venv)], f"{base} -m venv", build, 600)
     python = str(venv / "bin" / "python")
     _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-          *spec], "pip install " + " ".join(map(shown, spec)), build, pip_timeout)
+          *spec], "pip install " + " ".join(map(redact, spec)), build, pip_timeout)
     # the trainer from the checkout, as `pip install -e tasks/` would, without writing into tasks/
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                 "finding site-packages", build, 60).strip()
@@ -423,7 +424,7 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     os.replace(tmp, venv / STAMP)
 
 
-def python_for(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
+def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
     """The interpreter of ``build``'s training env, made on first use and cached.
 
     The pinned build (``requirements-train.txt``'s ``mxnet==`` line, no pins) is the training env

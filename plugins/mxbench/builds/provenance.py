@@ -6,8 +6,8 @@ and no pandas: the run task imports this for every run."""
 from pathlib import Path
 from typing import Optional
 
-from mxbench.launchers import RunBuild
-from mxbench.run_folder import read_json
+from mxbench.builds.record import RunBuild
+from mxbench.run_folder import DagRunFolder, read_json
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import MARKER, parse_event
 
@@ -19,13 +19,13 @@ def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
     task of an older DAG run) has only ``train_python``, its local venv: the build is request.json's."""
     if run.get("build") or not run.get("train_python"):
         return run.get("build")
-    build = (read_json(dag_dir / "request.json", {}) or {}).get("build") or {}
+    build = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("build") or {}
     return {**build, "python": run["train_python"]}
 
 
 def build_here(run: dict, dag_dir: Path) -> dict:
     """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
-    names on the worker it ran on; another worker makes its own (once: ``builds.python_for``
+    names on the worker it ran on; another worker makes its own (once: ``builds.ensure_venv``
     keeps it), from the versions manifest's entry for the same package."""
     from mxbench.builds import manifest as builds
 
@@ -35,10 +35,10 @@ def build_here(run: dict, dag_dir: Path) -> dict:
         return run
     entry = next((b for b in builds.load_manifest() if b.package == build["package"]), None)
     if entry is None or list(builds.install_spec(entry)) != list(build.get("spec") or []):
-        raise MxbenchError(f"{RunBuild.from_record(build)} has no venv on this worker ({python}), and the "
+        raise MxbenchError(f"{RunBuild.from_dict(build)} has no venv on this worker ({python}), and the "
                            "versions manifest here no longer has that build: clear resolve_build")
-    print(f"mxbench: making {RunBuild.from_record(build)}'s venv on this worker (resolve_build ran on another)")
-    return {**run, "build": {**build, "python": builds.python_for(entry)}}
+    print(f"mxbench: making {RunBuild.from_dict(build)}'s venv on this worker (resolve_build ran on another)")
+    return {**run, "build": {**build, "python": builds.ensure_venv(entry)}}
 
 
 

@@ -8,7 +8,7 @@ and each role's; ``pods``: its pure part, settings and manifests), with the pod 
 DAG's run operator (``mxbench.airflow_glue.operators``). ``mxbench.airflow_glue.connections``
 makes the ssh and kubernetes ones from Airflow connections. No launcher imports another.
 """
-from mxbench.launchers.base import Launched, Launcher, RunBuild
+from mxbench.launchers.base import Launched, Launcher
 from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
 from mxbench.launchers.local import LocalLauncher
 from mxbench.launchers.ssh.launcher import SshLauncher
@@ -31,4 +31,4 @@ def get(name: str, **settings) -> Launcher:
         raise MxbenchError(f"launcher {name!r} needs settings: {exc}") from None
 
 
-__all__ = ["LAUNCHERS", "Launched", "Launcher", "RunBuild", "get"]
+__all__ = ["LAUNCHERS", "Launched", "Launcher", "get"]

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from mxbench_train.host_build import shown
+from mxbench.builds.record import RunBuild
+from mxbench.run_folder import RunFolder
 from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 
 if TYPE_CHECKING:
@@ -26,31 +27,7 @@ if TYPE_CHECKING:
     from mxbench_train.roles import Role
 
 # the launcher's own records in a run folder: what comes back from a host or pod never replaces them
-LOCAL_ONLY = frozenset({"plan.json", "meta.json", "pids.json", "remote.json", "notices.json", "metrics.json"})
-
-
-@dataclass(frozen=True)
-class RunBuild:
-    """The MXNet build a run must train with (the regression DAG's ``resolve_build`` record):
-    ``spec`` is what pip installs for it (``builds.install_spec``), ``python`` its venv on the
-    Airflow worker (the local launcher's), ``image`` the versions manifest's image name (which a
-    Kubernetes connection's image template may use)."""
-
-    package: str  # mxnet==1.9.0
-    version: str  # 1.9.0
-    spec: Tuple[str, ...] = ()
-    python: Optional[str] = None
-    image: Optional[str] = None
-
-    @classmethod
-    def from_record(cls, record: Optional[dict]) -> Optional["RunBuild"]:
-        if not record or not record.get("package"):
-            return None
-        return cls(record["package"], record.get("version") or "", tuple(record.get("spec") or ()),
-                   record.get("python"), record.get("image"))
-
-    def __str__(self):  # a wheel URL's user and password never shown
-        return f"MXNet build {shown(self.package)}"
+LOCAL_ONLY = frozenset(RunFolder.FILES)
 
 
 @dataclass
@@ -122,7 +99,7 @@ class StepTimes:
 
 def write_plan(run_dir, plan: Sequence["Role"]) -> None:
     """``plan.json``: the roles as run, for the report and for reading a run folder later."""
-    (Path(run_dir) / "plan.json").write_text(json.dumps([r.to_dict() for r in plan], indent=1))
+    RunFolder(run_dir).plan.write_text(json.dumps([r.to_dict() for r in plan], indent=1))
 
 
 def cores_per_host(machines: Dict[str, Tuple[int, Optional[str]]]) -> int:

@@ -4,9 +4,11 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench import config
-from mxbench.launchers.base import Launched, RunBuild, StepTimes, local_cores, write_plan
+from mxbench.builds.record import RunBuild
+from mxbench.launchers.base import Launched, StepTimes, local_cores, write_plan
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, pid_scope
 from mxbench_train.plan_runner import reap, run_plan
@@ -65,8 +67,8 @@ class LocalLauncher:
         """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say), when
         it ran on this machine: a run folder from another worker (the artifact store's) names
         that machine's processes, and their pids here are someone else's."""
-        ran_on = json.loads((Path(run_dir) / "meta.json").read_text()).get("machine") \
-            if (Path(run_dir) / "meta.json").is_file() else None
+        folder = RunFolder(run_dir)
+        ran_on = json.loads(folder.meta.read_text()).get("machine") if folder.meta.is_file() else None
         if ran_on not in (None, pid_scope()):
             return []
-        return reap(Path(run_dir) / "pids.json")
+        return reap(folder.pids)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from mxbench.stats.floors import rounds_needed
 
@@ -57,7 +57,7 @@ def machine_sets(environ=os.environ) -> Dict[str, Tuple[str, ...]]:
     return sets
 
 
-def machine_set_of(launcher: str, sets: Dict[str, Sequence[str]]) -> str:
+def machine_set_of(launcher: str, sets: Mapping[str, Sequence[str]]) -> str:
     return next(name for name, members in sets.items() if launcher in members)
 
 
@@ -220,7 +220,7 @@ def check_fits(variant: Variant, target: Target) -> Optional[str]:
 
 def select_variants(params: dict) -> List[Variant]:
     """The preset's variants with the params' overrides applied."""
-    overrides = {}
+    overrides: dict = {}
     if params.get("epochs") is not None:
         overrides["epochs"] = int(params["epochs"])
     if params.get("num_layers") is not None:
@@ -256,7 +256,10 @@ def launcher_of(leg_name: str) -> str:
     return leg_name.removesuffix(ARM_B)
 
 
-def round_order(launchers: Sequence[str], round_number: int) -> List[str]:
+Ordered = TypeVar("Ordered")  # a launcher name, or an A/A arm ("a", "b" or None)
+
+
+def round_order(launchers: Sequence[Ordered], round_number: int) -> List[Ordered]:
     """The order the launchers run in, in round ``round_number`` (1, 2, ...): counterbalanced.
 
     Each even round runs the previous one backwards (a b, b a; a b c, c b a), so over every two
@@ -305,7 +308,7 @@ def stop_budget(params: dict) -> Optional[Tuple[int, int, float]]:
 
 
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
-                sets: Optional[Dict[str, Sequence[str]]] = None,
+                sets: Optional[Mapping[str, Sequence[str]]] = None,
                 refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
@@ -331,7 +334,7 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
             continue
         problems += [p for p in (check_fits(v, targets[launcher]) for v in variants
                                  if not v.launchers or launcher in v.launchers) if p]
-        if launcher in (refused or {}):
+        if refused and launcher in refused:
             problems += [f"variant {v.id} under {launcher}: {refused[launcher]}" for v in variants
                          if not v.launchers or launcher in v.launchers]
     sets = machine_sets() if sets is None else sets

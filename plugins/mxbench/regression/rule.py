@@ -187,7 +187,8 @@ def controlled(findings: List[Finding], alpha: float = verdict.ALPHA) -> List[Fi
     improvement whose q is not below ``alpha`` turned "ok": with many series checked every night,
     some would pass p < α by chance alone."""
     tested = [f for f in findings if f.p_value is not None]
-    for finding, q in zip(tested, benjamini_hochberg([f.p_value for f in tested])):
+    p_values: List[float] = [f.p_value for f in tested]  # type: ignore[misc]  # tested: only those with a p
+    for finding, q in zip(tested, benjamini_hochberg(p_values)):
         finding.q_value = q
         if finding.status in ("regression", "improved") and q >= alpha:
             finding.message = finding.message.replace(f": {finding.status}: ", ": ok: ", 1) + (

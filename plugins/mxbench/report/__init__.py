@@ -34,7 +34,7 @@ from mxbench.report.tables import (
     verdict_lines,
     with_build,
 )
-from mxbench.run_folder import load_table, read_json, write_atomically
+from mxbench.run_folder import DagRunFolder, load_table, read_json, write_atomically
 from mxbench.stats.floors import rounds_needed
 
 REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-study.md in the mxbench repository."
@@ -64,12 +64,12 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
     dag_dir = Path(dag_dir)
-    out = dag_dir / "report"
+    folder = DagRunFolder(dag_dir)
+    out = folder.report
     out.mkdir(exist_ok=True)
-    tables = dag_dir / "tables"
-    runs, summary = load_table(tables / "runs.csv"), load_table(tables / "summary.csv")
-    ratios, epochs = load_table(tables / "ratios.csv"), load_table(tables / "epochs.csv")
-    gap = load_table(tables / "k8s_gap.csv")
+    runs, summary = load_table(folder.table("runs")), load_table(folder.table("summary"))
+    ratios, epochs = load_table(folder.table("ratios")), load_table(folder.table("epochs"))
+    gap = load_table(folder.table("k8s_gap"))
     if summary.empty:
         summary = pd.DataFrame(columns=["variant", "launcher", "devices", "samples_per_sec", "sec_per_epoch"])
     plots = dict(PLOTS)
@@ -86,11 +86,11 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     # a round skipped as settled is no failure (stop_rule)
     failed = (runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]] if not runs.empty
               else pd.DataFrame())
-    data = read_json(dag_dir / "data.json", {})
+    data = read_json(folder.data, {})
     env = environment(dag_dir, runs)
     # the answer first: one verdict per launcher pair, then the tables it comes from
     sections = [("Verdicts", verdict_lines(ratios) if not ratios.empty else NO_RATIO), ("Results", table)]
-    conv = load_table(tables / "convergence.csv")
+    conv = load_table(folder.table("convergence"))
     if not conv.empty:  # the preset has a target accuracy: throughput is judged by time to it too
         sections += [("Time to accuracy", convergence_lines(conv)),
                      ("Time to accuracy: seconds of training to the target", convergence_table(conv))]
@@ -100,7 +100,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     sections.append(("Failed runs", failed))
     if not ratios.empty:  # else the verdicts said there is none
         sections.append(("Launcher speed ratio", ratio_table(ratios)))
-    noise = load_table(tables / "aa_noise.csv")
+    noise = load_table(folder.table("aa_noise"))
     if not noise.empty:
         sections.insert(1, ("A/A calibration: each launcher against itself", aa_lines(noise)))
         sections.append(("A/A calibration: the noise floor", aa_table(noise)))
@@ -138,15 +138,16 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
     """The regression check and the history, where the regression DAG left them; a bisect's probe path."""
     sections = []
-    findings = load_table(dag_dir / "tables" / "regression.csv")
+    folder = DagRunFolder(dag_dir)
+    findings = load_table(folder.table("regression"))
     if not findings.empty:
         sections.append(("Regression check (against the last DAG runs on this hardware)",
                          findings[["variant", "launcher", "status", "message"]]))
         sections.append(("False alerts to expect", false_alert_line(dag_dir, findings)))
-    bisected = read_json(dag_dir / "tables" / "bisect.json")
+    bisected = read_json(folder.bisect)
     if bisected:  # mxbench_bisect's DAG runs: the probe path so far
         sections.append((f"Probe path: {bisected['title']}", bisected["path"]))
-    history = load_table(dag_dir / "tables" / "history.csv")
+    history = load_table(folder.table("history"))
     if not history.empty:
         history = with_build(history)
         plot_history(history, out / "history.png")
@@ -160,7 +161,7 @@ def false_alert_line(dag_dir: Path, findings) -> str:
     noise floor of each series (``regression.false_alerts_per_month``), or why that is not known."""
     from mxbench.regression.rule import false_alerts_per_month
 
-    params = (read_json(dag_dir / "request.json") or {}).get("params") or {}
+    params = (read_json(DagRunFolder(dag_dir).request) or {}).get("params") or {}
     confirm = int(params.get("confirm_rounds") or 0)
     first = int(params["repeats"]) if confirm and params.get("repeats") else None
     expected = false_alerts_per_month(findings, first=first, min_drop=float(params.get("min_drop", 0.05)),

@@ -5,21 +5,22 @@ from typing import Dict, List
 
 import pandas as pd
 
-from mxbench.run_folder import load_table, read_json
+from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 
 def provenance(dag_dir: Path) -> List[str]:
     """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only.
     A banner true of several targets is one line naming them all."""
     notes = []
-    data = read_json(dag_dir / "data.json", {})
+    folder = DagRunFolder(dag_dir)
+    data = read_json(folder.data, {})
     if data.get("synthetic"):
         notes.append("SYNTHETIC DATA: generated CIFAR-format images, not CIFAR-10. Accuracy numbers say "
                      "nothing about CIFAR-10; speed numbers are representative of the pipeline only.")
     elif data and not data.get("verified"):
         notes.append(f"Unverified data: {data.get('source')} is not the official CIFAR-10 archive (MD5 differs).")
-    request = read_json(dag_dir / "request.json", {})
-    runs = load_table(dag_dir / "tables" / "runs.csv")
+    request = read_json(folder.request, {})
+    runs = load_table(folder.table("runs"))
     if "reused" in runs and runs["reused"].fillna(False).astype(bool).any():
         keys = ", ".join(runs.loc[runs["reused"].fillna(False).astype(bool), "key"])
         notes.append(f"REUSED: {keys} were measured by an earlier attempt of this DAG run and reused as they were.")
@@ -62,7 +63,7 @@ def plural(names: List[str], noun: str) -> str:
 
 def environment(dag_dir: Path, runs: pd.DataFrame) -> Dict[str, str]:
     for key in runs.loc[runs["status"] == "ok", "key"] if not runs.empty else []:
-        env = (read_json(dag_dir / key / "metrics.json", {}) or {}).get("environment")
+        env = (read_json(DagRunFolder(dag_dir).run(key).metrics, {}) or {}).get("environment")
         if env:
             gpu = env.get("gpu", {})
             gpus = ", ".join(g["name"] for g in gpu.get("gpus", [])) if gpu.get("available") else \

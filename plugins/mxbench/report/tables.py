@@ -8,7 +8,7 @@ import pandas as pd
 
 from mxbench.matrix.variants import SEED_REFERENCE
 from mxbench.results.parse import worth_reporting
-from mxbench.run_folder import read_json
+from mxbench.run_folder import DagRunFolder, read_json
 from mxbench.stats.floors import ALPHA
 
 
@@ -192,7 +192,7 @@ def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
     notices.json (failed runs too)."""
     rows, seen = [], set()
     for r in runs.to_dict("records") if not runs.empty else []:
-        for notice in read_json(dag_dir / r["key"] / "notices.json", []) or []:
+        for notice in read_json(DagRunFolder(dag_dir).run(r["key"]).notices, []) or []:
             text = notice.split(": ", 1)[-1]
             if worth_reporting(text) and (r["variant"], text) not in seen:
                 seen.add((r["variant"], text))

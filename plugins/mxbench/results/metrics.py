@@ -175,7 +175,7 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
         return [(arm, base) for arm, base in arms if base in launchers]
     rank = {name: LAUNCHER_ORDER.index(name) if name in LAUNCHER_ORDER else len(LAUNCHER_ORDER) + i
             for i, name in enumerate(launchers)}
-    ordered = sorted(launchers, key=rank.get)
+    ordered = sorted(launchers, key=lambda name: rank[name])
     return [(a, b) for i, a in enumerate(ordered) for b in ordered[:i]]
 
 
@@ -207,9 +207,10 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
             rounds, why_not = paired_rounds(every_run, launcher, ref_name)
             if rounds is not None and len(rounds) < rounds_needed():
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
-                rounds, why_not = None, f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
+                why_not = f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
+                rounds = None
             first_n = budget[0] if budget and rounds is not None and len(rounds) >= budget[0] >= 3 else None
-            if first_n:
+            if first_n and rounds is not None:
                 result = verdict.compare_two_stage(rounds, first_n, launcher, ref_name).to_dict()
             elif rounds is not None:
                 result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()

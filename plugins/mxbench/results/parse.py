@@ -166,7 +166,8 @@ def parse_lines(lines: Iterable[str], worker: Optional[int] = None) -> ParsedLog
 def _parse(pieces: Iterable[Tuple[str, bool]], worker: Optional[int]) -> ParsedLog:
     run, restarts, lineno = _Run(worker), deque(maxlen=MAX_RESTARTS), 0
     unparsed, unparsed_count, notices = [], 0, []
-    p2p, p2p_rows_left = None, 0
+    p2p: Optional[dict] = None
+    p2p_rows_left = 0
 
     def new_run():
         restarts.append(lineno)
@@ -193,7 +194,7 @@ def _parse(pieces: Iterable[Tuple[str, bool]], worker: Optional[int]) -> ParsedL
                     run.workers.declared = max(run.workers.declared, event["num_workers"])
             run.events.append(event)
             continue
-        if p2p_rows_left:
+        if p2p_rows_left and p2p is not None:  # rows are counted only once the header set p2p
             row = P2P_ROW.search(line)
             if row:
                 p2p["matrix"].append(row.group(1))

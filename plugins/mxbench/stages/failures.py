@@ -4,7 +4,7 @@ fails the DAG run with. No Airflow here."""
 from pathlib import Path
 from typing import List, Optional
 
-from mxbench.run_folder import load_table, read_json, write_json
+from mxbench.run_folder import DagRunFolder, load_table, read_json, write_json
 
 STAGE_NAMES = {"expand": "expanding the variants", "prepare_data": "data preparation"}
 
@@ -13,20 +13,20 @@ def stage_failed(dag_dir: Path, stage: str, error: Exception) -> str:
     """Remember why a stage before the runs failed, so the runs it stopped can name the root
     cause; returns that cause, "<stage> failed: <error>"."""
     cause = f"{STAGE_NAMES[stage]} failed: {error}"
-    stages = read_json(dag_dir / "stages.json", {})
-    write_json(dag_dir / "stages.json", {**stages, stage: cause})
+    stages = read_json(DagRunFolder(dag_dir).stages, {})
+    write_json(DagRunFolder(dag_dir).stages, {**stages, stage: cause})
     return cause
 
 
 def clear_stage_failure(dag_dir: Path, stage: str) -> None:
-    stages = read_json(dag_dir / "stages.json", {})
+    stages = read_json(DagRunFolder(dag_dir).stages, {})
     if stage in stages:
-        write_json(dag_dir / "stages.json", {k: v for k, v in stages.items() if k != stage})
+        write_json(DagRunFolder(dag_dir).stages, {k: v for k, v in stages.items() if k != stage})
 
 
 def root_cause(dag_dir: Path):
     """'data preparation failed: ...' when an upstream stage failed; None otherwise."""
-    stages = read_json(dag_dir / "stages.json", {})
+    stages = read_json(DagRunFolder(dag_dir).stages, {})
     return next((cause for stage in STAGE_NAMES if (cause := stages.get(stage))), None)
 
 
@@ -34,7 +34,7 @@ def root_cause(dag_dir: Path):
 def failed_runs(dag_dir: Path) -> List[dict]:
     """The runs without a result (key, status, cause), from ``tables/runs.csv``; an optional
     round skipped because the verdict was already settled is not one."""
-    runs = load_table(dag_dir / "tables" / "runs.csv")
+    runs = load_table(DagRunFolder(dag_dir).table("runs"))
     if runs.empty:
         return []
     return runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]].to_dict("records")
@@ -47,16 +47,17 @@ def failure_message(dag_dir: Path) -> Optional[str]:
     if upstream:
         not_run = sum(f["status"] == "not run" for f in failed)
         return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
-    if not (dag_dir / "report" / "report.md").is_file():
+    folder = DagRunFolder(dag_dir)
+    if not (folder.report / "report.md").is_file():
         return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
     problems = []
     if failed:
         lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)
         problems.append(f"{len(failed)} run(s) without a result:\n{lines}")
-    stored = read_json(dag_dir / "stored.json", {})
+    stored = read_json(folder.stored, {})
     if stored.get("error"):
         problems.append(f"storing the results in the results database failed: {stored['error']}")
-    findings = load_table(dag_dir / "tables" / "regression.csv")
+    findings = load_table(folder.table("regression"))
     if "triage" in findings.columns:
         from mxbench.regression.triage import ACCEPTING
 
@@ -65,7 +66,7 @@ def failure_message(dag_dir: Path) -> Optional[str]:
     if not findings.empty:
         from mxbench.regression.rule import alert
 
-        build = (read_json(dag_dir / "request.json", {}).get("build") or {}).get("package")
+        build = (read_json(folder.request, {}).get("build") or {}).get("package")
         regressed = alert(findings.to_dict("records"), build)
         if regressed:
             problems.append(regressed)

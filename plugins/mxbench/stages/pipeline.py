@@ -1,16 +1,15 @@
 """The benchmark's stages, each a plain function over a DAG run's folder (no Airflow here).
 
-``$MXBENCH_HOME/runs/<dag run>/`` holds ``request.json`` (params and the
-expanded runs), ``data.json`` (the prepared data set), one folder per run
-(logs, per-role logs, telemetry, ``plan.json``, ``meta.json``), ``tables/``
-and ``report/``. Each stage reads what the earlier ones wrote, so any stage can
-be rerun, and ``mxbench report`` rebuilds the tables and report from files.
+The folder's layout (request, data, one folder per run, tables, report) is told once, in
+``run_folder.DagRunFolder``, and every stage reads and writes it through that object. Each stage
+reads what the earlier ones wrote, so any stage can be rerun, and ``mxbench report`` rebuilds the
+tables and report from files.
 
-The run stage is ``run_stage.run_one``, apart so that the run task loads no pandas.
-Beside the stages: ``run_folder`` reads and writes the folder's files, ``dag_run_failures`` keeps
-the stage failures and says why a DAG run fails (``check_runs``), ``build_provenance`` says which
-MXNet build a run trains with and which it did, and ``regression_check`` is the regression DAG's
-check against the results database.
+The run stage is ``stages.run.run_one``, apart so that the run task loads no pandas.
+Beside the stages: ``mxbench.run_folder`` reads and writes the folder's files, ``stages.failures``
+keeps the stage failures and says why a DAG run fails (``check_runs``), ``builds.provenance`` says
+which MXNet build a run trains with and which it did, and ``stages.regression_check`` is the
+regression DAG's check against the results database.
 """
 import fcntl
 import hashlib
@@ -26,7 +25,7 @@ import pandas as pd
 
 from mxbench import config, launchers
 from mxbench.builds import caches
-from mxbench.launchers import RunBuild
+from mxbench.builds.record import RunBuild
 from mxbench.matrix.variants import (
     SYNTHETIC,
     Target,
@@ -40,10 +39,11 @@ from mxbench.matrix.variants import (
 from mxbench.results import calibration, convergence
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
-from mxbench.run_folder import load_table, read_json, run_logs, write_json
+from mxbench.run_folder import DagRunFolder, load_table, read_json, write_json
 from mxbench.stages.failures import clear_stage_failure, root_cause, stage_failed
-from mxbench_train.data_sources import SYNTHETIC_VERSION, redact
+from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
+from mxbench_train.redaction import redact
 from mxbench_train.telemetry import read_gpu_csv
 from mxbench_train.telemetry import summarise as summarise_gpus
 
@@ -71,7 +71,7 @@ def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str
     returns the launchers that cannot honour it (launcher -> why: no image for it, no interpreter),
     which expand refuses. One whose preparation failed (a host's pip cannot reach an index) joins
     ``unavailable``: its runs fail with that cause, the other launchers' go on."""
-    run_build = RunBuild.from_record(build)
+    run_build = RunBuild.from_dict(build)
     if run_build is None:
         return {}
     launcher_for = launcher_for or launchers.get
@@ -87,7 +87,7 @@ def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str
                 continue
             launcher.prepare_build(run_build)
         except MxbenchError as exc:
-            unavailable[name] = f"the {name} target cannot run {run_build}: {exc}"
+            unavailable[name] = f"the {name} target cannot run {run_build}: {redact(str(exc))}"
     return refused
 
 
@@ -95,7 +95,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
            dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None) -> List[dict]:
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is). ``build``: the
     MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
-    run carries it, and its launcher runs it (``launchers.RunBuild``)."""
+    run carries it, and its launcher runs it (``builds.record.RunBuild``)."""
     unavailable = unavailable or {}
     try:
         runs = expand_runs(params, targets, unavailable, refused=refused)
@@ -110,7 +110,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
     sets = {name: [launcher for launcher in members if launcher in chosen] for name, members in machine_sets().items()}
-    write_json(dag_dir / "request.json", {"dag_id": dag_id, "params": recorded, "runs": runs, "build": build,
+    write_json(DagRunFolder(dag_dir).request, {"dag_id": dag_id, "params": recorded, "runs": runs, "build": build,
                                           "targets": {k: asdict(v) for k, v in targets.items()},
                                           "unavailable": unavailable,
                                           "machine_sets": {k: v for k, v in sets.items() if v}})
@@ -161,7 +161,7 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     except MxbenchError as exc:
         raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
     clear_stage_failure(dag_dir, "prepare_data")
-    write_json(dag_dir / "data.json", data)
+    write_json(DagRunFolder(dag_dir).data, data)
     caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
     return data
 
@@ -222,9 +222,10 @@ def role_notices(run_dir: Path):
 
 def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None, launcher_for=None):
     """(row for the runs table, tidy speed rows, tidy epoch rows) of one run."""
-    run_dir = dag_dir / run["key"]
+    folder = DagRunFolder(dag_dir).run(run["key"])
+    run_dir = folder.path
     variant = variant_from_dict(run["variant"])
-    meta = read_json(run_dir / "meta.json")
+    meta = read_json(folder.meta)
     upstream = root_cause(dag_dir)
     row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": leg(run),
            "repeat": run["repeat"], "num_layers": variant.num_layers, "devices": variant.devices,
@@ -238,8 +239,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "reused": False, "warnings": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None,
-           "earlier_attempts": len(list((dag_dir / "attempts").glob(f"{run['key']}.*")))}
-    parsed = parse_run_logs(run_logs(run_dir))
+           "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"]))}
+    parsed = parse_run_logs(folder.logs())
     tag = {"key": run["key"], "variant": variant.id, "launcher": leg(run), "repeat": run["repeat"]}
     speed, epochs = parsed.speed.assign(**tag), parsed.epochs.assign(**tag)
     if meta is None:
@@ -262,7 +263,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                    + (f"; killed {len(reaped)} leftover process(es)" if reaped else ""))
     # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
     p2p, notices = role_notices(run_dir)
-    write_json(run_dir / "notices.json", notices)
+    write_json(folder.notices, notices)
     if row["status"] == "ok":
         try:
             metrics = run_metrics(parsed, f"run {run['key']}", images_per_epoch)
@@ -277,30 +278,30 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            write_json(run_dir / "metrics.json", {**metrics, "environment": start.get("environment")})
+            write_json(folder.metrics, {**metrics, "environment": start.get("environment")})
     return row, speed, epochs
 
 
 def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
     """Tidy tables of every run in the request: ``tables/{runs,speed,epochs}.csv``."""
-    request = read_json(dag_dir / "request.json")
+    folder = DagRunFolder(dag_dir)
+    request = read_json(folder.request)
     if request is None:
         cause = root_cause(dag_dir)
         raise MxbenchError(cause or f"{dag_dir} has no request.json: not a benchmark run folder")
     # the job's images per epoch when the logs carry no run_end event (a trainer killed late)
-    images = (read_json(dag_dir / "data.json", {}) or {}).get("records", {}).get("train")
+    images = (read_json(folder.data, {}) or {}).get("records", {}).get("train")
     rows, speeds, epochs = [], [], []
     for run in request["runs"]:
         row, speed, epoch = parse_run(run, dag_dir, images, launcher_for)
         rows.append(row)
         speeds.append(speed)
         epochs.append(epoch)
-    tables = dag_dir / "tables"
-    tables.mkdir(exist_ok=True)
-    pd.DataFrame(rows).to_csv(tables / "runs.csv", index=False)
-    pd.concat(speeds, ignore_index=True).to_csv(tables / "speed.csv", index=False)
-    pd.concat(epochs, ignore_index=True).to_csv(tables / "epochs.csv", index=False)
-    return {name: str(tables / f"{name}.csv") for name in ("runs", "speed", "epochs")}
+    folder.tables.mkdir(exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder.table("runs"), index=False)
+    pd.concat(speeds, ignore_index=True).to_csv(folder.table("speed"), index=False)
+    pd.concat(epochs, ignore_index=True).to_csv(folder.table("epochs"), index=False)
+    return {name: str(folder.table(name)) for name in ("runs", "speed", "epochs")}
 
 
 # --- join -----------------------------------------------------------------------------------
@@ -312,29 +313,30 @@ def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str
     launcher ratio, the A/A noise: this DAG run's own arms', else ``stored`` (``stored_aa_noise``).
     ``tables/convergence.csv``: each variant's time to the preset's target accuracy (``convergence``;
     empty when the preset has none)."""
-    tables = dag_dir / "tables"
-    runs = load_table(tables / "runs.csv")
-    params = read_json(dag_dir / "request.json", {}).get("params") or {}
-    summarise(runs).to_csv(tables / "summary.csv", index=False)
+    folder = DagRunFolder(dag_dir)
+    runs = load_table(folder.table("runs"))
+    params = read_json(folder.request, {}).get("params") or {}
+    summarise(runs).to_csv(folder.table("summary"), index=False)
     ratios = launcher_ratios(runs, budget=stop_budget(params))
     own = calibration.noise_floor(runs, ratios)
-    own.to_csv(tables / "aa_noise.csv", index=False)
+    own.to_csv(folder.table("aa_noise"), index=False)
     noise = calibration.Stored(own, "this DAG run's A/A arms") if not own.empty else stored
-    calibration.beside(ratios, noise).to_csv(tables / "ratios.csv", index=False)
-    kubernetes_gap(runs).to_csv(tables / "k8s_gap.csv", index=False)
-    times = convergence.run_times(runs, load_table(tables / "epochs.csv"), convergence.target_for(params))
-    convergence.summarise(times).to_csv(tables / "convergence.csv", index=False)
-    return {name: str(tables / f"{name}.csv") for name in ("summary", "ratios", "k8s_gap", "aa_noise", "convergence")}
+    calibration.beside(ratios, noise).to_csv(folder.table("ratios"), index=False)
+    kubernetes_gap(runs).to_csv(folder.table("k8s_gap"), index=False)
+    times = convergence.run_times(runs, load_table(folder.table("epochs")), convergence.target_for(params))
+    convergence.summarise(times).to_csv(folder.table("convergence"), index=False)
+    return {name: str(folder.table(name)) for name in ("summary", "ratios", "k8s_gap", "aa_noise", "convergence")}
 
 
 def machines(dag_dir: Path) -> Dict[str, str]:
     """Launcher (or arm) -> the hardware fingerprint its measured runs' metrics.json give."""
     from mxbench.store import fingerprint
 
-    runs = load_table(dag_dir / "tables" / "runs.csv")
+    folder = DagRunFolder(dag_dir)
+    runs = load_table(folder.table("runs"))
     found = {}
     for key, launcher in zip(runs.get("key", []), runs.get("launcher", [])):
-        environment = (read_json(dag_dir / str(key) / "metrics.json") or {}).get("environment")
+        environment = (read_json(folder.run(key).metrics) or {}).get("environment")
         if isinstance(environment, dict):
             found.setdefault(launcher, fingerprint(environment)[0])
     return found

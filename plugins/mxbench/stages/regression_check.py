@@ -6,7 +6,7 @@ from typing import Dict, List
 
 import pandas as pd
 
-from mxbench.run_folder import load_table
+from mxbench.run_folder import DagRunFolder, load_table
 
 
 def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerprints: Dict[str, str],
@@ -20,14 +20,14 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     The alerts people triaged on the history page apply (``mxbench.regression.triage``): a distribution
     change starts the series' baseline at its DAG run, and a regression at the level of an
     acknowledged or expected alert keeps that state in its ``triage`` column and its message, which
-    ``dag_run_failures`` does not fail the DAG run for."""
+    ``stages.failures`` does not fail the DAG run for."""
     from mxbench import store
     from mxbench.regression import rule as regression
     from mxbench.regression import triage
     from mxbench.results import calibration
     from mxbench.store.errors import first_line
 
-    runs = load_table(dag_dir / "tables" / "runs.csv")
+    runs = load_table(DagRunFolder(dag_dir).table("runs"))
     pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
     # a launcher that measured nothing has no hardware
     pairs = [(variant, launcher) for variant, launcher in pairs if fingerprints.get(launcher)]
@@ -62,8 +62,8 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
             row["triage"] = covering.state
             row["message"] += f"; {covering.note()}: does not fail this DAG run"
         rows.append(row)
-    tables = dag_dir / "tables"
-    pd.DataFrame(rows).to_csv(tables / "regression.csv", index=False)
+    folder = DagRunFolder(dag_dir)
+    pd.DataFrame(rows).to_csv(folder.table("regression"), index=False)
     histories = []
     for variant, launcher in pairs:
         history = store.history(url, variant, launcher=launcher, fingerprint=fingerprints[launcher])
@@ -73,7 +73,7 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
         history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True))
         histories.append(regression.judge_history(history, baseline_runs, min_drop))
     if histories:
-        pd.concat(histories, ignore_index=True).to_csv(tables / "history.csv", index=False)
+        pd.concat(histories, ignore_index=True).to_csv(folder.table("history"), index=False)
     return rows
 
 
@@ -85,8 +85,9 @@ def convergence_flags(dag_dir: Path, runs: pd.DataFrame, baselines: dict) -> Dic
     from mxbench.results import convergence
     from mxbench.run_folder import read_json
 
-    target = convergence.target_for((read_json(dag_dir / "request.json") or {}).get("params") or {})
-    times = convergence.run_times(runs, load_table(dag_dir / "tables" / "epochs.csv"), target)
+    folder = DagRunFolder(dag_dir)
+    target = convergence.target_for((read_json(folder.request) or {}).get("params") or {})
+    times = convergence.run_times(runs, load_table(folder.table("epochs")), target)
     flags = {}
     for (variant, launcher), current in times.groupby(["variant", "launcher"]):
         base = baselines.get((variant, launcher))

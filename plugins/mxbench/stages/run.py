@@ -13,13 +13,13 @@ from typing import Optional
 from mxbench import launchers
 from mxbench.builds import caches
 from mxbench.builds.provenance import build_of, ran_with, reported_version, same_release
-from mxbench.launchers import RunBuild
+from mxbench.builds.record import RunBuild
 from mxbench.matrix.variants import variant_from_dict
-from mxbench.run_folder import read_json, write_json
+from mxbench.run_folder import DagRunFolder, read_json, write_json
 from mxbench_train.errors import MxbenchError
-from mxbench_train.host_build import shown
 from mxbench_train.localhost import pid_scope
 from mxbench_train.plan_runner import RoleFailed
+from mxbench_train.redaction import redact
 from mxbench_train.roles import Role
 
 
@@ -48,11 +48,12 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     ``launcher_for(name)`` gives the launcher (default: ``launchers.get``); ``task``: the Airflow
     task's worker and try number, kept in ``meta.json``.
     """
-    run_dir = dag_dir / run["key"]
-    meta = read_json(run_dir / "meta.json", {})
+    folder = DagRunFolder(dag_dir).run(run["key"])
+    run_dir = folder.path
+    meta = read_json(folder.meta, {})
     if meta.get("status") == "ok":
         if not meta.get("reused"):
-            write_json(run_dir / "meta.json", {**meta, "reused": True})
+            write_json(folder.meta, {**meta, "reused": True})
         return {**summary_of(meta), "reused": True}
     launcher, setup_error = None, None
     try:
@@ -64,21 +65,23 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     reaped = []
     if run_dir.exists():
         reaped = launcher.reap(run_dir) if launcher else []
-        n = len(list((dag_dir / "attempts").glob(f"{run['key']}.*"))) + 1
-        (dag_dir / "attempts").mkdir(exist_ok=True)
-        run_dir.replace(dag_dir / "attempts" / f"{run['key']}.{n}")
+        dag_folder = DagRunFolder(dag_dir)
+        n = len(dag_folder.earlier_attempts(run["key"])) + 1
+        dag_folder.attempts.mkdir(exist_ok=True)
+        run_dir.replace(dag_folder.attempts / f"{run['key']}.{n}")
     run_dir.mkdir(parents=True)
     variant = variant_from_dict(run["variant"])
+    asked = (build_of(run, dag_dir) or {}).get("package")  # as the report shows it: no wheel URL's credentials
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
-            "attempt": uuid.uuid4().hex, "build": {"asked": (build_of(run, dag_dir) or {}).get("package")},
+            "attempt": uuid.uuid4().hex, "build": {"asked": redact(asked) if asked else None},
             "machine": pid_scope(), **(task or {})}
-    write_json(run_dir / "meta.json", meta)
+    write_json(folder.meta, meta)
     try:
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        build = RunBuild.from_record(build_of(run, dag_dir))
+        build = RunBuild.from_dict(build_of(run, dag_dir))
         local_python = build.python if build and run["launcher"] == "local" else None
         with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
             gone = caches.pruned_since_made(data, local_python)
@@ -86,13 +89,13 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
                 raise MxbenchError(gone)
             launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
         meta["command"] = _worker_command(launched.plan)
-        meta["build"] = {"asked": build.package if build else None, "reported": reported_version(run_dir),
+        meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(run_dir),
                          "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
         if build and not same_release(build.version, meta["build"]["reported"]):
             where = launched.runtime.get("image") or launched.runtime.get("python")
             raise MxbenchError(f"it asked for {build}, but its trainer imported MXNet "
                                f"{meta['build']['reported'] or '(no version reported)'} ({where}): not kept as "
-                               f"{shown(build.package)}")
+                               f"{redact(build.package)}")
         results = launched.results
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],
@@ -106,17 +109,17 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         meta.update(status="failed", cause=f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        if read_json(run_dir / "meta.json", {}).get("attempt") != meta["attempt"]:
+        if read_json(folder.meta, {}).get("attempt") != meta["attempt"]:
             # this attempt hung, a newer one moved its folder away and owns the path now
             raise RunFailed(f"run {run['key']}: a newer attempt took over its folder; this attempt's "
                             "result is dropped") from None
         if "command" not in meta:  # the launcher failed: its records, as far as it got
-            plan = [Role.from_dict(r) for r in read_json(run_dir / "plan.json", [])]
+            plan = [Role.from_dict(r) for r in read_json(folder.plan, [])]
             meta["command"] = _worker_command(plan)
             meta["build"].update(ran_with(run_dir, plan))
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
-        write_json(run_dir / "meta.json", meta)
+        write_json(folder.meta, meta)
     if meta["status"] != "ok":
         raise RunFailed(f"run {run['key']} failed: {meta['cause']}")
     return summary_of(meta)
@@ -125,7 +128,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
 def record_skip(run: dict, dag_dir: Path, reason: str) -> None:
     """Keep an optional round that was not needed (``stop_rule``) as a run folder whose
     ``meta.json`` says so: the tables list it as skipped, with the reason, not as failed."""
-    write_json(dag_dir / run["key"] / "meta.json",
+    write_json(DagRunFolder(dag_dir).run(run["key"]).meta,
                {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
                 "status": "skipped", "cause": reason, "skipped_at": time.time()})
 

@@ -12,7 +12,7 @@ variant and launcher whose first rounds look like a regression against the basel
 will use (``confirmation_skip_reason``), so that an alert rests on every round.
 
 Imported by the run task only for optional rounds: it parses logs (pandas), which the run path
-itself never loads (``run_stage``). No Airflow here.
+itself never loads (``stages.run``). No Airflow here.
 """
 import shutil
 import tempfile
@@ -24,20 +24,21 @@ import pandas as pd
 from mxbench.matrix.variants import budget, confirming, leg
 from mxbench.results.metrics import NoSpeedLines, launcher_pairs, paired_rounds, run_metrics
 from mxbench.results.parse import parse_run_logs
-from mxbench.run_folder import read_json, run_logs
+from mxbench.run_folder import DagRunFolder, read_json
 from mxbench.stats.verdict import rounds_planned
 
 
 def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dict:
     """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times and its
     steady-state samples/s (the report's own figure, from the same parser)."""
-    meta = read_json(dag_dir / run["key"] / "meta.json") or {}
+    folder = DagRunFolder(dag_dir).run(run["key"])
+    meta = read_json(folder.meta) or {}
     row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
            "started_at": meta.get("started_at"), "ended_at": meta.get("ended_at"), "samples_per_sec": None,
            "environment": None}
     if row["status"] == "ok":
         try:
-            parsed = parse_run_logs(run_logs(dag_dir / run["key"]))
+            parsed = parse_run_logs(folder.logs())
             row["samples_per_sec"] = run_metrics(parsed, f"run {run['key']}", images_per_epoch)["samples_per_sec"]
         except NoSpeedLines:
             row["status"] = "failed"
@@ -56,7 +57,7 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     ``dag_dir``: the DAG run's folder (its ``request.json``, ``data.json`` and, unless
     ``fetch_unit(key, into)`` fetches each from the artifact store into folder ``into``, the first
     stage's run folders)."""
-    request = read_json(dag_dir / "request.json") or {}
+    request = read_json(DagRunFolder(dag_dir).request) or {}
     params = request.get("params") or {}
     first_n, most = budget(params)
     if run["round"] <= first_n:
@@ -68,7 +69,7 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     launchers = list(dict.fromkeys(leg(r) for r in first))
     if len(launchers) < 2 and not confirming(params):
         return None  # one launcher: no comparison to settle, its budget is all it gets
-    images = ((read_json(dag_dir / "data.json", {}) or {}).get("records") or {}).get("train")
+    images = ((read_json(DagRunFolder(dag_dir).data, {}) or {}).get("records") or {}).get("train")
     scratch = Path(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
     try:
         for r in first if scratch else []:

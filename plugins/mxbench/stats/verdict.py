@@ -185,6 +185,7 @@ def compare(a: Sequence[float], b: Sequence[float], name="a", reference="b", lev
         return Comparison(ratio, low, high, level, None, alpha, n, m, None, "too few repeats",
                           f"{head}: too few repeats to tell (at least {MIN_REPEATS} a side)",
                           f"unpaired, {n} vs {m} repeats")
+    assert low is not None and high is not None  # from MIN_REPEATS a side on, there is an interval
     p = permutation_p(a, b, seed)
     detectable = min_detectable(a, b, alpha, POWER, level)
     undecidable = (f"{n} vs {m} repeats cannot give p below {smallest_p(n, m):.2f}, {alpha_text}): run at least "
@@ -202,33 +203,17 @@ SAMPLED_SIGN_FLIPS = 10_000
 
 @functools.lru_cache(maxsize=256)
 def t_quantile(probability: float, df: int) -> float:
-    """The Student-t quantile, by bisection on its exact CDF for whole degrees of freedom
-    (Abramowitz & Stegun 26.7.3-4; no SciPy on the orchestration side)."""
-    low, high = 0.0, 1.0
-    while _t_cdf(high, df) < probability:
-        high *= 2
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if _t_cdf(mid, df) < probability else (low, mid)
-    return (low + high) / 2
+    """The Student-t quantile (SciPy's; cached, as the power searches ask for the same few)."""
+    from scipy import stats  # lazily: scipy.stats takes a second to import, and most importers never need it
+
+    return float(stats.t.ppf(probability, df))
 
 
-def _t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for t >= 0 and whole ``df``: a finite series in the angle atan(t / sqrt(df))."""
-    theta = math.atan(t / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    term, total = 1.0, 1.0
-    if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        inside = 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
-    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        inside = math.sin(theta) * total
-    return 0.5 + inside / 2
+def t_upper_tail(t: float, df: int) -> float:
+    """P(T > t), the upper tail of the Student t distribution."""
+    from scipy import stats
+
+    return float(stats.t.sf(t, df))
 
 
 def _t_half_width(log_ratios: np.ndarray, level: float) -> float:
@@ -408,7 +393,7 @@ def compare_two_stage(pairs: Sequence[Tuple[float, float]], first_n: int, name="
     else:
         half = _stein_half_width(spread, first_n, n, level)
         low, high = math.exp(mean - half), math.exp(mean + half)
-        p = 2 * (1 - _t_cdf(abs(mean) * math.sqrt(n) / spread, df))
+        p = 2 * t_upper_tail(abs(mean) * math.sqrt(n) / spread, df)
     detectable = (math.expm1((t_quantile(1 - alpha / 2, df) + t_quantile(POWER, df)) * spread / math.sqrt(n))
                   if spread else None)
     head = f"{name} at {ratio:.1%} of {reference}, {level:.0%} CI [{low:.1%}, {high:.1%}], {n} rounds paired"

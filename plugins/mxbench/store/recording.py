@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from mxbench.matrix.variants import launcher_of, leg
 from mxbench.results import convergence
-from mxbench.run_folder import load_table, read_json
+from mxbench.run_folder import DagRunFolder, load_table, read_json
 from mxbench.store.database import ready_engine
 from mxbench.store.errors import StoreError
 from mxbench.store.schema import dag_runs, environments, repeats, utcnow, variants
@@ -128,8 +128,9 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     dag_dir = Path(dag_dir)
     if trigger not in TRIGGERS:
         raise StoreError(f"trigger must be one of {', '.join(TRIGGERS)}, not {trigger!r}")
-    request = read_json(dag_dir / "request.json")
-    csv_rows = _read_runs_csv(dag_dir / "tables" / "runs.csv")
+    run_folder = DagRunFolder(dag_dir)
+    request = read_json(run_folder.request)
+    csv_rows = _read_runs_csv(run_folder.table("runs"))
     if request is None and not csv_rows:
         raise StoreError(f"{dag_dir} has neither request.json nor tables/runs.csv: not a benchmark run folder")
     request = request or {}
@@ -150,7 +151,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         variant_rows.setdefault(variant["id"], variant)
         status = (row or {}).get("status") or "not run"
         env_fingerprint = None
-        environment = ((read_json(dag_dir / key / "metrics.json") or {}).get("environment")
+        environment = ((read_json(run_folder.run(key).metrics) or {}).get("environment")
                        if status == "ok" else None)
         if environment:
             env_fingerprint, facts = fingerprint(environment)
@@ -229,7 +230,7 @@ def _times_to_target(dag_dir: Path, csv_rows: List[dict], params: dict) -> dict:
     target = convergence.target_for(params)
     if target is None or not csv_rows:
         return {}
-    times = convergence.run_times(pd.DataFrame(csv_rows), load_table(dag_dir / "tables" / "epochs.csv"), target)
+    times = convergence.run_times(pd.DataFrame(csv_rows), load_table(DagRunFolder(dag_dir).table("epochs")), target)
     return {row["key"]: {"target_accuracy": target, "time_to_target_s": db_value(row["time_to_target_s"])}
             for row in times.to_dict("records")}
 
@@ -241,11 +242,11 @@ def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:
     ``{"folder", "skipped": why}`` for a folder without ``tables/runs.csv``."""
     results = []
     for dag_dir in map(Path, dag_dirs):
-        if not (dag_dir / "tables" / "runs.csv").is_file():
+        if not DagRunFolder(dag_dir).table("runs").is_file():
             results.append({"folder": str(dag_dir),
                             "skipped": f"{dag_dir} has no tables/runs.csv (its runs were never parsed): skipped"})
             continue
-        request = read_json(dag_dir / "request.json") or {}
+        request = read_json(DagRunFolder(dag_dir).request) or {}
         recorded = _recorded_run_of(url, dag_dir)
         if recorded and recorded["trigger"] != "manual":
             # the DAG recorded it itself, knowing more (trigger, dates): keep that

@@ -131,7 +131,7 @@ def test_the_install_spec_is_the_training_requirements_with_the_build_and_its_pi
 
 
 def test_the_pinned_build_is_the_training_env_itself(manifest):
-    assert builds.python_for(manifest[2]) == config.train_env_python()
+    assert builds.ensure_venv(manifest[2]) == config.train_env_python()
 
 
 def test_the_base_python_is_the_one_the_training_env_names(tmp_path):
@@ -164,7 +164,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
     monkeypatch.setattr(builds, "_create", fake_create)
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(builds.python_for(manifest[0], tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(builds.ensure_venv(manifest[0], tmp_path)))
                for _ in range(3)]
     for thread in threads:
         thread.start()
@@ -172,7 +172,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
         thread.join()
     assert len(made) == 1 and len(set(results)) == 1 and results[0].startswith(str(tmp_path))
     # a different spec (a pin) is a different venv
-    assert builds.python_for(manifest[1], tmp_path) != results[0] and len(made) == 2
+    assert builds.ensure_venv(manifest[1], tmp_path) != results[0] and len(made) == 2
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
     build = Build(dt.date(2026, 1, 1), "mxnet==1.8.0.post0", "mxbench-train:1.8.0.post0-cu112")
     with pytest.raises(MxbenchError) as raised:
-        builds.python_for(build, tmp_path / "envs")
+        builds.ensure_venv(build, tmp_path / "envs")
     message = str(raised.value)
     assert message.startswith("cannot make the training env for MXNet build mxnet==1.8.0.post0 (since 2026-01-01): "
                               "pip install mxnet==1.8.0.post0 "), message
@@ -234,11 +234,11 @@ def test_a_second_build_gets_its_own_venv_once_and_trains(cifar_rec, tmp_path):
     build = builds.build_for("2026-11-05")  # the repository manifest's 1.9.0
     assert build.package == "mxnet==1.9.0" and not builds.is_pinned(build)
     started = time.monotonic()
-    python = builds.python_for(build)
+    python = builds.ensure_venv(build)
     made_in = time.monotonic() - started
     assert Path(python).parent.parent.parent == config.home() / "envs"
     started = time.monotonic()
-    assert builds.python_for(build) == python
+    assert builds.ensure_venv(build) == python
     assert time.monotonic() - started < 1.0, "the second call must be a cache hit"
     stamp = json.loads((Path(python).parent.parent / builds.STAMP).read_text())
     assert stamp["mxnet_version"] == "1.9.0" and stamp["spec"][0] == "mxnet==1.9.0"
@@ -293,12 +293,12 @@ def test_a_local_wheel_and_a_hashed_download_are_accepted(tmp_path):
                                                                ("mxnet-cu112", "1.9.1")]
 
 
-def test_python_for_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
+def test_ensure_venv_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(builds, "_create", lambda *a: pytest.fail("pip must not run"))
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     build = Build(dt.date(2026, 1, 1), "mxnet @ http://bob:s3cret@wheels.example/mxnet-1.9.1-py3-none-any.whl", "i")
     with pytest.raises(MxbenchError) as raised:
-        builds.python_for(build, tmp_path / "envs")
+        builds.ensure_venv(build, tmp_path / "envs")
     assert str(raised.value) == (
         "refusing to install MXNet build mxnet @ http://wheels.example/mxnet-1.9.1-py3-none-any.whl (since "
         "2026-01-01): http://wheels.example/mxnet-1.9.1-py3-none-any.whl is fetched over http without "
@@ -394,7 +394,7 @@ def test_a_source_built_commit_runs_only_in_its_image(tmp_path):
     # the pinned release is not that commit: no venv of it, no training env standing in for it
     with pytest.raises(MxbenchError, match=r"MXNet build mxnet==1\.9\.1 \(since 2026-04-01, commit 0123abcd5678\) "
                                            r"is built from source: .* only its image mxbench-train:src-0123abcd"):
-        builds.python_for(build, tmp_path / "envs")
+        builds.ensure_venv(build, tmp_path / "envs")
     assert not (tmp_path / "envs").exists()
 
 
@@ -409,7 +409,7 @@ def test_a_local_wheel_path_is_a_file_url_checked_before_install(tmp_path):
 
     wrong = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=SHA)
     with pytest.raises(MxbenchError) as raised:
-        builds.python_for(wrong, tmp_path / "envs")
+        builds.ensure_venv(wrong, tmp_path / "envs")
     assert str(raised.value) == (f"refusing to install MXNet build {wrong}: its wheel {wheel.resolve()} has SHA-256 "
                                  f"{right}, the manifest says {SHA} (a changed or wrong file)")
     assert [p.name for p in (tmp_path / "envs").iterdir()] == [builds.env_dir(wrong, tmp_path / "envs").name + ".lock"]

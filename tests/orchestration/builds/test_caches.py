@@ -181,11 +181,11 @@ def test_a_build_being_made_is_never_pruned_and_each_use_stamps_it(home, monkeyp
     monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
     envs = home / "envs"
-    maker = threading.Thread(target=builds.python_for, args=(first,))
+    maker = threading.Thread(target=builds.ensure_venv, args=(first,))
     maker.start()
     try:
         assert making_first.wait(30)
-        second_python = builds.python_for(second)
+        second_python = builds.ensure_venv(second)
     finally:
         release_first.set()
         maker.join()
@@ -196,14 +196,14 @@ def test_a_build_being_made_is_never_pruned_and_each_use_stamps_it(home, monkeyp
     # then the first's call, done making it, stamped it and pruned the second, older by use
     assert first_venv.is_dir() and not second_venv.exists(), log
     assert f"mxbench: pruned build venv {second_venv} (last used " in log
-    builds.python_for(third)
+    builds.ensure_venv(third)
     log = capsys.readouterr().out
     assert [p.name for p in envs.iterdir() if p.is_dir()] == [builds.env_dir(third, envs).name], log
     assert f"mxbench: pruned build venv {first_venv} (last used " in log
     # the pinned build (the training env itself) prunes the others too, and is never one of them
     monkeypatch.setattr(builds, "is_pinned", lambda build: True)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
-    assert builds.python_for(first) == config.train_env_python()
+    assert builds.ensure_venv(first) == config.train_env_python()
     assert len([p for p in envs.iterdir() if p.is_dir()]) == 1
 
 

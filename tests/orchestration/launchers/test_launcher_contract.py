@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO
 from mxbench import launchers, run_folder
 from mxbench.builds import provenance as build_provenance
-from mxbench.launchers.base import Launched, RoleLogSink, RunBuild
+from mxbench.builds.record import RunBuild
+from mxbench.launchers.base import Launched, RoleLogSink
 from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
 from mxbench.launchers.kubernetes.pods import image_for, pod_settings, role_pod
 from mxbench.launchers.local import LocalLauncher

@@ -1,4 +1,7 @@
 """The launcher verdict: is a gap real or run-to-run noise? Simulated repeats, seeded."""
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +18,8 @@ from mxbench.stats.verdict import (
     rounds_planned,
     sign_flip_p,
     smallest_p,
+    t_quantile,
+    t_upper_tail,
 )
 
 
@@ -271,3 +276,20 @@ def test_the_plan_looks_at_the_spread_only():
     alike = [(8000 * np.exp(x), 8000.0) for x in d]
     slower = [(a * 0.9, b) for a, b in alike]
     assert rounds_planned(alike, 0.05, 20) == rounds_planned(slower, 0.05, 20)
+
+
+def test_the_t_distribution_is_scipys_and_matches_the_tables():
+    """The paired interval, the plan and the two-stage test read Student's t from SciPy."""
+    assert t_quantile(0.975, 4) == pytest.approx(2.776445105, abs=1e-9)
+    assert t_quantile(0.95, 10) == pytest.approx(1.812461123, abs=1e-9)
+    assert t_quantile(0.8, 1) == pytest.approx(np.tan(0.3 * np.pi), abs=1e-12)  # Cauchy at df = 1
+    assert t_upper_tail(2.776445105, 4) == pytest.approx(0.025, abs=1e-10)
+    assert t_upper_tail(0.0, 7) == 0.5
+
+
+def test_importing_the_verdicts_loads_no_scipy():
+    """SciPy loads when a t quantile is first asked for, not with the module (the stop rule imports it)."""
+    probe = "import sys; import mxbench.stats.verdict; print('scipy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

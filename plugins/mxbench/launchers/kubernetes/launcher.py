@@ -39,7 +39,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from mxbench.launchers.base import Launched, RunBuild, StepTimes, cores_per_host, write_plan
+from mxbench.builds.record import RunBuild
+from mxbench.launchers.base import Launched, StepTimes, cores_per_host, write_plan
 from mxbench.launchers.kubernetes.pods import (
     RUN_DIR,
     PodSettings,

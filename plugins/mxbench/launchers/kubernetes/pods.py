@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from mxbench.launchers.base import RunBuild
+from mxbench.builds.record import RunBuild
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-from mxbench.launchers.base import LOCAL_ONLY, RunBuild
+from mxbench.builds.record import RunBuild
+from mxbench.launchers.base import LOCAL_ONLY
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
 

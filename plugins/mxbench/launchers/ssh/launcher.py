@@ -37,7 +37,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from mxbench.launchers.base import Launched, RunBuild, StepTimes, cores_per_host, write_plan
+from mxbench.builds.record import RunBuild
+from mxbench.launchers.base import Launched, StepTimes, cores_per_host, write_plan
 from mxbench.launchers.ssh.commands import (
     SshHost,
     build_command,
@@ -64,6 +65,7 @@ from mxbench.launchers.ssh.transfer import (
 )
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import LaunchInterrupted, run_plan
 from mxbench_train.roles import plan_roles
@@ -212,7 +214,7 @@ class SshLauncher:
             hosts = [replace(h, workdir=ready[h.conn_id]["workdir"], python=ready[h.conn_id]["build_python"])
                      for h in hosts]
             steps.record["pythons"] = {h.conn_id: h.python for h in hosts}
-            (run_dir / "remote.json").write_text(json.dumps(
+            RunFolder(run_dir).remote.write_text(json.dumps(
                 [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
             probes = {conn_id: r["probe"] for conn_id, r in ready.items()}
             with steps("data_s"):
@@ -345,7 +347,7 @@ class SshLauncher:
     def reap(self, run_dir) -> List:
         """Kill what an earlier attempt of this run left on its hosts; [(role@conn, pid)] hit."""
         try:
-            recorded = json.loads((Path(run_dir) / "remote.json").read_text())
+            recorded = json.loads(RunFolder(run_dir).remote.read_text())
         except (OSError, ValueError):
             return []  # that attempt never got to a host
         by_conn = {h.conn_id: h for h in self.hosts}
