@@ -1,25 +1,23 @@
 """Shared parts of the benchmarks that run Airflow (harness_overhead.py, ssh_overhead.py,
 k8s_overhead.py, build_overhead.py, artifacts_overhead.py): the command line's --keep and the
-scratch folder (begin, finish), the scratch Airflow home's environment, a real Airflow
-3 stack (api-server, dag-processor, scheduler with the LocalExecutor) that runs one triggered DAG
-run, and the per-run overhead of the mapped run tasks.
+scratch folder (begin, finish), the scratch Airflow home's environment, one triggered DAG run
+through the stand-ins' real Airflow 3 stack (standins/airflow_stack.py: api-server, dag-processor,
+scheduler with the LocalExecutor), and the per-run overhead of the mapped run tasks.
 Nothing here imports Airflow at module level: it reads its configuration once, so stack_env()
 must come first.
 """
 import argparse
 import json
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from mxbench_train.localhost import free_port
+from standins.airflow_stack import AirflowStack, checkout_env, make_pools, server_env
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -47,15 +45,8 @@ def stack_env(scratch: Path, tuned: bool = True) -> int:
     """Point MXBENCH_HOME and a SQLite AIRFLOW_HOME into scratch, with free ports and one shared JWT
     secret for the api-server and the scheduler; call before anything imports airflow. With tuned,
     also the scheduler settings of SCHEDULER_TUNING (tuned=False: Airflow's defaults). The port."""
-    port, log_port = free_port(), free_port()
-    os.environ.update(
-        MXBENCH_HOME=str(scratch), AIRFLOW_HOME=str(scratch / "airflow"),
-        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"), AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__EXECUTOR="LocalExecutor",
-        AIRFLOW__API__HOST="127.0.0.1", AIRFLOW__API__PORT=str(port), AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
-        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
-        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(log_port),  # the scheduler's log server (default 8793)
-        AIRFLOW__API_AUTH__JWT_SECRET=secrets.token_urlsafe(64))  # the scheduler signs, the api-server checks
+    port = free_port()
+    os.environ.update({**checkout_env(scratch, scratch / "airflow"), **server_env(port)})
     if tuned:
         os.environ.update(SCHEDULER_TUNING)
     return port
@@ -117,41 +108,15 @@ def step_timings(dag_dir: Path, launcher: str, record: str) -> dict:
     return steps
 
 
-def start_bg(name: str, args, logs: Path, procs: list):
-    log = open(logs / f"{name}.log", "wb")
-    procs.append((name, subprocess.Popen([AIRFLOW, *args], stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)))
-    log.close()
-
-
-def stop_bg(procs: list):
-    for _, proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    end = time.monotonic() + 30
-    for name, proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"{name} did not stop on SIGTERM: SIGKILL", file=sys.stderr)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left (executor workers)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
 def cpu_seconds(procs: list) -> dict:
-    """{name: CPU seconds so far} of each background process itself, with its children that have
+    """{name: CPU seconds so far} of each of the stack's processes itself, with its children that have
     ended (the dag-processor's parse processes); never the scheduler's executor workers, which live
     on and run the tasks."""
     import psutil
 
     out = {}
-    for name, proc in procs:
+    for proc in procs:
+        name = proc.args[1]
         try:
             t = psutil.Process(proc.pid).cpu_times()
         except psutil.NoSuchProcess:
@@ -167,29 +132,13 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from mxbench.matrix.variants import machine_sets
-
-    for machines, launchers in machine_sets().items():  # as scripts/airflow-init.sh makes them
-        airflow("pools", "set", f"mxbench_{machines}", "1", f"mxbench: one run at a time on the {machines} "
-                f"machines ({', '.join(launchers)})")
+    make_pools(airflow)
     airflow("dags", "reserialize")
-    procs = []
+    # the environment is stack_env()'s: this process's, where the benchmark reads the metadata DB
+    stack = AirflowStack(logs.parent, checkout=False, port=port, logs=logs)
+    procs = stack.procs
     try:
-        start_bg("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                 logs, procs)
-        start_bg("dag-processor", ["dag-processor"], logs, procs)
-        start_bg("scheduler", ["scheduler"], logs, procs)
-        end = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2).read()
-                break
-            except OSError:
-                dead = [name for name, p in procs if p.poll() is not None]
-                if dead or time.monotonic() > end:
-                    raise RuntimeError(f"the api-server did not come up ({', '.join(dead) or 'timeout'} ended); "
-                                       f"see {logs}") from None
-                time.sleep(1)
+        stack.start()
         airflow("dags", "unpause", DAG_ID)
         run_id = f"{run_prefix}__{time.strftime('%Y%m%dT%H%M%S')}"
         cpu_before, wall_before = cpu_seconds(procs), time.monotonic()
@@ -202,7 +151,7 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
                 state = run.state
             if state in ("success", "failed"):
                 break
-            dead = [name for name, p in procs if p.poll() is not None]
+            dead = stack.ended()
             if dead or time.monotonic() > end:
                 raise RuntimeError(f"DAG run {run_id} still {state} "
                                    f"({', '.join(dead) + ' ended' if dead else 'deadline'}); see {logs}")
@@ -217,4 +166,6 @@ def real_scheduler(conf: dict, port: int, logs: Path, run_prefix: str = "ssh_ove
             session.expunge_all()
         return run, tis
     finally:
-        stop_bg(procs)
+        left = stack.stop()
+        if left:
+            print(f"processes outlived the Airflow stack: {left}", file=sys.stderr)

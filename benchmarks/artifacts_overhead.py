@@ -27,7 +27,7 @@ object storage, not used in place). Prints the medians over ``--repeats`` of:
    them) of one small matrix (cpu1-bs32, ``--matrix-repeats`` 2, 1 epoch, the same data size) on
    a real CeleryExecutor stack with S3 (tests/support/celery_stack.py: Redis, PostgreSQL, two
    workers with MXBENCH_HOMEs of their own) and on a real LocalExecutor stack with the default
-   file:// store (tests/support/airflow_stack.py, set up as _stack.py's: SQLite, scheduler idle
+   file:// store (standins/airflow_stack.py, as _stack.py's: SQLite, scheduler idle
    sleep 0.5 s), both triggered and read through the same REST calls. Both stacks are up
    throughout and their DAG runs alternate (Celery first in even rounds), so a drift in the
    machine's load hits both alike; each stack's first DAG run makes the data set (its caches are
@@ -56,7 +56,6 @@ from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # support.s3_server, support.airflow_stack, support.celery_stack
 
 from _stack import DAG_ID, begin, finish  # noqa: E402
 
@@ -179,7 +178,7 @@ def data_round(store, name: str, root: Path):
 def store_parts(scratch: Path, args) -> bool:
     """Parts 1 and 2; whether both targets were met."""
     from mxbench import artifacts
-    from support.s3_server import S3Server
+    from standins.s3_server import S3Server
 
     dag_dir, key, data = real_run(scratch, args.images)
     s3_server = S3Server(scratch / "moto.log")
@@ -266,8 +265,8 @@ def dag_run(stack, label: str, conf: dict, i: int) -> float:
 def stack_part(scratch: Path, args) -> bool:
     """Part 3; whether the ratio target was met."""
     from standins import postgres  # a throwaway PostgreSQL server, as the tests make it
-    from support.airflow_stack import AirflowStack
-    from support.celery_stack import CeleryStack
+    from standins.airflow_stack import AirflowStack
+    from standins.celery_stack import CeleryStack
 
     conf = {"preset": "cpu-demo", "only_variants": [MATRIX_VARIANT], "repeats": args.matrix_repeats, "epochs": 1,
             "synthetic_images": args.images, "launchers": ["local"]}
@@ -332,7 +331,7 @@ def main() -> int:
             print("\n3. DAG run wall time: NOT MEASURED (--skip-dag-runs)")
         else:
             ok = stack_part(scratch, args) and ok
-    except (RuntimeError, AssertionError, MxbenchError) as exc:  # the test stacks report with AssertionError
+    except (RuntimeError, AssertionError, MxbenchError) as exc:  # StackError is a RuntimeError; CeleryStack asserts
         print(f"failed: {exc}", file=sys.stderr)
         if not args.skip_dag_runs:
             print("(--skip-dag-runs leaves out part 3, the two Airflow stacks)", file=sys.stderr)

@@ -9,187 +9,66 @@ instances in map-index order, which is the order ``expand_runs`` emits (counterb
 a b, b a, ...), and the one-slot pool runs them one at a time; ``dags test`` runs them in the
 iteration order of a Python set, which leaves each launcher's repeats in a block.
 
-The stack: api-server (one worker), dag-processor and scheduler (LocalExecutor, the SQLite
-metadata DB under $AIRFLOW_HOME), on 127.0.0.1 and a free port; the simple auth manager with
-one user, admin, whose password is in a 0600 file. The DAG run is triggered through the REST
+The stack (standins/airflow_stack.py): api-server (one worker), dag-processor and scheduler
+(LocalExecutor, the SQLite metadata DB under $AIRFLOW_HOME), on 127.0.0.1 and a free port; the
+simple auth manager with one user, admin, whose password is in a 0600 file. The DAG run is triggered through the REST
 API; each run is printed as it ends, then the report's tables and its address in the UI. The
 stack is stopped at the end (MXBENCH_DEMO_KEEP_UI=1: on Ctrl-C instead), process groups and
 every process they started, and anything left is named.
 """
 import json
 import os
-import secrets
 import signal
-import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
-from mxbench_train.localhost import descendants, free_port, is_running, start_ticks
+from standins.airflow_stack import AirflowStack, StackError
 
 DAG_ID = "mxbench_benchmark"
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-PROCESSES = {"api-server": ["api-server", "--workers", "1"], "dag-processor": ["dag-processor"],
-             "scheduler": ["scheduler"]}
 START_DEADLINE_S = 300  # api-server answering, then the DAG parsed: about a minute on 2 busy cores
 POLL_S = 3  # each poll is a request the api-server answers while a run trains: not too often
 ENDED = ("success", "failed", "skipped", "upstream_failed", "removed", "up_for_retry")
 
 
-class StackError(RuntimeError):
-    pass
+def demo_stack(home: Path) -> AirflowStack:
+    """The stack in AIRFLOW_HOME (its folders and settings from scripts/airflow-env.sh), one user,
+    admin, whose password is kept in home/demo-passwords.json from one demo to the next."""
+    return AirflowStack(home, users={"admin": "admin"}, logs=home / "logs" / "stack",
+                        passwords_file=home / "demo-passwords.json", checkout=False,
+                        # the DAG files do not change during a demo: parse them once, not every 30 s while runs train
+                        env={"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600"})
 
 
-class Stack:
-    def __init__(self, home: Path):
-        self.logs = home / "logs" / "stack"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.passwords_file = home / "demo-passwords.json"
-        self.password = admin_password(self.passwords_file)
-        self.env = {
-            **os.environ, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": self.url.rsplit(":", 1)[1],
-            "AIRFLOW__API__BASE_URL": self.url, "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # the scheduler's log server
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),  # the scheduler signs, the api-server checks
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
-            # the DAG files do not change during a demo: parse them once, not every 30 s while runs train
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
-        }
-        self.procs = {}
-        self.token = None
+def start(stack: AirflowStack) -> str:
+    """Start the stack and wait until the DAG is parsed; admin's token."""
+    stack.start(deadline_s=START_DEADLINE_S)
+    token = stack.token("admin")
 
-    def start(self):
-        # the scheduler only once the api-server answers: its task processes call the execution API
-        # at once, and would time out while the api-server is still loading
-        for name in ("api-server", "dag-processor"):
-            self._spawn(name)
-        self.wait_for(lambda: self.call("GET", "/api/v2/monitor/health").status == 200, "the api-server to answer")
-        self._spawn("scheduler")
-        answer = self.call("POST", "/auth/token", {"username": "admin", "password": self.password})
-        if answer.status not in (200, 201):
-            raise StackError(f"admin could not log in: {answer.status} {answer.text[:300]}")
-        self.token = answer.json()["access_token"]
-        self.wait_for(lambda: self.call("GET", f"/api/v2/dags/{DAG_ID}").status == 200,
-                      f"the dag-processor to parse {DAG_ID}", self._import_errors)
-
-    def _spawn(self, name: str):
-        with open(self.logs / f"{name}.log", "wb") as log:
-            self.procs[name] = subprocess.Popen([AIRFLOW, *PROCESSES[name]], env=self.env, stdin=subprocess.DEVNULL,
-                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def _import_errors(self) -> str:
-        errors = self.call("GET", "/api/v2/importErrors").json().get("import_errors", [])
+    def import_errors() -> str:
+        errors = stack.call("GET", "/api/v2/importErrors", token).json().get("import_errors", [])
         return "; ".join(f"{e['filename']}: {e['stack_trace'].strip().splitlines()[-1]}" for e in errors)
 
-    def wait_for(self, condition, what: str, explain=None, deadline_s: float = START_DEADLINE_S):
-        end = time.monotonic() + deadline_s
-        while not condition():
-            self.check_alive()
-            if time.monotonic() > end:
-                extra = explain() if explain else ""
-                raise StackError(f"timed out after {deadline_s} s waiting for {what}{'; ' + extra if extra else ''} "
-                                 f"(logs: {self.logs})")
-            time.sleep(1)
-
-    def check_alive(self):
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-1500:]
-                raise StackError(f"the {name} ended (exit {proc.returncode}); its log, {self.logs / name}.log, "
-                                 f"ends:\n{tail}")
-
-    def call(self, method: str, path: str, body=None):
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.url + path, data=None if body is None else json.dumps(body).encode(),
-                                         headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                return Answer(answer.status, answer.read())
-        except urllib.error.HTTPError as error:
-            return Answer(error.code, error.read())
-        except OSError as error:  # not listening yet, or too busy to answer in time
-            return Answer(0, str(error).encode())
-
-    def stop(self) -> list:
-        """SIGTERM each process group, then SIGKILL whatever the stack started that still lives
-        (task processes run in process groups of their own); the pids that outlived that."""
-        started = {}
-        for proc in self.procs.values():
-            for pid in [proc.pid, *descendants(proc.pid)]:
-                started[pid] = start_ticks(pid)
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        end = time.monotonic() + 30
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for pid, ticks in started.items():
-            if ticks is not None and is_running(pid, ticks):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for proc in self.procs.values():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        time.sleep(0.5)
-        return [pid for pid, ticks in started.items() if ticks is not None and is_running(pid, ticks)]
+    stack.wait_for(lambda: stack.call("GET", f"/api/v2/dags/{DAG_ID}", token).status == 200, START_DEADLINE_S,
+                   f"the dag-processor to parse {DAG_ID}", every=1, explain=import_errors)
+    return token
 
 
-class Answer:
-    def __init__(self, status: int, body: bytes):
-        self.status, self.body = status, body
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
-
-    def json(self):
-        return json.loads(self.body)
-
-
-def admin_password(path: Path) -> str:
-    """admin's password: the one in ``path`` from an earlier demo, else a new one written there,
-    readable by this user only."""
-    if path.exists():
-        known = json.loads(path.read_text() or "{}").get("admin")
-        if known:
-            return known
-    password = secrets.token_urlsafe(12)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps({"admin": password}) + "\n")
-    return password
-
-
-def trigger(stack: Stack, conf: dict) -> str:
-    paused = stack.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+def trigger(stack: AirflowStack, token: str, conf: dict) -> str:
+    paused = stack.call("PATCH", f"/api/v2/dags/{DAG_ID}", token, {"is_paused": False})
     if paused.status != 200:
         raise StackError(f"could not unpause {DAG_ID}: {paused.status} {paused.text[:300]}")
-    answer = stack.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
+    answer = stack.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": None, "conf": conf})
     if answer.status != 200:
         raise StackError(f"the DAG run was refused: {answer.status} {answer.text[:1000]}")
     return answer.json()["dag_run_id"]
 
 
-def task_instances(stack: Stack, run_path: str) -> list:
+def task_instances(stack: AirflowStack, token: str, run_path: str) -> list:
     found, offset = [], 0
     while True:
-        page = stack.call("GET", f"{run_path}/taskInstances?limit=100&offset={offset}")
+        page = stack.call("GET", f"{run_path}/taskInstances?limit=100&offset={offset}", token)
         if page.status != 200:
             return found
         body = page.json()
@@ -199,16 +78,16 @@ def task_instances(stack: Stack, run_path: str) -> list:
             return found
 
 
-def follow(stack: Stack, run_id: str) -> str:
+def follow(stack: AirflowStack, token: str, run_id: str) -> str:
     """Print each task instance as it ends (the mapped runs by their run key) until the DAG run
     ends; its state."""
     run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
     told = set()
     while True:
         stack.check_alive()
-        run = stack.call("GET", run_path)
+        run = stack.call("GET", run_path, token)
         state = run.json().get("state") if run.status == 200 else None
-        for ti in sorted(task_instances(stack, run_path), key=lambda ti: ti.get("end_date") or ""):
+        for ti in sorted(task_instances(stack, token, run_path), key=lambda ti: ti.get("end_date") or ""):
             said = (ti["task_id"], ti["map_index"], ti["try_number"], ti["state"])
             if ti["state"] not in ENDED or said in told:
                 continue
@@ -248,18 +127,18 @@ def main(conf_json: str) -> int:
     signal.signal(signal.SIGTERM, interrupted)
     conf = json.loads(conf_json)
     home = Path(os.environ["AIRFLOW_HOME"])
-    stack = Stack(home)
+    stack = demo_stack(home)
     print(f"mxbench: starting Airflow (api-server, dag-processor, scheduler) on {stack.url} (logs: {stack.logs})",
           flush=True)
     state = None
     try:
         started = time.monotonic()
-        stack.start()
+        token = start(stack)
         print(f"mxbench: Airflow is up ({time.monotonic() - started:.0f} s); triggering {DAG_ID} with "
               f"{json.dumps(conf)}", flush=True)
-        run_id = trigger(stack, conf)
+        run_id = trigger(stack, token, conf)
         print(f"mxbench: DAG run {run_id}: each run as it ends", flush=True)
-        state = follow(stack, run_id)
+        state = follow(stack, token, run_id)
         print(f"mxbench: DAG run {run_id} finished: {state}")
         if state != "success":
             print(f"mxbench: the tasks' logs are under {home / 'logs' / f'dag_id={DAG_ID}'}", file=sys.stderr)

@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from support.airflow_stack import AirflowStack
+from standins.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.slow  # backfills over MXNet builds through a real Airflow stack
 

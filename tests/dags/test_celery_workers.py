@@ -18,7 +18,7 @@ import pytest
 
 from conftest import train_python
 from mxbench_train.localhost import descendants
-from support.celery_stack import WORKERS, CeleryStack, cmdline
+from standins.celery_stack import WORKERS, CeleryStack, cmdline
 
 pytestmark = pytest.mark.slow  # a real CeleryExecutor stack: Redis, PostgreSQL, two workers, S3
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from support.airflow_stack import AirflowStack
+from standins.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.slow  # a real Airflow stack and headless Chromium
 

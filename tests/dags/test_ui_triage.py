@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from test_ui_stack import browser, framed_page, log_in, screenshot  # noqa: F401 (browser: a fixture)
 
-from support.airflow_stack import AirflowStack, Response
+from standins.airflow_stack import AirflowStack, Response
 from support.stored_runs import CPU_FP, T0, make_dag_dir, ok_runs, variant  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real Airflow api-server and headless Chromium

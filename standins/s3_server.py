@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mxbench_train.localhost import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 MOTO_SERVER = REPO / ".venv" / "s3" / "bin" / "moto_server"
 # moto accepts any key; these only make the requests well-formed
 ACCESS_KEY, SECRET_KEY = "mxbench-test-key", "mxbench-test-secret"

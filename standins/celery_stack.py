@@ -9,12 +9,13 @@ task heartbeats and the scheduler's detection of a worker that stopped sending t
 
 What is simplified: every "machine" is this one. Each process has an MXBENCH_HOME (and an
 AIRFLOW_HOME) of its own, so nothing is shared through a folder, and each worker its own task log
-folder, log server port and Airflow hostname (``support.worker_hostname``); but the workers'
+folder, log server port and Airflow hostname (``standins.worker_hostname``); but the workers'
 hostnames do not resolve, and the api-server knows one log server port, so the UI cannot fetch a
 worker's task logs. "A machine dies" is ``kill_worker``: SIGKILL to the worker's whole process
 tree at once. Heartbeat timeouts and retry delays are seconds, not minutes, to fit a test.
 
-Built on ``support.airflow_stack.AirflowStack`` (its HTTP, token and CLI helpers)."""
+Built on ``standins.airflow_stack.AirflowStack`` (its HTTP, token and CLI helpers), with the S3
+server (``standins.s3_server``) beside it; the tests and ``benchmarks/artifacts_overhead.py`` use it."""
 import os
 import secrets
 import signal
@@ -24,9 +25,8 @@ from pathlib import Path
 
 from mxbench_train.localhost import descendants, free_port, is_running
 from standins import postgres
-
-from .airflow_stack import AIRFLOW, PROCESSES, REPO, AirflowStack
-from .s3_server import S3Server
+from standins.airflow_stack import AIRFLOW, PROCESSES, AirflowStack
+from standins.s3_server import S3Server
 
 REDIS_SERVER = "/usr/bin/redis-server"
 ARTIFACTS_CONN = "mxbench_artifacts"
@@ -139,9 +139,9 @@ class CeleryStack(AirflowStack):
             self.process_env[name].update({
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / name / "task-logs"),
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "support.worker_hostname.hostname",
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "standins.worker_hostname.hostname",
                 "MXBENCH_TEST_HOSTNAME": name,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "tests"), self.env.get("PYTHONPATH")])),
+                "PYTHONPATH": self.env.get("PYTHONPATH", ""),
             })
 
     def home_of(self, name: str) -> Path:
@@ -203,8 +203,8 @@ class CeleryStack(AirflowStack):
         return next(p for p in self.procs if self.names[p.pid] == name)
 
     def ended(self) -> list:
-        """As AirflowStack's (what its ``wait_for`` checks), by this stack's process names; a worker
-        killed on purpose is not one."""
+        """As AirflowStack's (what its ``wait_for`` and ``check_alive`` check), by this stack's process
+        names; a worker killed on purpose is not one."""
         return [self.names[p.pid] for p in self.procs if p.poll() is not None and self.names[p.pid] not in self.killed]
 
     def kill_worker(self, name: str) -> list:
@@ -260,7 +260,7 @@ class CeleryStack(AirflowStack):
         """One object of the store, read as any S3 client would (boto3, signed)."""
         import boto3
 
-        from .s3_server import ACCESS_KEY, SECRET_KEY
+        from standins.s3_server import ACCESS_KEY, SECRET_KEY
 
         client = boto3.client("s3", endpoint_url=self.s3.endpoint, aws_access_key_id=ACCESS_KEY,
                               aws_secret_access_key=SECRET_KEY, region_name="us-east-1")
