@@ -8,9 +8,9 @@ In a scratch folder (its own MXBENCH_HOME and SQLite Airflow home), first one re
 cpu-demo variant cpu4w-bs64 (4 dist_sync workers: the demo's run with the most files) for 1
 epoch on the demo's synthetic data set (``--images`` training images, prepared as
 ``prepare_data`` does: ``synthetic-cifar10`` + ``prepare-cifar10`` in the training env),
-trained by ``run_stage.run_one`` with the local launcher. Then two stores side by
+trained by ``stages.run.run_one`` with the local launcher. Then two stores side by
 side, their measurements interleaved (S3 first on even repeats, file:// first on odd ones):
-moto's S3 server on loopback (tests/support/s3_server.py) through an Airflow aws connection, and
+moto's S3 server on loopback (standins/s3_server.py) through an Airflow aws connection, and
 a file:// store in the scratch folder that is not MXBENCH_HOME (so it is copied and hashed like
 object storage, not used in place). Prints the medians over ``--repeats`` of:
 
@@ -25,7 +25,7 @@ object storage, not used in place). Prints the medians over ``--repeats`` of:
    manifest read). Target: hit <= 0.1 s.
 3. unless --skip-dag-runs, the wall time (the DAG run's start_date to end_date, as Airflow records
    them) of one small matrix (cpu1-bs32, ``--matrix-repeats`` 2, 1 epoch, the same data size) on
-   a real CeleryExecutor stack with S3 (tests/support/celery_stack.py: Redis, PostgreSQL, two
+   a real CeleryExecutor stack with S3 (standins/celery_stack.py: Redis, PostgreSQL, two
    workers with MXBENCH_HOMEs of their own) and on a real LocalExecutor stack with the default
    file:// store (standins/airflow_stack.py, as _stack.py's: SQLite, scheduler idle
    sleep 0.5 s), both triggered and read through the same REST calls. Both stacks are up

@@ -42,9 +42,13 @@ def mxbench_bisect():
     stored = dag_tasks.store_results(tables, build)
     decision = bisect_tasks.decide(build)
     stored >> decision
+    # A next probe's run id that already exists was not made by this chain (which triggers it once):
+    # fail, naming it, rather than skip and let whoever made it stop or carry on the bisect unseen.
+    # No retries (whatever [core] default_task_retries says): a retry after a trigger that went through
+    # would find the chain's own DAG run and fail for nothing.
     next_probe = TriggerDagRunOperator(task_id="next_probe", trigger_dag_id="mxbench_bisect",
                                        conf=decision["next_conf"], trigger_run_id=decision["next_run_id"],
-                                       skip_when_already_exists=True)
+                                       skip_when_already_exists=False, retries=0)
     bisect_tasks.more_to_probe(decision["done"]) >> next_probe
     decision >> dag_tasks.report(tables) >> dag_tasks.check_runs()
 

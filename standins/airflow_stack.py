@@ -1,7 +1,7 @@
 """A real Airflow 3 stack on this machine, for the demo (scripts/demo_stack.py), the tests and the
 benchmarks: api-server, dag-processor and scheduler (LocalExecutor, the SQLite metadata DB) on a
 free loopback port, with this checkout's DAGs and plugins. The Celery variant, built on this one,
-is tests/support/celery_stack.py.
+is standins/celery_stack.py.
 
 What is real: Airflow's own processes, its REST and execution APIs, the simple auth manager, the
 pools scripts/airflow-init.sh makes. What is simplified: one machine, loopback only, SQLite (one

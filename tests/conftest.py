@@ -196,7 +196,7 @@ def postgres_url():
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """moto's S3 server on loopback (tests/support/s3_server.py) with a bucket "bench", per module."""
+    """moto's S3 server on loopback (standins/s3_server.py) with a bucket "bench", per module."""
     from standins.s3_server import S3Server
 
     server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log")

@@ -21,6 +21,19 @@ def train_env_python() -> str:
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
 
 
+BASELINE_DAGS_ENV = "MXBENCH_BASELINE_DAGS"
+BASELINE_DAGS = ("mxbench_regression",)
+
+
+def baseline_dags(environ=os.environ) -> tuple:
+    """The DAGs whose runs may be a regression check's baseline: ``MXBENCH_BASELINE_DAGS``
+    (comma-separated DAG ids), else the regression DAG's own. The deployer's setting, never a
+    trigger param: whoever may trigger a DAG listed here can feed the regression DAG's baselines."""
+    raw = environ.get(BASELINE_DAGS_ENV)
+    dags = tuple(dict.fromkeys(d.strip() for d in raw.split(",") if d.strip())) if raw else ()
+    return dags or BASELINE_DAGS
+
+
 def data_dir() -> Path:
     return home() / "data"
 
@@ -46,15 +59,27 @@ def legacy_dag_run_dir(run_id: str) -> Path:
 
 def existing_dag_run_dir(dag_id: str, run_id: str) -> Path:
     """A DAG run's folder, for every stage that writes it and every reader: ``dag_run_dir``, else
-    a folder under the legacy name that does not belong to another DAG (its request.json names its
-    DAG; one written before request.json did is taken as it is). ``dag_run_dir`` when neither
-    exists. So a DAG run begun before the rename, or an old one cleared, keeps its folder."""
+    a folder under the legacy name that its own files prove is this DAG's (``legacy_owner``).
+    ``dag_run_dir`` when neither exists. So a DAG run begun before the rename, or an old one
+    cleared, keeps its folder, and no trigger user of another DAG who picks the same run id can
+    write into it or be served it."""
     folder = dag_run_dir(dag_id, run_id)
     legacy = legacy_dag_run_dir(run_id)
     if folder.is_dir() or not legacy.is_dir():
         return folder
-    try:
-        owner = json.loads(DagRunFolder(legacy).request.read_text(encoding="utf-8")).get("dag_id")
-    except (OSError, ValueError, AttributeError):
-        owner = None
-    return legacy if owner in (None, dag_id) else folder
+    return legacy if legacy_owner(legacy) == dag_id else folder
+
+
+def legacy_owner(legacy: Path):
+    """The DAG a legacy folder's own files name (``request.json``, else ``stored.json``), or None.
+    A folder written before either named its DAG belongs to no DAG: any DAG could claim it, so none
+    is given it (a new keyed folder is made, nothing is written into the old one)."""
+    folder = DagRunFolder(legacy)
+    for record in (folder.request, folder.stored):
+        try:
+            owner = json.loads(record.read_text(encoding="utf-8")).get("dag_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(owner, str) and owner:
+            return owner
+    return None

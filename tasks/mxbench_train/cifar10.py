@@ -114,7 +114,10 @@ def _unpickle(raw: bytes, name: str, source):
             raise
         raise MxbenchError(f"CIFAR-10 source {source}: {name} holds {exc}; refused") from None
     except Exception as exc:  # a corrupt pickle raises nearly anything
-        raise MxbenchError(f"CIFAR-10 source {source}: {name} is not a readable batch ({exc})") from None
+        # the type only: pickle's messages quote the file's bytes ("invalid load key, '-'"), and the
+        # file may be a worker's secret hard-linked into an allowed folder
+        raise MxbenchError(f"CIFAR-10 source {source}: {name} is not a readable batch "
+                           f"(its pickle does not parse: {type(exc).__name__})") from None
     if not isinstance(batch, dict):
         raise MxbenchError(f"CIFAR-10 source {source}: {name} is a {type(batch).__name__}, not a batch dict")
     batch = {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}

@@ -78,6 +78,35 @@ class RefusedAddress(OSError):
     """A download that would reach an address the source policy refuses (urllib reports OSErrors)."""
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a translator reaches: NAT64's
+# well-known prefix and the deprecated IPv4-compatible form. (6to4 and IPv4-mapped: ipaddress.)
+_IPV4_IN_LAST_32_BITS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+# NAT64's local-use prefix: not globally reachable (IANA), and where its IPv4 address sits is the
+# operator's choice (RFC 6052 allows /48 to /96), so it is refused like a private address.
+_NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def reached_address(address):
+    """The address a connection to ``address`` reaches, for the public-address rule: the IPv4
+    address inside an IPv4-mapped, 6to4, NAT64 or IPv4-compatible IPv6 address; ``address`` itself
+    otherwise."""
+    if address.version == 4:
+        return address
+    if address.ipv4_mapped or address.sixtofour:
+        return address.ipv4_mapped or address.sixtofour
+    if any(address in network for network in _IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
+def is_public(address) -> bool:
+    """Whether a download may reach ``address`` without the host being listed by an administrator."""
+    if address.version == 6 and address in _NAT64_LOCAL_USE:
+        return False
+    reached = reached_address(address)
+    return reached.is_global and not reached.is_multicast
+
+
 @dataclass(frozen=True)
 class SourcePolicy:
     """What an untrusted source (a trigger param) may reach: local files under ``roots`` (resolved
@@ -122,10 +151,11 @@ class SourcePolicy:
             return infos
         for *_, sockaddr in infos:
             address = ipaddress.ip_address(sockaddr[0])
-            address = getattr(address, "ipv4_mapped", None) or address
-            if not address.is_global or address.is_multicast:
+            if not is_public(address):
+                reached = reached_address(address)
+                shown = address if reached == address else f"{address} (IPv4 {reached})"
                 raise RefusedAddress(
-                    f"{host} resolves to {address}, a loopback, private, link-local or reserved address: "
+                    f"{host} resolves to {shown}, a loopback, private, link-local or reserved address: "
                     "refused (an administrator can list the host in MXBENCH_DATASET_PRIVATE_HOSTS)")
         return infos
 

@@ -25,7 +25,8 @@ host's training interpreter (the one that has ``mxbench_train``):
 
 It prints one JSON line, ``{"python", "made", "seconds", "mxnet_version", "venv"}``; a refusal or
 failure is one ``error:`` line naming the build and the step, and exit status 2. Reuse is cheap:
-folder checks, the stamp, and a digest of the trainer's files; no pip, no ``import mxnet``.
+folder checks, the stamp, and a digest of the trainer's files (and of a ``file:`` wheel, which keys
+the venv with the spec); no pip, no ``import mxnet``.
 Stdlib only.
 """
 from __future__ import annotations  # annotations stay unevaluated: no typing import, which costs reuse time
@@ -90,10 +91,11 @@ def clean_env() -> dict:
 
 
 def last_error_lines(output: str, count: int = 3) -> str:
-    """The last ``count`` ERROR lines of a tool's output (else its last lines), joined by `` | ``."""
+    """The last ``count`` ERROR lines of a tool's output (else its last lines), joined by `` | ``,
+    redacted: pip quotes the URL it failed on, credentials and all."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")]
-    return " | ".join((errors or lines)[-count:]) or "(no output)"
+    return redact(" | ".join((errors or lines)[-count:])) or "(no output)"
 
 
 # --- the build, its venv and its stamp -------------------------------------------------------
@@ -139,12 +141,40 @@ def parse_spec(text: str) -> BuildSpec:
     return BuildSpec(package, version, list(spec), re.sub(r"[-_.]+", "-", name.group(0)).lower())
 
 
-def venv_path(builds: str, build: BuildSpec) -> str:
+def wheel_digest(build: BuildSpec) -> str | None:
+    """The SHA-256 of the wheel the build installs, which its venv is keyed by: a URL's
+    ``#sha256=``, else a ``file:`` wheel's bytes on this host, hashed on every call (a rebuilt wheel
+    at the same path is another venv; about 0.1 s for a 100 MB CPU wheel). None for an index pin."""
+    import urllib.parse
+
+    direct = DIRECT_REFERENCE.match(build.package)
+    if not direct:
+        return None
+    parts = urllib.parse.urlsplit(direct["url"])
+    if parts.fragment.startswith("sha256="):
+        return parts.fragment[len("sha256="):]
+    if parts.scheme != "file":
+        return None
+    path = urllib.parse.unquote(parts.path)
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as wheel:
+            for chunk in iter(lambda: wheel.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise _failed(build, f"cannot read its wheel {path}: {exc.strerror or exc}") from None
+    return digest.hexdigest()
+
+
+def venv_path(builds: str, build: BuildSpec, digest: str | None = None) -> str:
     """``<builds>/<distribution>-<version>-<12 hex>``: the hash covers the way venvs are made, the
-    spec and this interpreter (major.minor and its base installation), so a changed pin or a new
-    Python gets a new venv."""
-    key = json.dumps({"format": FORMAT, "spec": build.spec, "python": "%d.%d" % sys.version_info[:2],
-                      "base_prefix": sys.base_prefix}, sort_keys=True)
+    spec, the wheel's SHA-256 (``digest``, from ``wheel_digest``) and this interpreter (major.minor
+    and its base installation), so a changed pin, a rebuilt wheel or a new Python gets a new venv."""
+    fields = {"format": FORMAT, "spec": build.spec, "python": "%d.%d" % sys.version_info[:2],
+              "base_prefix": sys.base_prefix}
+    if digest:  # an index pin's key stays as it was: its venvs are not remade
+        fields["wheel_sha256"] = digest
+    key = json.dumps(fields, sort_keys=True)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{build.distribution}-{build.version}")[:80]
     return os.path.join(builds, f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
 
@@ -181,15 +211,17 @@ def trainer_digest(source: str = TRAINER, copy_to: str | None = None) -> str:
     return digest.hexdigest()
 
 
-def read_stamp(venv: str, build: BuildSpec) -> dict | None:
-    """The venv's stamp when it marks a finished venv of ``build`` whose python still runs from
-    there, else None (no stamp, another spec or format, or its base interpreter is gone)."""
+def read_stamp(venv: str, build: BuildSpec, digest: str | None = None) -> dict | None:
+    """The venv's stamp when it marks a finished venv of ``build`` (and of the wheel with SHA-256
+    ``digest``) whose python still runs from there, else None (no stamp, another spec, wheel or
+    format, or its base interpreter is gone)."""
     try:
         with open(os.path.join(venv, STAMP)) as file:
             stamp = json.load(file)
     except (OSError, ValueError):
         return None
     if not (isinstance(stamp, dict) and stamp.get("format") == FORMAT and stamp.get("spec") == build.spec
+            and stamp.get("wheel_sha256") == digest
             and isinstance(stamp.get("mxnet_version"), str) and isinstance(stamp.get("trainer_digest"), str)):
         return None
     return stamp if os.path.exists(_python(venv)) else None  # exists() follows the venv's symlink to its base
@@ -303,8 +335,8 @@ def install_trainer(venv: str, build: BuildSpec) -> str:
     return digest
 
 
-def _make(venv: str, build: BuildSpec, pip_timeout: float) -> dict:
-    """Make the venv from scratch and stamp it; its stamp."""
+def _make(venv: str, build: BuildSpec, pip_timeout: float, wheel: str | None = None) -> dict:
+    """Make the venv from scratch and stamp it (``wheel``: the SHA-256 its key has); its stamp."""
     import importlib.util
 
     started = time.monotonic()
@@ -333,7 +365,7 @@ def _make(venv: str, build: BuildSpec, pip_timeout: float) -> dict:
         raise _failed(build, f"the venv imports mxbench_train from {imported['trainer']}, not its own copy")
     stamp = {"format": FORMAT, "package": build.package, "version": build.version, "spec": build.spec,
              "python": list(sys.version_info[:2]), "base_prefix": sys.base_prefix,
-             "mxnet_version": imported["mxnet_version"], "trainer_digest": digest,
+             "wheel_sha256": wheel, "mxnet_version": imported["mxnet_version"], "trainer_digest": digest,
              "seconds": round(time.monotonic() - started, 1),
              "made_at": _utc_now()}
     _write_stamp(venv, stamp)
@@ -373,9 +405,10 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
            check_only: bool = False) -> dict:
     """The build's venv on this host, made or updated unless ``check_only``; what ``main`` prints."""
     started = time.monotonic()
-    venv = venv_path(builds_folder(workdir, create=not check_only), build)
+    wheel = wheel_digest(build)
+    venv = venv_path(builds_folder(workdir, create=not check_only), build, wheel)
     made = False
-    stamp = read_stamp(venv, build)
+    stamp = read_stamp(venv, build, wheel)
     if check_only:
         if stamp is None:
             why = "not made" if not os.path.lexists(venv) else "its stamp is missing or for another spec"
@@ -387,10 +420,10 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
     elif stamp is None or stamp["trainer_digest"] != trainer_digest():
         try:
             with _locked(venv):
-                stamp = read_stamp(venv, build)  # another caller may have made or updated it while this one waited
+                stamp = read_stamp(venv, build, wheel)  # another caller may have made or updated it meanwhile
                 if stamp is None:
                     try:
-                        stamp, made = _make(venv, build, pip_timeout), True
+                        stamp, made = _make(venv, build, pip_timeout, wheel), True
                     except BaseException:
                         _remove(venv)  # no half venv stays behind, whatever stopped the make
                         raise

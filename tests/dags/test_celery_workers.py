@@ -1,5 +1,5 @@
 """Several Airflow workers, no shared disk: the benchmark DAG on a real CeleryExecutor stack
-(tests/support/celery_stack.py: Redis broker, PostgreSQL metadata and results databases, two
+(standins/celery_stack.py: Redis broker, PostgreSQL metadata and results databases, two
 workers with MXBENCH_HOMEs of their own, the artifact store on moto's S3 server), triggered
 through the REST API.
 

@@ -45,6 +45,9 @@ def test_structure(dag):
     assert dag.schedule is None and dag.max_active_runs == 1
     trigger = dag.get_task("next_probe")
     assert trigger.trigger_dag_id == "mxbench_bisect"
+    # a next probe's run id made first by someone else stops the chain loudly, never silently;
+    # no retry that would find the chain's own DAG run and fail for nothing
+    assert trigger.skip_when_already_exists is False and trigger.reset_dag_run is False and trigger.retries == 0
     assert dag.get_task("decide").trigger_rule == "all_done"  # a failed probe is still decided on
 
 
@@ -210,6 +213,51 @@ def test_one_real_dag_run_measures_the_reference_and_triggers_the_next_probe(air
     # the results store records each DAG run's build, with the commit of one that names it
     stored = store.history(url, "cpu1-bs64", launcher="local").groupby("run_id")["mxnet_commit"].first()
     assert pd.isna(stored[run.run_id]) and stored[second.run_id] == "1234567" and len(stored) == 2
+
+
+@pytest.mark.slow  # dag.test() of one DAG run that trains
+def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly(airflow_db, tmp_path, monkeypatch):
+    """The attack: a trigger user creates the chain's next run id first, with a conf of their own. The
+    chain's trigger fails (it used to be skipped: the bisect stopped silently, theirs carried on).
+    After the test above, which counts the DAG runs in the metadata DB."""
+    import os
+    from datetime import datetime, timezone
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    from conftest import REPO
+
+    path = tmp_path / "mxnet-builds.json"
+    path.write_text(json.dumps([
+        {"since": "2026-01-01", "package": "mxnet==1.9.1", "image": "mxbench-train:1.9.1"},
+        {"since": "2026-02-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-1234567", "commit": "1234567"},
+        {"since": "2026-03-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-89abcde", "commit": "89abcde"},
+    ]))
+    monkeypatch.setattr(builds, "MANIFEST", path)
+    monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", f"sqlite:///{tmp_path / 'results.db'}")
+    dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
+    when = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    first_id = DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=when, run_after=when)
+    theirs = {"good_build": "1.9.1", "bad_build": "89abcde", "probe_build": "1.9.1+89abcde",
+              "bisect_runs": [{"build": "1.9.1", "run_id": first_id}], "min_drop": 0.99}
+    with create_session() as session:
+        session.add(DagRun(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1", run_type=DagRunType.MANUAL,
+                           conf=theirs, run_after=when, state=DagRunState.QUEUED))
+    # dag.test() builds a failed DAG run's callback context from the DAG's params without the run's
+    # conf (good_build has no default): not what this test is about
+    monkeypatch.setattr(DagRun, "execute_dag_callbacks", lambda *args, **kwargs: None)
+    run = dag.test(logical_date=when, run_after=when,
+                   run_conf={"good_build": "1.9.1", "bad_build": "89abcde", "repeats": 4, "epochs": 1,
+                             "synthetic_images": 500})
+    assert run.run_id == first_id
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["decide"] == "success" and states["next_probe"] == "failed", states
+    (pre_empted,) = DagRun.find(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1")
+    assert pre_empted.conf == theirs  # theirs is left as it is, and the chain says it was stopped
 
 
 @pytest.mark.slow  # two venvs of real MXNet wheels (pip, network or its cache) and two DAG runs that train

@@ -75,27 +75,84 @@ def test_only_the_glue_imports_airflow():
     assert {p for p in importers if p.startswith("airflow_glue/")}, "the glue imports Airflow"
 
 
-def test_no_package_imports_one_above_it():
+def upward_imports(path, own):
+    """What ``path`` (a module of package ``own``) imports from a floor at or above its own."""
     upward = []
-    for path in modules():
-        own = package_of(path)
-        if own == "__init__":
-            continue
-        for name in imported(path):
-            if not name.startswith("mxbench."):
-                continue
+    for name in imported(path):
+        if name.startswith("mxbench."):
             other = name.split(".")[1]
             if other != own and floor_of(other) <= floor_of(own):
-                upward.append(f"{path.relative_to(PACKAGE)} imports {name}")
+                upward.append(f"{path.name} imports {name}")
+    return upward
+
+
+def test_no_package_imports_one_above_it():
+    upward = [f"{path.relative_to(PACKAGE)}: {line}" for path in modules() if package_of(path) != "__init__"
+              for line in upward_imports(path, package_of(path))]
     assert not upward, "\n".join(upward)
 
 
-def test_a_rule_that_sees_an_upward_import(tmp_path):
-    # the rule above is not vacuous: a store module that imported a stage would be caught
+def test_the_floor_rule_sees_an_upward_import(tmp_path):
     fake = tmp_path / "store_mod.py"
-    fake.write_text("from mxbench.stages import pipeline\n")
-    assert "mxbench.stages" in imported(fake)
-    assert floor_of("stages") < floor_of("store")
+    fake.write_text("from mxbench.stages import pipeline\nfrom mxbench.stats import verdict\n")
+    assert upward_imports(fake, "store") == ["store_mod.py imports mxbench.stages"]
+
+
+def module_name(path, root=PACKAGE):
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root=PACKAGE):
+    """Module -> the modules of the same package it imports (``from pkg import mod`` counts as
+    ``pkg.mod``; the trainer's relative imports resolved)."""
+    paths = sorted(p for p in root.rglob("*.py") if "migrations" not in p.parts)
+    known = {module_name(p, root) for p in paths}
+    graph = {}
+    for path in paths:
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:  # the trainer's package is flat: one level up is the package
+                    module = f"{root.name}.{module}".rstrip(".")
+                names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            edges |= {name for name in names if name in known}
+        graph[module_name(path, root)] = edges - {module_name(path, root)}
+    return graph
+
+
+def cycles(graph):
+    """Every import circle (as a list of modules), found by depth-first search."""
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+@pytest.mark.parametrize("root", [PACKAGE, TRAINER], ids=["mxbench", "mxbench_train"])
+def test_no_import_circle_between_modules(root):
+    graph = import_graph(root)
+    assert sum(map(len, graph.values())) > 20  # the graph was read
+    assert cycles(graph) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
 @pytest.mark.parametrize("module", sorted(p.stem for p in TRAINER.glob("*.py")

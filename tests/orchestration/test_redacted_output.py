@@ -91,7 +91,7 @@ def test_resolve_probe_prints_the_build_without_credentials(monkeypatch, capsys)
     monkeypatch.setattr(builds, "ensure_venv", _venv_fails)
     record = bisect_tasks.resolve_probe.function(
         params={"good_build": "2026-01-01", "bad_build": "2026-02-01", "launchers": ["local"]}, dag_run=None)
-    assert record["package"] == WHEEL and record["label"] == "1.9.1" and SECRET in record["unsupported"]
+    assert record["package"] == WHEEL and record["label"] == "1.9.1" and SECRET not in record["unsupported"]
     printed = capsys.readouterr().out
     assert "(mxnet @ https://wheels.example/" in printed and SECRET not in printed
 
@@ -134,3 +134,12 @@ def test_no_f_string_shows_a_package_raw():
 def test_the_static_check_sees_a_raw_package():
     tree = ast.parse('print(f"measures {build.package} and {record[\'package\']}")')
     assert [_name(n.value) for n in ast.walk(tree) if isinstance(n, ast.FormattedValue)] == ["package", "package"]
+
+
+def test_a_regression_alert_names_the_builds_without_credentials():
+    from mxbench.regression.rule import alert
+
+    finding = {"status": "regression", "message": "cpu1-bs64 under local: 80 samples/s against 100",
+               "baseline_builds": [WHEEL], "baseline_runs": []}
+    text = alert([finding], WHEEL)
+    assert SECRET not in text and "this build: mxnet @ https://wheels.example/" in text

@@ -7,6 +7,7 @@ import pandas as pd
 from alembic import command
 
 from mxbench import store
+from mxbench.matrix.variants import measured_setup
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CPU_BOX = {"python": "3.11.9", "host": "box-1", "cpu_model": "AMD EPYC 7B13", "cpu_count": 2,
@@ -15,8 +16,11 @@ OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "c
 GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
                               "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
 CPU_FP = store.fingerprint(CPU_BOX)[0]
-HEAD = "0006"  # the newest migration
+HEAD = "0007"  # the newest migration
 OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
+
+
+FOLDER_PARAMS = {"preset": "cpu-demo", "repeats": 2}  # request.json's params of a seeded folder
 
 
 def variant(id="cpu2-bs32", workers=2, batch_size=32):
@@ -25,11 +29,13 @@ def variant(id="cpu2-bs32", workers=2, batch_size=32):
             "epochs": 3, "disp_batches": 5, "host_network": False, "launchers": []}
 
 
-def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None, ran=None):
+def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None, ran=None,
+                 params=None):
     """A DAG run folder as join_results leaves it. ``runs``: (variant dict, launcher, repeat,
     status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv.
     ``ran``: launcher -> the runs.csv columns saying what its runs ran on (``mxnet_asked``,
-    ``mxnet_reported``, ``runtime``); None: a folder from before those columns."""
+    ``mxnet_reported``, ``runtime``); None: a folder from before those columns. ``params``: request.json's
+    (default ``FOLDER_PARAMS``)."""
     dag_dir = root / name
     dag_dir.mkdir(parents=True)
     request_runs, rows = [], []
@@ -51,7 +57,7 @@ def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, u
         if status == "ok":
             (dag_dir / key / "metrics.json").write_text(json.dumps(
                 {"samples_per_sec": speed, "environment": environment}))
-    request = {"params": {"preset": "cpu-demo", "repeats": 2}, "runs": request_runs,
+    request = {"params": dict(params or FOLDER_PARAMS), "runs": request_runs,
                "machine_sets": {"local": ["local", "ssh"]}}
     if run_id:
         request["run_id"] = run_id
@@ -59,6 +65,14 @@ def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, u
     (dag_dir / "tables").mkdir()
     pd.DataFrame(rows).to_csv(dag_dir / "tables" / "runs.csv", index=False)
     return dag_dir
+
+
+def setup_of(v=None, params=None) -> str:
+    """What runs of ``v`` (default ``variant()``) in a folder of ``params`` measured: their ``setup_key``."""
+    return measured_setup(v or variant(), params or FOLDER_PARAMS)
+
+
+SETUP = setup_of()  # the default variant's, in a default folder
 
 
 def ok_runs(v=None, launchers=("local",), speeds=(100.0, 102.0)):

@@ -257,3 +257,35 @@ def test_a_python_that_cannot_make_venvs_says_what_to_install(tmp_path):
     assert refusal(done) == (f"{train_python()} on this host cannot make venvs (no ensurepip module): install "
                              "python3-venv there, or give prebuilt interpreters in the connection's mxbench_builds")
     assert [p.suffix for p in (tmp_path / "builds").iterdir()] == [".lock"]
+
+
+def test_a_rebuilt_local_wheel_gets_a_new_venv_not_the_old_one(tmp_path, monkeypatch):
+    """The attack: a venv made of a host's ``file:`` wheel, then another wheel at the same path; a
+    venv keyed by the spec alone (a file: URL, no sha256) kept the old MXNet. In-process, pip faked."""
+    from mxbench_train import host_build
+
+    made = []
+
+    def fake_make(venv, build, pip_timeout, wheel=None):
+        made.append(Path(wheel_path).read_bytes())
+        os.makedirs(os.path.join(venv, "bin"), exist_ok=True)
+        Path(venv, "bin", "python").write_text("")
+        stamp = {"format": host_build.FORMAT, "spec": build.spec, "wheel_sha256": wheel, "mxnet_version": "1.9.1",
+                 "trainer_digest": host_build.trainer_digest()}
+        Path(venv, host_build.STAMP).write_text(json.dumps(stamp))
+        return stamp
+
+    monkeypatch.setattr(host_build, "_make", fake_make)
+    workdir = tmp_path / "work"
+    workdir.mkdir(mode=0o700)
+    wheel_path = tmp_path / "mxnet-1.9.1-py3-none-any.whl"
+    wheel_path.write_bytes(b"wheel one")
+    package = f"mxnet @ {wheel_path.as_uri()}"
+    build = host_build.parse_spec(json.dumps({"package": package, "version": "1.9.1", "spec": [package]}))
+    first = host_build.ensure(str(workdir), build)
+    assert host_build.ensure(str(workdir), build)["venv"] == first["venv"] and made == [b"wheel one"]
+    wheel_path.write_bytes(b"wheel two")  # rebuilt at the same path
+    with pytest.raises(host_build.MxbenchError, match="has no venv on this host yet"):
+        host_build.ensure(str(workdir), build, check_only=True)
+    second = host_build.ensure(str(workdir), build)
+    assert second["venv"] != first["venv"] and second["made"] and made == [b"wheel one", b"wheel two"]

@@ -385,6 +385,24 @@ def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_
     assert not _holds_secret(data_root) and not list(data_root.glob("rec-*/*.rec"))
 
 
+def test_a_worker_file_hard_linked_into_an_allowed_folder_is_named_not_quoted(tmp_path, cifar_source):
+    """A hard link passes the folder check (it is a file there); the parse error names the batch
+    and never quotes its bytes (pickle's own message gives the first one: "invalid load key, '-'")."""
+    from mxbench.stages import pipeline
+    from mxbench_train.errors import MxbenchError
+
+    data_root = tmp_path / "data"
+    folder = data_root / "mine" / "cifar-10-batches-py"
+    shutil.copytree(cifar_source, folder)
+    (folder / "data_batch_1").unlink()
+    os.link(_secret_file(tmp_path), folder / "data_batch_1")
+    with pytest.raises(MxbenchError) as refused:
+        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, tmp_path / "run", data_root)
+    message = str(refused.value)
+    assert f"CIFAR-10 source {folder}: data_batch_1 is not a readable batch" in message
+    assert "'-'" not in message and "load key" not in message, message
+
+
 def test_folders_an_administrator_lists_are_allowed(tmp_path, monkeypatch):
     from mxbench.stages import pipeline
 
@@ -463,3 +481,38 @@ def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_pa
     with pytest.raises(MxbenchError, match="cannot download CIFAR-10 from http://rebind.example"):
         download.fetch(f"http://rebind.example:{server.server_port}/c.tgz", tmp_path / "downloads", policy)
     assert answers and server.seen == []
+
+
+@pytest.mark.parametrize("address, reached", [
+    ("64:ff9b::a9fe:a9fe", "169.254.169.254"),  # NAT64, well-known prefix: the cloud metadata service
+    ("64:ff9b::a00:1", "10.0.0.1"),
+    ("64:ff9b:1::a00:1", None),  # NAT64, local-use prefix: refused whatever it embeds
+    ("64:ff9b:1:ffff::808:808", None),
+    ("2002:a9fe:a9fe::1", "169.254.169.254"),  # 6to4
+    ("2002:c0a8:0101::1", "192.168.1.1"),
+    ("::a9fe:a9fe", "169.254.169.254"),  # IPv4-compatible (::169.254.169.254)
+    ("::7f00:1", "127.0.0.1"),
+    ("::ffff:a00:1", "10.0.0.1"),  # IPv4-mapped
+])
+def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(tmp_path, monkeypatch, address, reached):
+    """A name resolving to an IPv6 address that a NAT64 translator, a 6to4 relay or the IPv4 stack
+    turns into a private or link-local IPv4 address is refused like that IPv4 address."""
+    import socket
+
+    answer = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, 80, 0, 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **k: answer)
+    policy = download.SourcePolicy.from_env([tmp_path])
+    with pytest.raises(download.RefusedAddress, match="a loopback, private, link-local or reserved address") as refused:
+        policy.addresses("inside.example", 80)
+    if reached:
+        assert f"(IPv4 {reached})" in str(refused.value)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8"])
+def test_an_address_that_reaches_a_public_one_is_allowed(tmp_path, monkeypatch, address):
+    import socket
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    monkeypatch.setattr(socket, "getaddrinfo",
+                        lambda host, port, *a, **k: [(family, socket.SOCK_STREAM, 6, "", (address, port))])
+    assert download.SourcePolicy.from_env([tmp_path]).addresses("public.example", 80)

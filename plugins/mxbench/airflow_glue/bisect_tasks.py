@@ -54,7 +54,7 @@ def resolve_probe(params=None, dag_run=None) -> dict:
             python = builds.ensure_venv(entry)
             build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
     except MxbenchError as exc:  # the local runs fail with this cause; decide probes a neighbour
-        build = dataclasses.replace(build, unsupported=str(exc))
+        build = dataclasses.replace(build, unsupported=redact(str(exc)))
     print(f"mxbench: bisect {labels[0]} .. {labels[-1]}: this DAG run measures {probe} "
           f"({redact(build.package)}): {redact(build.unsupported or build.python or 'no local runs')}")
     return build.to_dict()
@@ -92,7 +92,8 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
             "message": step.message, "path": [p.__dict__ for p in step.path],
             "next_conf": {**dict(params), "probe_build": step.next_build or "", "bisect_runs": runs},
-            # one id per probe of this bisect: a cleared or rerun trigger finds it and starts no second chain
+            # one id per probe of this bisect: a cleared trigger finds it and starts no second chain (it
+            # fails saying so, as it does when someone else made that id first)
             "next_run_id": f"{runs[0]['run_id']}__probe{len(runs)}"}
 
 

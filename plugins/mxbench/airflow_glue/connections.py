@@ -13,12 +13,13 @@ extra says ``"no_host_key_check": true``, which the report then states.
 
 The Kubernetes cluster is a ``kubernetes`` connection (apache-airflow-providers-cncf-kubernetes):
 the provider's KubernetesHook reads its kubeconfig or in-cluster settings; its extra
-``mxbench_pod`` says how role pods look (``launchers.kubernetes_pods.SETTINGS_SCHEMA``).
+``mxbench_pod`` says how role pods look (``launchers.kubernetes.pods.SETTINGS_SCHEMA``).
 
 Connection ids come from trigger params, which anyone who may trigger a DAG run chooses: every
 connection mxbench uses (hosts, cluster, results database) must be marked for mxbench by an
 administrator, by its id (``mxbench_...``) or by ``"mxbench": true`` in its extra
-(``marked_connection``). An ssh-agent's keys are offered only when the connection's extra says
+(``marked_connection``), and is used only as what its type says (an SSH connection is never the
+results store). An ssh-agent's keys are offered only when the connection's extra says
 ``"allow_agent": true``.
 """
 import contextvars
@@ -36,6 +37,10 @@ from mxbench_train.errors import MxbenchError
 CONNECT_ATTEMPTS = 1
 MARK_PREFIX = "mxbench_"
 MARK_EXTRA = "mxbench"
+# the connection types each use accepts (a results connection's URI becomes a SQLAlchemy URL, so
+# a database type: Airflow spells postgresql:// "postgres"; a driver may follow, postgresql+psycopg2)
+CONN_TYPES = {"ssh": ("ssh",), "kubernetes": ("kubernetes",),
+              "results": ("postgres", "postgresql", "sqlite", "mysql")}
 
 
 def _is_true(value) -> bool:
@@ -45,8 +50,9 @@ def _is_true(value) -> bool:
 def marked_connection(conn_id: str, kind: str):
     """The Airflow connection ``conn_id``, if an administrator marked it for mxbench: its id starts
     with ``mxbench_``, or its extra has ``"mxbench": true``. Every connection a trigger param names
-    comes through here, before any hook is made, so an unmarked one is never used. ``kind`` names
-    it in errors (ssh, kubernetes, results)."""
+    comes through here, before any hook is made, so an unmarked one is never used. ``kind`` (ssh,
+    kubernetes, results) names it in errors and says which connection types it may be (CONN_TYPES):
+    a marked SSH host is not a results store."""
     from airflow.sdk import BaseHook
 
     try:
@@ -56,6 +62,11 @@ def marked_connection(conn_id: str, kind: str):
             raise MxbenchError(f"{kind} connection {conn_id!r}: {exc}") from None
         conn = None
     if conn_id.startswith(MARK_PREFIX) or (conn is not None and _is_true(conn.extra_dejson.get(MARK_EXTRA))):
+        conn_type = str(conn.conn_type or "")
+        if conn_type.split("+")[0] not in CONN_TYPES[kind]:
+            raise MxbenchError(f"{kind} connection {conn_id!r} is of type {conn_type!r}, not "
+                               f"{' or '.join(map(repr, CONN_TYPES[kind]))}: mxbench uses a marked connection only "
+                               f"as what its type says")
         return conn
     # one message whether it exists or not: a trigger user learns nothing about other connections
     raise MxbenchError(f"{kind} connection {conn_id!r} is not marked for mxbench (or does not exist): an "

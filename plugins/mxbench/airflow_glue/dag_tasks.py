@@ -225,7 +225,7 @@ def resolve_build(params=None, dag_run=None) -> dict:
     try:
         python = builds.ensure_venv(entry)
     except MxbenchError as exc:
-        return dataclasses.replace(build, unsupported=str(exc)).to_dict()
+        return dataclasses.replace(build, unsupported=redact(str(exc))).to_dict()
     build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
     print(f"mxbench: interval from {when} measures {redact(build.package)}: "
           f"{redact(build.unsupported or build.python)}")

@@ -116,7 +116,7 @@ class RunVariantOperator(BaseOperator):
 
             def fetch(key, into):
                 artifacts.Workspace(store, name, into).fetch_unit(key)
-        def baseline_for(variant, launcher, machine):  # a confirmation round's: as check_regression's
+        def baseline_for(variant, launcher, machine, setup):  # a confirmation round's: as check_regression's
             from datetime import datetime, timezone
 
             from mxbench import store
@@ -128,7 +128,7 @@ class RunVariantOperator(BaseOperator):
             at = store.dag_run_time(url, dag_id, run_id) or datetime.now(timezone.utc)
             since = triage.baseline_start(store.series_alerts(url, variant, launcher, machine, dag_id), at)
             return store.baseline(url, variant, launcher, machine, before=(dag_id, run_id),
-                                  runs=params["baseline_runs"], since=since)
+                                  runs=params["baseline_runs"], since=since, setup=setup)
 
         try:
             return stop_rule.skip_reason(run, dag_dir, fetch_unit=fetch, baseline_for=baseline_for)

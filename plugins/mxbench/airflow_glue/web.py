@@ -65,6 +65,12 @@ async def locked_down(request: Request, call_next):
     return response
 
 
+def one_line(text) -> str:
+    """``text`` with what is not printable (line breaks, escape sequences) escaped, for the log: a
+    value from a form or a request never starts a line of its own there."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def page(title: str, text: str, status: int = 200) -> HTMLResponse:
     from mxbench.report import render_page
 
@@ -293,7 +299,8 @@ def set_alert(request: Request, who: Annotated[tuple, Depends(writer)], dag_id: 
         log.error("mxbench triage: the results store %s cannot be written: %s", store.shown(url),
                   store.without_password(str(exc), url))
         raise HTTPException(503, "The results store cannot be written; the api-server's log says why") from None
-    log.info("mxbench triage: %s set %s (%s, machine %s) of %s/%s to %s: %s", user.get_name(), variant, launcher,
-             environment or "none", dag_id, run_id, state, row["reason"])
+    log.info("mxbench triage: %s set %s (%s, machine %s) of %s/%s to %s: %s",
+             *map(one_line, (user.get_name(), variant, launcher, environment or "none", dag_id, run_id, state,
+                             row["reason"])))
     # relative: right behind any prefix the api-server is served under
     return RedirectResponse("../history", status_code=303)

@@ -135,6 +135,13 @@ def check_wheel(build: "Build") -> None:
     if parts.scheme != "file":
         return
     path = Path(urllib.parse.unquote(parts.path))
+    digest = _file_sha256(build, path)
+    if digest != build.sha256:
+        raise MxbenchError(f"refusing to install MXNet build {build}: its wheel {path} has SHA-256 "
+                           f"{digest}, the manifest says {build.sha256} (a changed or wrong file)")
+
+
+def _file_sha256(build: "Build", path: Path) -> str:
     digest = hashlib.sha256()
     try:
         with path.open("rb") as wheel:
@@ -143,9 +150,25 @@ def check_wheel(build: "Build") -> None:
     except OSError as exc:
         raise MxbenchError(f"refusing to install MXNet build {build}: cannot read its wheel {path}: "
                            f"{exc.strerror or exc}") from None
-    if digest.hexdigest() != build.sha256:
-        raise MxbenchError(f"refusing to install MXNet build {build}: its wheel {path} has SHA-256 "
-                           f"{digest.hexdigest()}, the manifest says {build.sha256} (a changed or wrong file)")
+    return digest.hexdigest()
+
+
+def wheel_digest(build: "Build") -> Optional[str]:
+    """The SHA-256 of the wheel ``build`` installs, which its venv is keyed by: the manifest's
+    ``sha256`` (or the URL's ``#sha256=``) where given, else a local wheel file's bytes, hashed on
+    every call (a rebuilt wheel at the same path is another venv; about 0.1 s for a 100 MB CPU wheel).
+    None for an index pin (pip checks it against the index)."""
+    direct = DIRECT_REFERENCE.match(build.package)
+    if not direct:
+        return None
+    if build.sha256:
+        return build.sha256
+    parts = urllib.parse.urlsplit(direct["url"])
+    if parts.fragment.startswith("sha256="):
+        return parts.fragment[len("sha256="):]
+    if parts.scheme == "file":
+        return _file_sha256(build, Path(urllib.parse.unquote(parts.path)))
+    return None  # refused before any venv is made (url_problem)
 
 
 def _parse_package(package: str) -> Tuple[str, str]:
@@ -197,12 +220,18 @@ def _wheel_source(label: str, package: str, sha256, commit, image: str) -> Tuple
         raise ManifestError(f"{label}: a build of commit {commit} from a wheel needs the wheel's sha256 field "
                             "(sha256sum FILE): it is checked before the wheel is installed")
     if commit and not direct:
-        tag = _SOURCE_TAG.fullmatch(image)
-        if not tag or not (commit.startswith(tag["commit"]) or tag["commit"].startswith(commit)):
+        if not image_names_commit(image, commit):
             raise ManifestError(f"{label}: commit {commit} has no wheel (package {redact(package)!r} is an index pin), "
                                 f"so its image must be built from docker/train-source.Dockerfile at that commit, "
                                 f"tagged ...:src-{commit}, not {image!r}; or give a wheel (URL or path) and its sha256")
     return package, sha256
+
+
+def image_names_commit(image: Optional[str], commit: str) -> bool:
+    """Whether ``image`` is tagged ``...:src-<sha>`` (docker/train-source.Dockerfile) with ``sha``
+    that commit (either one a prefix of the other)."""
+    tag = _SOURCE_TAG.fullmatch(image or "")
+    return bool(tag) and (commit.startswith(tag["commit"]) or tag["commit"].startswith(commit))
 
 
 def _entry(raw, index: int, where: str) -> Build:
@@ -369,22 +398,32 @@ def base_python(train: Optional[str] = None) -> str:
                        "(or set MXBENCH_TRAIN_PYTHON)")
 
 
-def env_dir(build: Build, root: Union[str, Path, None] = None, base: Optional[str] = None) -> Path:
+def env_dir(build: Build, root: Union[str, Path, None] = None, base: Optional[str] = None,
+            digest: Optional[str] = None) -> Path:
     """``<root>/<distribution>-<version>-<hash>``, root defaulting to ``$MXBENCH_HOME/envs``; the
-    hash covers the install spec and the base Python, so a changed pin makes a new venv."""
+    hash covers the install spec, the base Python and the wheel's SHA-256 (``wheel_digest``, or
+    ``digest`` where the caller has it), so a changed pin, a corrected sha256 or a rebuilt wheel at
+    the same path makes a new venv."""
     root = Path(root) if root is not None else config.home() / "envs"
-    key = json.dumps({"format": ENV_FORMAT, "spec": install_spec(build), "base": base or base_python(),
-                      "trainer": str(TRAINER)}, sort_keys=True)
+    fields = {"format": ENV_FORMAT, "spec": install_spec(build), "base": base or base_python(),
+              "trainer": str(TRAINER)}
+    digest = digest or wheel_digest(build)
+    if digest:  # an index pin's key stays as it was: its venvs are not remade
+        fields["wheel_sha256"] = digest
+    key = json.dumps(fields, sort_keys=True)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{build.distribution}-{build.version}")
     return root / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
-def _stamp_ok(venv: Path, spec: List[str]) -> bool:
+def _stamp_ok(venv: Path, spec: List[str], digest: Optional[str] = None) -> bool:
+    """Whether ``venv`` is made, of ``spec`` and, for a wheel, of the wheel with SHA-256 ``digest``
+    (the stamp records what was checked when it was made): re-checked on every use."""
     try:
         stamp = json.loads((venv / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return stamp.get("spec") == spec and (venv / "bin" / "python").exists()
+    return (stamp.get("spec") == spec and stamp.get("wheel_sha256") == digest
+            and (venv / "bin" / "python").exists())
 
 
 def _run(argv, what: str, build: Build, timeout: float) -> str:
@@ -417,7 +456,8 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     version = _run([python, "-c", "import mxnet, mxbench_train; print(mxnet.__version__)"],
                    "import mxnet", build, 300).strip().splitlines()[-1:]
     stamp = {"build": dataclasses.asdict(build) | {"since": str(build.since), "pins": list(build.pins)},
-             "spec": spec, "base_python": base, "mxnet_version": version[0] if version else None,
+             "spec": spec, "wheel_sha256": wheel_digest(build), "base_python": base,
+             "mxnet_version": version[0] if version else None,
              "seconds": round(time.time() - started, 1), "made": dt.datetime.now(dt.timezone.utc).isoformat()}
     tmp = venv / (STAMP + ".tmp")
     tmp.write_text(json.dumps(stamp, indent=1) + "\n")
@@ -443,13 +483,14 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
         caches.prune_builds(root)  # the other builds' venvs age all the same
         return config.train_env_python()
     base = base_python()
-    venv = env_dir(build, root, base)
     spec = install_spec(build)
-    python = str(venv / "bin" / "python")
     check_sources(build, spec)
-    if not _stamp_ok(venv, spec):
+    digest = wheel_digest(build)
+    venv = env_dir(build, root, base, digest)
+    python = str(venv / "bin" / "python")
+    if not _stamp_ok(venv, spec, digest):
         with caches.making(venv):
-            if not _stamp_ok(venv, spec):  # another caller may have made it while this one waited
+            if not _stamp_ok(venv, spec, digest):  # another caller may have made it while this one waited
                 check_wheel(build)  # before pip, and before any venv exists
                 try:
                     _create(build, venv, spec, base, pip_timeout)

@@ -1,8 +1,9 @@
 """Which MXNet build a run trains with, and which one it did: the build a run must use
 (``build_of``) and its venv on this worker (``build_here``); the version its trainers reported
 (``reported_version``, ``ran_with``) and whether that is the release asked for
-(``same_release``). ``run_stage.run_one`` records them in the run's ``meta.json``. No Airflow here,
+(``same_release``). ``stages.run.run_one`` records them in the run's ``meta.json``. No Airflow here,
 and no pandas: the run task imports this for every run."""
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +12,8 @@ from mxbench.run_folder import DagRunFolder, read_json
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import MARKER, parse_event
 
+# the commit a version names in its local part: 1.9.1+g0123abcd, 1.9.1+g0123abcd.d20260101
+_COMMIT_IN_VERSION = re.compile(r"\+(?:[0-9a-z]+\.)*g(?P<commit>[0-9a-f]{7,40})(?![0-9a-z])")
 MAX_LINE = 64 * 1024  # characters read at once, as ``parse.MAX_LINE``: a longer line is no event
 
 
@@ -84,15 +87,21 @@ def ran_with(run_dir: Path, plan) -> dict:
             "python": None if image or worker is None else worker.argv[0]}
 
 
-def same_release(asked: str, reported: Optional[str]) -> bool:
+def same_release(asked: str, reported: Optional[str], commit: Optional[str] = None) -> bool:
     """Whether the trainer's MXNet is the build asked for: the same release numbers (1.7.0.post2,
-    a rebuilt wheel, reports itself as 1.7.0)."""
+    a rebuilt wheel, reports itself as 1.7.0). For a build of a ``commit``, a reported version that
+    names a commit (``1.9.1+g<sha>``, cut to 20 characters) must name that one: another commit's
+    build of the same release is another MXNet."""
     from packaging.version import InvalidVersion, Version
 
     if not reported:
         return False
     try:
-        return Version(asked).release == Version(reported).release
+        same = Version(asked).release == Version(reported).release
     except InvalidVersion:
-        return asked == reported
+        same = asked == reported
+    named = _COMMIT_IN_VERSION.search(reported.lower())
+    if same and commit and named:
+        return commit.startswith(named["commit"]) or named["commit"].startswith(commit)
+    return same
 

@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from mxbench_train.plan_runner import RoleResult
     from mxbench_train.roles import Role
 
+# each launcher's step times (StepTimes), written beside the run's records
+STEP_TIME_FILES = frozenset({"local.json", "ssh.json", "kubernetes.json"})
 # the launcher's own records in a run folder: what comes back from a host or pod never replaces them
-LOCAL_ONLY = frozenset(RunFolder.FILES)
+# nor is taken in their place (a host's ssh.json or kubernetes.json would reach the run's record)
+LOCAL_ONLY = frozenset(RunFolder.FILES) | STEP_TIME_FILES
 
 
 @dataclass
@@ -42,7 +45,7 @@ class Launched:
 
 class RoleHandle(Protocol):
     """One started role, as ``run_plan`` drives it (``mxbench_train.plan_runner.LocalProcess``,
-    ``ssh_roles.RemoteRole``, ``kubernetes_roles.RolePod``)."""
+    ``ssh.roles.RemoteRole``, ``kubernetes.roles.RolePod``)."""
 
     pid: Optional[int]
 

@@ -4,6 +4,7 @@ A *variant* is one setup of the seed study's table (devices, batch size,
 kvstore, hosts); a *run* is one variant under one launcher, one repeat. Pure
 functions, no Airflow: the DAG maps over what ``expand_runs`` returns.
 """
+import hashlib
 import json
 import os
 import re
@@ -364,6 +365,25 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
                              "repeat": r, "round": r, "position": position, "optional": r > repeats,
                              **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})})
     return runs
+
+
+# What a variant's runs measure, beside its id: every field that changes samples/s (``setup`` and
+# ``launchers`` only name and place it). An override (``num_layers``, ``epochs``) keeps the id.
+MEASURED_FIELDS = ("batch_size", "workers", "hosts", "gpus_per_worker", "kvstore", "num_layers", "epochs",
+                   "disp_batches", "host_network")
+
+
+def measured_setup(variant: Mapping, params: Mapping) -> str:
+    """A stable digest of what a run of ``variant`` (its dict, as request.json holds it) measured
+    under ``params``: the variant's ``MEASURED_FIELDS`` (the devices follow from them), the data's
+    kind (synthetic or real) and, for synthetic data, its size. Runs of one variant id measured the
+    same thing only when this matches: the results store keys baselines by it (``setup_key``)."""
+    synthetic = (params.get("dataset") or SYNTHETIC) == SYNTHETIC
+    facts = {**{name: variant.get(name) for name in MEASURED_FIELDS},
+             "data": SYNTHETIC if synthetic else "real",
+             "synthetic_images": params.get("synthetic_images") if synthetic else None}
+    facts["host_network"] = bool(facts["host_network"])
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def variant_from_dict(data: dict) -> Variant:

@@ -2,7 +2,7 @@
 
 The builds are the versions manifest's entries from the good build to the bad one, in order. The
 good build is measured first, as the reference; then each probe measures one build in between
-with repeats and is judged by the regression DAG's own rule (``regression.check``: permutation
+with repeats and is judged by the regression DAG's own rule (``regression.rule.check``: permutation
 p, bootstrap interval and ``min_drop``) against the good build's repeats: a regression is "bad",
 anything else measured is "good", and a probe with too few measured repeats is "failed". A
 failed probe is said so and a neighbour is probed instead; when only failed builds are left

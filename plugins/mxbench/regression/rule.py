@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 import pandas as pd
 
 from mxbench.stats import verdict
+from mxbench_train.redaction import redact
 
 MIN_DROP = 0.05  # a drop smaller than this is not worth an alert, however certain
 BASELINE_RUNS = 5  # DAG runs in a baseline
@@ -239,8 +240,8 @@ def alert(findings: Sequence[dict], build: Optional[str]) -> Optional[str]:
     """Why the DAG run fails, one line per regression (``findings``: ``Finding.to_dict()`` rows):
     variant, baseline, current, change with its interval, both MXNet builds and the baseline's
     runs; None when nothing regressed."""
-    lines = [f"REGRESSION {f['message']}; this build: {build or 'unknown'}; baseline builds: "
-             f"{', '.join(baseline_builds(f['baseline_builds'])) or 'unknown'}; baseline runs: "
+    lines = [f"REGRESSION {f['message']}; this build: {redact(build or 'unknown')}; baseline builds: "
+             f"{redact(', '.join(baseline_builds(f['baseline_builds']))) or 'unknown'}; baseline runs: "
              f"{_text(f['baseline_runs'])}"
              for f in findings if f["status"] == "regression"]
     return "\n".join(lines) or None
@@ -272,13 +273,15 @@ def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop:
 
 def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
     """``history`` (store rows with ``when``) with each DAG run's ``verdict`` from ``mark_regressions``,
-    every variant, launcher and kind of machine judged against its own earlier DAG runs, and its
+    every variant, launcher, kind of machine and setup judged against its own earlier DAG runs, and its
     ``change_point``: the level change over the whole series that starts at that DAG run
     (``change_points.mark_change_points``; NaN where none does)."""
     from mxbench.stats.change_points import mark_change_points
 
     parts = []
-    for _, group in history.groupby(["variant", "launcher", "environment"], dropna=False):
+    # runs of one variant id that measured another setup (an override: revision 0007's setup_key) are another series
+    series = ["variant", "launcher", "environment"] + (["setup_key"] if "setup_key" in history.columns else [])
+    for _, group in history.groupby(series, dropna=False):
         keys = dag_run_keys(group)
         verdicts = mark_regressions(group, runs, min_drop)[[*keys, "status"]].rename(columns={"status": "verdict"})
         changes = mark_change_points(group, keys)[[*keys, "change_point"]]

@@ -12,6 +12,7 @@ An alert is one DAG run's regression on one series: a variant, launcher and kind
 - distribution change: the new level is the normal one now: the series' baseline starts at this
   DAG run, so later DAG runs are compared with it and what came after, never with what came before.
 """
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Optional
@@ -29,6 +30,9 @@ ALLOWED = {NEW: (ACKNOWLEDGED, EXPECTED, DISTRIBUTION_CHANGE),
            EXPECTED: (NEW, ACKNOWLEDGED, DISTRIBUTION_CHANGE),
            DISTRIBUTION_CHANGE: (NEW,)}
 MAX_REASON = 2000  # characters: a sentence or two, not a log
+# control characters, line and paragraph separators: a reason is one line of text (the form's
+# field is one line), and a line break in it would forge lines wherever it is logged or shown
+REFUSED_CATEGORIES = ("Cc", "Zl", "Zp")
 
 
 class TriageError(ValueError):
@@ -48,6 +52,10 @@ def check_change(current: str, new: str, reason: str) -> str:
         raise TriageError(f"say why the alert is {new}: the reason is kept with who set it")
     if len(reason) > MAX_REASON:
         raise TriageError(f"the reason is {len(reason)} characters long; at most {MAX_REASON}")
+    refused = next((c for c in reason if unicodedata.category(c) in REFUSED_CATEGORIES), None)
+    if refused is not None:
+        raise TriageError(f"the reason holds a control character or line break (U+{ord(refused):04X}): "
+                          "give it as one line of text")
     return reason
 
 

@@ -158,7 +158,7 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
 
 def false_alert_line(dag_dir: Path, findings) -> str:
     """How many false alerts a month of nightly checks like this one should give, from the A/A
-    noise floor of each series (``regression.false_alerts_per_month``), or why that is not known."""
+    noise floor of each series (``regression.rule.false_alerts_per_month``), or why that is not known."""
     from mxbench.regression.rule import false_alerts_per_month
 
     params = (read_json(DagRunFolder(dag_dir).request) or {}).get("params") or {}

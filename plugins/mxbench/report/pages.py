@@ -74,7 +74,7 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
                  editable: Iterable[str] = (), form_token: Optional[str] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
-    the results store's rows (``regression.judge_history``'s, with ``verdict``); regressions ringed
+    the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
     rows; none: new) and, on the alerts of the DAGs in ``editable``, a form to set it that carries
     ``form_token``."""

@@ -28,6 +28,7 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     from mxbench.store.errors import first_line
 
     runs = load_table(DagRunFolder(dag_dir).table("runs"))
+    setups = measured_setups(dag_dir)
     pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
     # a launcher that measured nothing has no hardware
     pairs = [(variant, launcher) for variant, launcher in pairs if fingerprints.get(launcher)]
@@ -36,9 +37,11 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     # this DAG's own alerts: who may edit another DAG's runs must not silence or reset its checks
     triaged = {(variant, launcher): store.series_alerts(url, variant, launcher, fingerprints[launcher], dag_id)
                for variant, launcher in pairs}
+    # only runs that measured what this one did, of the DAGs the deployer lets feed a baseline
     baselines = {(variant, launcher): store.baseline(url, variant, launcher, fingerprints[launcher],
                                                      before=(dag_id, run_id), runs=baseline_runs,
-                                                     since=triage.baseline_start(triaged[(variant, launcher)], at))
+                                                     since=triage.baseline_start(triaged[(variant, launcher)], at),
+                                                     setup=setups.get((variant, launcher)))
                  for variant, launcher in pairs}
     # the noise estimate: the latest A/A calibration of the variant and launcher on that hardware
     try:
@@ -75,6 +78,18 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     if histories:
         pd.concat(histories, ignore_index=True).to_csv(folder.table("history"), index=False)
     return rows
+
+
+def measured_setups(dag_dir: Path) -> Dict[tuple, str]:
+    """(variant, launcher) -> what its runs of this DAG run measured (``variants.measured_setup``),
+    from request.json; a pair it lacks has no setup, and so no baseline."""
+    from mxbench.matrix.variants import leg, measured_setup
+    from mxbench.run_folder import read_json
+
+    request = read_json(DagRunFolder(dag_dir).request) or {}
+    params = request.get("params") or {}
+    return {(run["variant"]["id"], leg(run)): measured_setup(run["variant"], params)
+            for run in request.get("runs") or [] if run.get("variant")}
 
 
 def convergence_flags(dag_dir: Path, runs: pd.DataFrame, baselines: dict) -> Dict[tuple, str]:

@@ -91,9 +91,10 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         meta["command"] = _worker_command(launched.plan)
         meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(run_dir),
                          "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
-        if build and not same_release(build.version, meta["build"]["reported"]):
+        if build and not same_release(build.version, meta["build"]["reported"], build.commit):
             where = launched.runtime.get("image") or launched.runtime.get("python")
-            raise MxbenchError(f"it asked for {build}, but its trainer imported MXNet "
+            asked_commit = f" (commit {build.commit})" if build.commit else ""
+            raise MxbenchError(f"it asked for {build}{asked_commit}, but its trainer imported MXNet "
                                f"{meta['build']['reported'] or '(no version reported)'} ({where}): not kept as "
                                f"{redact(build.package)}")
         results = launched.results

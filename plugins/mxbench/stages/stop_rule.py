@@ -21,7 +21,7 @@ from typing import Optional
 
 import pandas as pd
 
-from mxbench.matrix.variants import budget, confirming, leg
+from mxbench.matrix.variants import budget, confirming, leg, measured_setup
 from mxbench.results.metrics import NoSpeedLines, launcher_pairs, paired_rounds, run_metrics
 from mxbench.results.parse import parse_run_logs
 from mxbench.run_folder import DagRunFolder, read_json
@@ -52,8 +52,9 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     """Why optional ``run`` need not run, or None: run it. A launcher comparison's round: the first
     stage's rounds plan fewer rounds than its own, for every launcher pair of its variant. A
     regression DAG's confirmation round (``confirm_rounds``): its variant's first rounds under its
-    launcher do not look like a regression against ``baseline_for(variant, launcher, fingerprint)``
-    (the baseline's repeats, as ``store.baseline`` gives them; ``confirmation_skip_reason``).
+    launcher do not look like a regression against ``baseline_for(variant, launcher, fingerprint, setup)``
+    (the baseline's repeats of that setup, ``variants.measured_setup``, as ``store.baseline`` gives
+    them; ``confirmation_skip_reason``).
     ``dag_dir``: the DAG run's folder (its ``request.json``, ``data.json`` and, unless
     ``fetch_unit(key, into)`` fetches each from the artifact store into folder ``into``, the first
     stage's run folders)."""
@@ -77,7 +78,8 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
         rows = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in first])
         if confirming(params):
             return confirmation_skip_reason(run, rows, machine_of(rows), baseline_for,
-                                            float(params.get("min_drop", 0.05)))
+                                            float(params.get("min_drop", 0.05)),
+                                            measured_setup(run["variant"], params))
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -102,10 +104,11 @@ def machine_of(rows: pd.DataFrame) -> Optional[str]:
 
 
 def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[str], baseline_for,
-                             min_drop: float) -> Optional[str]:
+                             min_drop: float, setup: Optional[str] = None) -> Optional[str]:
     """Why confirmation round ``run`` need not run: its launcher's first rounds (``first``, as
-    ``measured`` gives them) do not look like a regression (``regression.suspected``) against the
-    baseline on ``machine``, or there is nothing to confirm against; None: run it."""
+    ``measured`` gives them) do not look like a regression (``regression.rule.suspected``) against the
+    baseline on ``machine`` of ``setup`` (what the run measures), or there is nothing to confirm
+    against; None: run it."""
     from mxbench.regression.rule import MIN_BASELINE_RUNS, SUSPECT_SHARE, dag_run_keys, suspected, usable_speeds
 
     what = f"confirmation round {run['round']} of {run['variant']['id']} ({leg(run)}) skipped"
@@ -114,7 +117,7 @@ def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[s
     current = usable_speeds(first.loc[first["status"] == "ok", "samples_per_sec"])
     if not current or machine is None:
         return f"{what}: its first rounds measured nothing to confirm"
-    stored = baseline_for(run["variant"]["id"], leg(run), machine) if baseline_for else None
+    stored = baseline_for(run["variant"]["id"], leg(run), machine, setup) if baseline_for else None
     baseline = [] if stored is None else usable_speeds(stored["samples_per_sec"])
     earlier = 0 if stored is None else len(stored.drop_duplicates(dag_run_keys(stored)))
     if earlier < MIN_BASELINE_RUNS or not baseline:

@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, Optional, Tuple, Union
 import pandas as pd
 import sqlalchemy as sa
 
+from mxbench import config
 from mxbench.store.database import engine, ready_engine
 from mxbench.store.errors import UNSHOWN, StoreError, first_line, without_password
 from mxbench.store.recording import utc_time
@@ -16,7 +17,7 @@ from mxbench.store.schema import dag_runs, repeats
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
                    dag_runs.c.mxnet_package, dag_runs.c.mxnet_commit, repeats.c.mxnet_asked, repeats.c.mxnet_reported,
-                   repeats.c.runtime, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
+                   repeats.c.runtime, repeats.c.setup_key, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
                    repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s]
 # DAG runs that measure builds chosen on purpose, old ones too (a bisect's probes): never in a
@@ -106,15 +107,24 @@ def read_history(url: str) -> pd.DataFrame:
 
 
 def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, Tuple[str, str]],
-             runs: int = 5, since: Optional[datetime] = None) -> pd.DataFrame:
-    """The successful repeats of ``variant`` on ``launcher`` and this kind of machine in the last
-    ``runs`` DAG runs that measured it (of any DAG but a bisect's: ``PROBE_DAG_IDS``), strictly
+             runs: int = 5, since: Optional[datetime] = None, *, setup: Optional[str],
+             dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """The successful repeats of ``variant`` on ``launcher`` and this kind of machine that measured
+    ``setup`` (their ``setup_key``, ``variants.measured_setup``: an override of the variant's depth or
+    epochs is another setup; rows stored before revision 0007 have none and are never taken; None
+    takes nothing) in the
+    last ``runs`` DAG runs that measured it, of the DAGs that may feed a baseline (``dag_ids``,
+    default ``config.baseline_dags()``: the deployer's ``MXBENCH_BASELINE_DAGS``; a bisect's,
+    ``PROBE_DAG_IDS``, never), strictly
     before ``before``: a datetime, or a DAG run, ``(dag_id, run_id)`` (that run's time, the run
     itself excluded; a DAG run not stored yet excludes nothing but itself), and, with ``since``,
     none measured before it (a distribution change starts the series over:
     ``triage.baseline_start``). Ordered oldest first, as ``history``."""
     measured = ((repeats.c.variant == variant) & (repeats.c.launcher == launcher)
-                & (repeats.c.environment == fingerprint) & (repeats.c.status == "ok")
+                & (repeats.c.environment == fingerprint)
+                # a row without a setup_key (stored before revision 0007) measured something unknown
+                & (repeats.c.setup_key == setup if setup is not None else sa.false())
+                & (repeats.c.status == "ok")
                 & repeats.c.samples_per_sec.is_not(None))
     with ready_engine(url).connect() as connection:
         if isinstance(before, tuple):
@@ -128,7 +138,8 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
         if since is not None:
             earlier = earlier & (dag_runs.c.measured_at >= utc_time(since))
         # newest first through the measured_at index, each probed in ix_repeats_baseline
-        earlier = earlier & dag_runs.c.dag_id.not_in(PROBE_DAG_IDS)
+        feeding = [d for d in (config.baseline_dags() if dag_ids is None else dag_ids) if d not in PROBE_DAG_IDS]
+        earlier = earlier & dag_runs.c.dag_id.in_(feeding)
         chosen = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id).where(earlier)
                   .where(sa.exists().where(measured & OF_ITS_DAG_RUN))
                   .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.dag_id.desc(), dag_runs.c.run_id.desc())

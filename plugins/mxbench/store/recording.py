@@ -11,7 +11,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from mxbench.matrix.variants import launcher_of, leg
+from mxbench.matrix.variants import launcher_of, leg, measured_setup
 from mxbench.results import convergence
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 from mxbench.store.database import ready_engine
@@ -169,6 +169,8 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             "mxnet_asked": (row or {}).get("mxnet_asked") or build.get("package"),
             "mxnet_reported": (row or {}).get("mxnet_reported") or (environment or {}).get("mxnet_version"),
             "runtime": (row or {}).get("runtime"),
+            # what it measured; a run the request lacks cannot say (its CSV row has no epochs): no key
+            "setup_key": measured_setup(run["variant"], request.get("params") or {}) if run.get("variant") else None,
             **to_target.get(key, {"target_accuracy": None, "time_to_target_s": None}),
         })
 

@@ -103,6 +103,9 @@ repeats = sa.Table(
     sa.Column("mxnet_asked", sa.String(200)),  # the build asked for: "mxnet==1.9.0"
     sa.Column("mxnet_reported", sa.String(50)),  # the version the trainer imported: "1.9.0"
     sa.Column("runtime", sa.String(1000)),  # the interpreter's path or the image, whichever the run used
+    # revision 0007: what the run measured (``variants.measured_setup``): a baseline pools only runs of one
+    # setup; NULL in rows stored before it, which no baseline takes
+    sa.Column("setup_key", sa.String(16)),
     sa.Column("status", sa.String(20), nullable=False),  # ok | failed | not run | skipped (an optional round)
     sa.Column("cause", sa.Text),
     sa.Column("samples_per_sec", sa.Float),
@@ -122,6 +125,7 @@ repeats = sa.Table(
     sa.UniqueConstraint("dag_id", "dag_run", "run_key", name="uq_repeats_dag_id_dag_run_run_key"),
     # baseline() finds a variant's runs on one launcher and machine without a scan
     sa.Index("ix_repeats_baseline", "variant", "launcher", "environment", "dag_id", "dag_run"),
+    sa.Index("ix_repeats_setup_baseline", "variant", "launcher", "environment", "setup_key", "dag_id", "dag_run"),
 )
 
 # revision 0006: the triage state of each alert (a DAG run's regression on one series: variant,

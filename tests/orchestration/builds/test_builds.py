@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,48 @@ def test_a_local_wheel_path_is_a_file_url_checked_before_install(tmp_path):
     with pytest.raises(MxbenchError, match=r"refusing to install MXNet build .*commit 0123abcd.*: cannot read its "
                                            r"wheel .*mxnet-1\.9\.1-py3-none-manylinux2014_x86_64\.whl"):
         builds.check_wheel(build)
+
+
+def test_a_rebuilt_wheel_or_a_corrected_sha256_never_reuses_the_old_venv(tmp_path, monkeypatch):
+    """The attack: a venv made of one wheel, then another wheel at the same path (with its sha256
+    corrected, or with none): a venv keyed by the install spec (a file: URL, no sha256) kept the old
+    MXNet, and check_wheel never ran again."""
+    made = []
+
+    def fake_create(build, venv, spec, base, pip_timeout):
+        made.append((venv.name, Path(urllib.parse.urlsplit(build.package.split(" @ ")[1]).path).read_bytes()))
+        (venv / "bin").mkdir(parents=True, exist_ok=True)  # the real one starts from scratch
+        (venv / "bin" / "python").write_text("")
+        (venv / builds.STAMP).write_text(json.dumps({"spec": spec, "wheel_sha256": builds.wheel_digest(build)}))
+
+    monkeypatch.setattr(builds, "_create", fake_create)
+    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
+    monkeypatch.setattr(builds.caches, "prune_builds", lambda *a, **k: None)
+    envs = tmp_path / "envs"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = fake_wheel(wheels, b"wheel one")
+    first = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=hashlib.sha256(b"wheel one").hexdigest())
+    one = builds.ensure_venv(first, envs)
+    assert builds.ensure_venv(first, envs) == one and len(made) == 1  # cached while nothing changed
+
+    fake_wheel(wheels, b"wheel two")  # rebuilt at the same path, the manifest's sha256 corrected
+    second = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=hashlib.sha256(b"wheel two").hexdigest())
+    assert second.package == first.package and builds.install_spec(second) == builds.install_spec(first)
+    two = builds.ensure_venv(second, envs)
+    assert two != one and made[-1][1] == b"wheel two"
+    # the old entry again: its venv holds the bytes its sha256 names (checked when it was made)
+    assert builds.ensure_venv(first, envs) == one and len(made) == 2
+
+    # no sha256 in the manifest: the local file's bytes key the venv, hashed on every use
+    plain = one_entry(tmp_path, package=str(wheel))
+    three = builds.ensure_venv(plain, envs)
+    fake_wheel(wheels, b"wheel three")
+    four = builds.ensure_venv(plain, envs)
+    assert three == two  # the same bytes as the second entry's: the same venv
+    assert four not in (one, two) and made[-1][1] == b"wheel three" and len(made) == 3
+
+    # a stamp that does not name the entry's digest (planted, or made before digests) is made again
+    stamp = Path(four).parent.parent / builds.STAMP
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "wheel_sha256": "cd" * 32}))
+    assert builds.ensure_venv(plain, envs) == four and len(made) == 4

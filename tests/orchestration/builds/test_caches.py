@@ -1,6 +1,6 @@
 """Pruning the caches (mxbench.builds.caches): build venvs and data sets beyond the N most recently used
 are removed and reported with the bytes freed; one in use (a run holds it through the real
-``run_stage.run_one``, a build is being made, a data set is being converted) is never removed;
+``stages.run.run_one``, a build is being made, a data set is being converted) is never removed;
 nothing that mxbench did not name is touched. The venvs here are small folders, not 700 MB
 ones; the locks, stamps and code paths are the real ones, held from other processes."""
 import contextlib

@@ -53,22 +53,26 @@ def test_one_registry_names_every_launcher_and_each_takes_the_build_in_execute()
 
 
 def test_no_launcher_imports_another_and_pure_parts_import_no_client_library():
-    # each launcher is a module (local) or a package (ssh, kubernetes); what it may import of
-    # mxbench.launchers is the shared contract (base) and its own package
-    sources = {"local": [LAUNCHER_DIR / "local.py"]}
-    sources |= {name: sorted((LAUNCHER_DIR / name).glob("*.py")) for name in ("ssh", "kubernetes")}
-    assert all(len(files) >= 1 for files in sources.values()), sources
-    for name, files in sources.items():
-        allowed = {"mxbench.launchers.base", f"mxbench.launchers.{name}"}
-        for path in files:
-            tree = ast.parse(path.read_text())
-            assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree)), path
-            imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-            imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-            launchers_imported = {m for m in imported if m.startswith("mxbench.launchers")}
-            strays = {m for m in launchers_imported
-                      if not any(m == ok or m.startswith(ok + ".") for ok in allowed)}
-            assert not strays, (path, strays)
+    # what each launcher file may import of mxbench.launchers: the shared contract (base) and, for
+    # the ssh and kubernetes packages, only the parts below it in its own package (the pure
+    # commands and pods import nothing of theirs)
+    base = {"mxbench.launchers.base"}
+    own = {"local.py": base,
+           "ssh/launcher.py": base | {"mxbench.launchers.ssh.commands", "mxbench.launchers.ssh.roles",
+                                      "mxbench.launchers.ssh.transfer"},
+           "ssh/commands.py": base, "ssh/roles.py": base | {"mxbench.launchers.ssh.commands"},
+           "ssh/transfer.py": base | {"mxbench.launchers.ssh.commands"},
+           "kubernetes/launcher.py": base | {"mxbench.launchers.kubernetes.pods", "mxbench.launchers.kubernetes.roles"},
+           "kubernetes/pods.py": base, "kubernetes/roles.py": base | {"mxbench.launchers.kubernetes.pods"}}
+    files = {str(p.relative_to(LAUNCHER_DIR)) for p in LAUNCHER_DIR.rglob("*.py")}
+    assert files - set(own) == {"__init__.py", "base.py", "ssh/__init__.py", "kubernetes/__init__.py"}, files
+    for name, allowed in own.items():
+        tree = ast.parse((LAUNCHER_DIR / name).read_text())
+        assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree)), name
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        strays = {m for m in imported if m.startswith("mxbench.launchers")} - allowed
+        assert not strays, (name, strays)
     # the pure parts load without paramiko, the kubernetes client or Airflow
     code = ("import sys; import mxbench.launchers.ssh.commands, mxbench.launchers.kubernetes.pods; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'paramiko', 'kubernetes', 'airflow'}))")
@@ -188,6 +192,32 @@ def test_a_pod_runs_the_builds_image_from_the_map_or_the_template():
         pod(image_template="reg/x:{version}")
 
 
+COMMIT_WHEEL = RunBuild("mxnet @ file:///wheels/mxnet-1.9.1+g0123abcd-py3-none-any.whl", "1.9.1+g0123abcd",
+                        image="mxbench-train:1.9.1", commit="0123abcd")
+
+
+def test_a_commit_build_never_gets_a_release_image():
+    """The attack: a wheel built at a commit is version 1.9.1+g<commit>; an image by version or package
+    is the 1.9.1 release's, so a bisect over commit wheels would measure one image again and again."""
+    release = {"1.9.1": "reg/x:191", "1.9.1+g0123abcd": "reg/x:191", COMMIT_WHEEL.package: "reg/x:191"}
+    assert image_for(pod(images=release), COMMIT_WHEEL) is None
+    assert image_for(pod(image_template="reg/mxbench-train:{mxnet_version}"), COMMIT_WHEEL) is None
+    assert image_for(pod(image_template="reg/{image}"), COMMIT_WHEEL) is None  # the manifest's image: a release tag
+    launcher = KubernetesLauncher(pod(images=release, image_template="reg/{image}"), client=None)
+    assert launcher.build_problem(COMMIT_WHEEL) == (
+        f"kubernetes connection 'mxbench_kubernetes' has no image of commit 0123abcd for {COMMIT_WHEEL}: an image "
+        "by version (1.9.1+g0123abcd) or package is a release's, another MXNet; give one in mxbench_pod.images keyed "
+        "by the commit, or an mxbench_pod.image_template that gives the manifest's image tagged src-0123abcd "
+        "(docker/train-source.Dockerfile)")
+    # an image that names the commit: keyed by it, or the manifest's source-built image
+    assert image_for(pod(images={**release, "0123abcd": "reg/x:src-0123abcd"}), COMMIT_WHEEL) == "reg/x:src-0123abcd"
+    source = RunBuild("mxnet==1.9.1", "1.9.1", image="mxbench-train:src-0123abcd5678", commit="0123abcd")
+    assert image_for(pod(images=release, image_template="reg/{image}"), source) == "reg/mxbench-train:src-0123abcd5678"
+    assert KubernetesLauncher(pod(image_template="reg/{image}"), client=None).build_problem(source) is None
+    assert image_for(pod(image_template="reg/{image}"), RunBuild("mxnet==1.9.1", "1.9.1", image="x:src-99999999",
+                                                                 commit="0123abcd")) is None
+
+
 def test_a_role_pod_carries_the_runs_image(tmp_path):
     from dataclasses import replace
 
@@ -249,6 +279,36 @@ def test_prepare_builds_refuses_what_a_launcher_cannot_honour_and_marks_failed_p
                                                    ("1.9.0", "1.9.1", False), ("1.9.0", None, False)])
 def test_a_rebuilt_wheel_is_the_same_release_another_version_is_not(asked, reported, same):
     assert build_provenance.same_release(asked, reported) is same
+
+
+@pytest.mark.parametrize("reported, same", [("1.9.1+g0123abcd", True), ("1.9.1+g0123abcdef0123", True),
+                                            ("1.9.1", True), ("1.9.1+g99999999", False),
+                                            ("1.9.1+g99999999.d2026", False), ("1.9.0+g0123abcd", False)])
+def test_a_commit_builds_trainer_that_names_another_commit_is_not_that_build(reported, same):
+    assert build_provenance.same_release("1.9.1+g0123abcd", reported, "0123abcd") is same
+
+
+def test_a_commit_builds_pod_that_reports_another_commit_fails_its_run(tmp_path):
+    (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"],
+                          "launchers": ["kubernetes"]},
+                         {"kubernetes": Target("kubernetes", 1, 0)})
+    run = {**run, "build": COMMIT_WHEEL.to_dict()}
+
+    class RunsAnotherCommit:
+        def reap(self, run_dir):
+            return []
+
+        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+            (Path(run_dir) / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.9.1+g99999999"}))
+            return Launched([], [], {"image": "reg/x:src-0123abcd"})
+
+    with pytest.raises(run_stage.RunFailed) as failed:
+        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                          lambda name: RunsAnotherCommit())
+    assert str(failed.value) == (f"run {run['key']} failed: it asked for {COMMIT_WHEEL} (commit 0123abcd), but its "
+                                 "trainer imported MXNet 1.9.1+g99999999 (reg/x:src-0123abcd): not kept as "
+                                 f"{COMMIT_WHEEL.package}")
 
 
 def test_a_failed_run_still_records_what_it_ran_with(tmp_path):

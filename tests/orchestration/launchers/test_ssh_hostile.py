@@ -239,6 +239,62 @@ def test_a_hostile_listing_writes_nothing_outside_the_run_folder_nor_over_local_
         assert shown in message, shown
 
 
+def test_a_too_long_name_or_a_launchers_step_times_are_refused_by_name_and_the_rest_fetched(hostile_sftp, tmp_path,
+                                                                                              monkeypatch):
+    """On main a 300-character name stopped the host's fetch (ENAMETOOLONG: later files not fetched,
+    its remote folder kept), and a host's kubernetes.json (another launcher's step times) was
+    fetched into the run folder, where it reaches the run's record."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    long_name = "a" * 300 + ".log"
+    listing = {
+        "kubernetes.json": RemoteFile(b'{"pull_s": 0}'),
+        "local.json": RemoteFile(b'{"launch_s": 0}'),
+        "rank0.log": RemoteFile(b"first\n"),
+        long_name: RemoteFile(b"x"),
+        "\u00e9" * 128 + ".log": RemoteFile(b"x"),  # 128 characters, 260 bytes
+        "rank1.log": RemoteFile(b"after\n"),
+    }
+    ssh = SshLauncher([SshHost("h1", "127.0.0.1")])
+    monkeypatch.setattr(ssh, "_client", lambda host: HostileClient(hostile_sftp({"/a": listing})))
+    removed = []
+    monkeypatch.setattr(ssh, "_remove_run_folder", lambda host, folder: removed.append(folder))
+    with pytest.raises(MxbenchError) as refused:
+        ssh._fetch(ssh.hosts, {"h1": "/a"}, run_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["rank0.log", "rank1.log"]
+    assert (run_dir / "rank1.log").read_bytes() == b"after\n"
+    message = str(refused.value)
+    assert message.startswith("host h1 (127.0.0.1): fetching the run folder /a: refused 'kubernetes.json': not a "
+                              "plain name of a run output")
+    for shown in ("'local.json'", repr(long_name)[:80], "'\u00e9\u00e9"):
+        assert f"refused {shown}" in message, shown
+    assert removed == ["/a"]  # nothing there is ever fetched: the folder goes
+
+
+def test_a_name_this_file_system_refuses_is_refused_by_name(hostile_sftp, tmp_path, monkeypatch):
+    """A file system with a shorter name limit than NAME_MAX: its ENAMETOOLONG refuses one name."""
+    import errno
+
+    from mxbench.launchers.ssh import transfer
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fetch_file = transfer._fetch_file
+
+    def short_names(sftp, remote_path, local_path, *args):
+        if len(local_path.name) > 20:
+            raise OSError(errno.ENAMETOOLONG, "File name too long", str(local_path))
+        return fetch_file(sftp, remote_path, local_path, *args)
+
+    monkeypatch.setattr(transfer, "_fetch_file", short_names)
+    listing = {"b" * 30 + ".log": RemoteFile(b"x"), "rank0.log": RemoteFile(b"ok\n")}
+    sftp = paramiko.SFTPClient.from_transport(hostile_sftp({"/run": listing}))
+    with pytest.raises(transfer.FetchProblems) as refused:
+        fetch_outputs(sftp, "/run", run_dir, "host h1")
+    assert refused.value.whole and (run_dir / "rank0.log").read_bytes() == b"ok\n"
+    assert f"refused {'b' * 30 + '.log'!r}: a longer name than this file system takes" in str(refused.value)
+
+
 def test_fetching_stops_at_the_caps_per_file_and_per_run(hostile_sftp, tmp_path, monkeypatch):
     monkeypatch.setenv("MXBENCH_FETCH_FILE_MAX_BYTES", str(1 * MiB))
     monkeypatch.setenv("MXBENCH_FETCH_RUN_MAX_BYTES", str(3 * MiB))
@@ -529,10 +585,10 @@ def test_a_folder_only_the_users_private_group_may_write_is_fine(ssh_hosts, monk
 def test_a_group_named_after_the_user_but_with_another_member_is_not_private(monkeypatch, tmp_path):
     import grp
 
-    from mxbench_train import host_workdir
+    from mxbench_train import host_folders, host_workdir
 
     real = grp.getgrgid
-    monkeypatch.setattr(host_workdir.grp, "getgrgid",  # as if another account were listed in the group
+    monkeypatch.setattr(host_folders.grp, "getgrgid",  # as if another account were listed in the group
                         lambda gid: grp.struct_group((real(gid).gr_name, "x", gid, ["postgres"])))
     cache = tmp_path / "home" / ".cache"
     cache.mkdir(parents=True)

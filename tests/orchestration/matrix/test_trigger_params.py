@@ -64,6 +64,29 @@ def test_an_unmarked_connection_is_refused_before_it_is_used(monkeypatch, listen
     assert str(missing.value) == str(refused.value)
 
 
+@pytest.mark.parametrize("kind, wrong_type", [("results", "ssh"), ("ssh", "postgres"), ("kubernetes", "ssh"),
+                                              ("results", "kubernetes")])
+def test_a_marked_connection_is_used_only_as_its_type(monkeypatch, listener, tmp_path, kind, wrong_type):
+    """On main a marked SSH host's connection was taken as the results store (its URI handed to
+    SQLAlchemy), a database's as an SSH host: the mark says mxbench may use it, its type says how."""
+    port, seen = listener
+    key = tmp_path / "key"
+    key.write_text("not used")
+    conn = {"conn_type": wrong_type, "host": "127.0.0.1", "port": port, "login": "ops", "password": "0ps-pw",
+            "schema": "x", "extra": {"key_file": str(key), "no_host_key_check": True, "in_cluster": False,
+                                     "mxbench_pod": {}}}
+    _use(monkeypatch, "mxbench_other", conn)
+    call = {"ssh": lambda: connections.launcher_for("ssh", {"ssh_connections": ["mxbench_other"]}).target(),
+            "kubernetes": lambda: connections.launcher_for("kubernetes", {"kubernetes_connection": "mxbench_other"}),
+            "results": lambda: connections.results_url({"results_connection": "mxbench_other"})}[kind]
+    with pytest.raises(MxbenchError) as refused:
+        call()
+    assert str(refused.value).startswith(f"{kind} connection 'mxbench_other' is of type '{wrong_type}', not ")
+    assert "0ps-pw" not in str(refused.value)
+    time.sleep(0.3)
+    assert seen == []
+
+
 def test_connections_marked_in_their_extra_are_used(monkeypatch, ssh_hosts, kube_standin):
     host = ssh_hosts.connection(0, mxbench_python=train_python(), mxbench=True)
     _use(monkeypatch, "gpu_box", host)

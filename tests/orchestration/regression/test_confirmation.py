@@ -62,7 +62,7 @@ def test_a_suspected_regression_gets_its_confirmation_rounds(tmp_path):
     runs = first_rounds(tmp_path, [960.0, 955.0, 965.0, 950.0])  # about 4% below the baseline
     asked = []
 
-    def baseline_for(variant, launcher, machine):
+    def baseline_for(variant, launcher, machine, setup):
         asked.append((variant, launcher, machine))
         return stored_baseline(1000.0)
 

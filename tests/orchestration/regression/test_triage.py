@@ -11,7 +11,7 @@ from mxbench.regression import triage
 from mxbench.report import history_page
 from mxbench.stages import failures as dag_run_failures
 from mxbench.stages import regression_check
-from support.stored_runs import CPU_FP, T0, make_dag_dir, ok_runs
+from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs
 
 DAG = "mxbench_regression"
 BASE = (100.0, 101.0, 99.0, 100.5)  # samples/s of each repeat of a DAG run before the drop
@@ -109,7 +109,8 @@ def test_baseline_since_leaves_out_what_came_before(url, tmp_path):
     for day in range(3):
         record(url, tmp_path, day, BASE)
     since = T0 + timedelta(days=1)
-    runs = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=(DAG, "scheduled__day2"), since=since)
+    runs = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=(DAG, "scheduled__day2"), since=since,
+                          setup=SETUP)
     assert sorted(set(runs["run_id"])) == ["scheduled__day1"]
 
 
@@ -290,6 +291,35 @@ def test_an_api_client_with_a_bearer_token_needs_no_form_token_and_bad_changes_a
     missing = client.post("/history/alerts", data=alert_form("scheduled__no-such-run"))
     assert missing.status_code == 404 and "measured nothing" in missing.text
     assert store.read_alerts(url)["state"].tolist() == ["expected"]
+
+
+@pytest.mark.parametrize("reason", ["known\nINFO mxbench triage: admin set cpu2-bs32 to expected: forged",
+                                    "known\rforged", "known\u2028forged", "known\x1b[2Kforged", "known\x85forged"])
+def test_a_reason_with_a_line_break_or_control_character_is_refused_by_name(client, url, tmp_path, caplog, reason):
+    """On main a newline in a reason went raw into the api-server's log: a forged line of its own."""
+    dropped = seeded_drop(url, tmp_path)
+    client.via_header = True
+    with caplog.at_level("INFO"):
+        bad = client.post("/history/alerts", data=alert_form(dropped, reason=reason))
+    assert bad.status_code == 400 and "the reason holds a control character or line break (U+" in bad.text
+    assert "give it as one line of text" in bad.text
+    assert store.read_alerts(url).empty and store.alert_history(url).empty
+    assert "forged" not in caplog.text
+
+
+def test_what_a_triage_change_logs_is_one_line(client, url, tmp_path, caplog):
+    from mxbench.airflow_glue import web
+
+    dropped = seeded_drop(url, tmp_path)
+    client.via_header = True
+    with caplog.at_level("INFO", logger=web.log.name):
+        ok = client.post("/history/alerts", data=alert_form(dropped, reason="known  \u00a0slow"),
+                         follow_redirects=False)
+    assert ok.status_code == 303
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mxbench triage:")]
+    assert logged == [f"mxbench triage: editor set cpu2-bs32 (local, machine {CPU_FP}) of {DAG}/{dropped} to "
+                      "acknowledged: known  \\xa0slow"]
+    assert web.one_line("a\nb\r\x1b[0m\u2028") == "a\\nb\\r\\x1b[0m\\u2028"
 
 
 def test_cross_site_reads_the_browsers_word():

@@ -110,14 +110,43 @@ def test_a_folder_under_the_old_name_is_still_found_by_readers(monkeypatch, tmp_
     old = tmp_path / "runs" / f"manual__2026-10-01T00_00_00_00_00-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
     assert config.legacy_dag_run_dir(run_id) == old
     assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == config.dag_run_dir("mxbench_benchmark", run_id)
-    old.mkdir(parents=True)  # written before request.json named its DAG: taken as it is
-    assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == old
+    old.mkdir(parents=True)  # written before request.json named its DAG: no DAG's, never handed out
+    assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == config.dag_run_dir("mxbench_benchmark", run_id)
     (old / "request.json").write_text('{"dag_id": "mxbench_regression"}')  # another DAG's: not this one's
     assert config.existing_dag_run_dir("mxbench_benchmark", run_id) == config.dag_run_dir("mxbench_benchmark", run_id)
     assert config.existing_dag_run_dir("mxbench_regression", run_id) == old
     new = config.dag_run_dir("mxbench_regression", run_id)
     new.mkdir()
     assert config.existing_dag_run_dir("mxbench_regression", run_id) == new  # the new name wins
+
+
+def test_an_old_folder_that_names_no_dag_is_neither_written_nor_served_for_a_dag_that_picks_its_run_id(
+        monkeypatch, tmp_path):
+    """The attack: a trigger user of mxbench_benchmark picks the run id of the regression DAG's old
+    folder (written before request.json named its DAG) to write into it and be served its report."""
+    from mxbench import config
+    from mxbench.airflow_glue.web import report_file
+
+    monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
+    run_id = "scheduled__2026-10-01T00:00:00+00:00"
+    old = config.legacy_dag_run_dir(run_id)
+    (old / "report").mkdir(parents=True)
+    (old / "request.json").write_text('{"params": {}, "runs": []}')  # no dag_id: as written then
+    (old / "report" / "report.html").write_text("<html>the regression DAG's</html>")
+    before = sorted(p.relative_to(old) for p in old.rglob("*"))
+    for dag_id in ("mxbench_benchmark", "mxbench_regression"):
+        assert report_file(dag_id, run_id) is None
+        pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
+                        config.existing_dag_run_dir(dag_id, run_id), TARGETS, dag_id=dag_id)
+        assert (config.dag_run_dir(dag_id, run_id) / "request.json").is_file()
+    assert sorted(p.relative_to(old) for p in old.rglob("*")) == before  # nothing written into it
+    # a folder whose stored record names its DAG is that DAG's, and only that DAG's
+    old2 = config.legacy_dag_run_dir("manual__old")
+    old2.mkdir()
+    (old2 / "stored.json").write_text('{"dag_id": "mxbench_regression", "run_id": "manual__old"}')
+    assert config.existing_dag_run_dir("mxbench_regression", "manual__old") == old2
+    assert config.existing_dag_run_dir("mxbench_benchmark", "manual__old") == config.dag_run_dir(
+        "mxbench_benchmark", "manual__old")
 
 
 def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):

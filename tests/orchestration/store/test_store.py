@@ -20,6 +20,7 @@ from support.stored_runs import (
     IMAGE_190,
     OTHER_CPU_BOX,
     OTHER_FP,
+    SETUP,
     T0,
     VENV_190,
     make_dag_dir,
@@ -198,8 +199,14 @@ def test_upgrade_a_0001_database_keeps_its_data(url, tmp_path):
     (repeat,) = rows(url, "repeats")
     assert repeat["samples_per_sec"] == 123.5 and repeat["machine_set"] is None
     assert rows(url, "dag_runs")[0]["image"] is None
-    found = store.baseline(url, "cpu1-bs32", "local", "abc", before=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    assert found["samples_per_sec"].tolist() == [123.5]
+    # revision 0007: a row stored before it cannot say what it measured, so it is in the history but in no
+    # baseline, whichever setup is asked for (and of whatever DAG)
+    assert rows(url, "repeats")[0]["setup_key"] is None
+    assert store.history(url, "cpu1-bs32")["samples_per_sec"].tolist() == [123.5]
+    for setup in (None, SETUP):
+        found = store.baseline(url, "cpu1-bs32", "local", "abc", before=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                               setup=setup, dag_ids=["mxbench_benchmark", "mxbench_regression"])
+        assert found.empty
 
 
 def test_upgrade_a_0003_database_adds_what_each_run_ran_on_and_old_rows_read_back(url):
@@ -265,7 +272,8 @@ def test_history_and_the_step_finder_group_by_what_ran_not_by_what_was_asked(url
     # by the package asked for, both sides are one build: the step cannot be put on a build
     (asked,) = step_table(history.assign(build=history["mxnet_package"])).to_dict("records")
     assert asked["first build after"] == asked["last build before"] == "mxnet==1.9.0"
-    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_regression", "scheduled__day5"))
+    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_regression", "scheduled__day5"),
+                              setup=SETUP)
     assert set(baseline["build"]) == {"1.9.0", "1.9.1"} and set(baseline["runtime"]) == {VENV_190}
 
 
@@ -293,9 +301,11 @@ def record_series(url, tmp_path):
     store.record_dag_run(url, elsewhere, dag_id="mxbench_benchmark", run_id="manual__elsewhere", trigger="manual")
 
 
-def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path):
+def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path, monkeypatch):
+    monkeypatch.setenv("MXBENCH_BASELINE_DAGS", "mxbench_benchmark")  # record_series's DAG
     record_series(url, tmp_path)
-    found = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=7, hours=1), runs=3)
+    found = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=7, hours=1), runs=3,
+                           setup=SETUP)
     # day 7 did not measure the variant, so the last three that did are days 4, 5, 6; day 6's
     # failed repeat is left out; the other machine's 999 is never there
     assert found["run_id"].tolist() == ["scheduled__day4"] * 2 + ["scheduled__day5"] * 2 + ["scheduled__day6"]
@@ -303,12 +313,13 @@ def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path):
     assert set(found["variant"]) == {"cpu2-bs32"} and set(found["status"]) == {"ok"}
 
     # strictly before: a run id excludes itself and anything later
-    by_id = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", "scheduled__day5"), runs=2)
+    by_id = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", "scheduled__day5"), runs=2,
+                           setup=SETUP)
     assert by_id["run_id"].unique().tolist() == ["scheduled__day3", "scheduled__day4"]
-    assert store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0).empty
-    assert store.baseline(url, "cpu2-bs32", "ssh", CPU_FP, before=T0 + timedelta(days=30)).empty
+    assert store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0, setup=SETUP).empty
+    assert store.baseline(url, "cpu2-bs32", "ssh", CPU_FP, before=T0 + timedelta(days=30), setup=SETUP).empty
     assert store.baseline(url, "cpu2-bs32", "local", OTHER_FP,
-                          before=T0 + timedelta(days=30))["samples_per_sec"].tolist() == [999.0]
+                          before=T0 + timedelta(days=30), setup=SETUP)["samples_per_sec"].tolist() == [999.0]
 
 
 def test_history_is_in_time_order(url, tmp_path):
@@ -418,7 +429,8 @@ def test_a_folder_imported_and_then_recorded_by_the_dag_is_one_dag_run(url, tmp_
 SHARED_ID = "scheduled__2026-11-08T00:00:00+00:00"  # the regression DAG's; a manual run may take it too
 
 
-def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path):
+def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path, monkeypatch):
+    monkeypatch.setenv("MXBENCH_BASELINE_DAGS", "mxbench_regression,mxbench_benchmark")
     nightly = make_dag_dir(tmp_path, "nightly", ok_runs(speeds=(100.0, 101.0)))
     store.record_dag_run(url, nightly, dag_id="mxbench_regression", run_id=SHARED_ID, trigger="scheduled",
                          logical_date=T0)
@@ -436,9 +448,10 @@ def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path):
     nightly_only = store.history(url, dag_ids=["mxbench_regression"])
     assert nightly_only["samples_per_sec"].tolist() == [100.0, 101.0]
     # each is its own DAG run for a baseline: the benchmark run is earlier than nothing of the nightly's
-    later = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=1))
+    later = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=1), setup=SETUP)
     assert sorted(later["samples_per_sec"]) == [100.0, 101.0, 300.0]
-    before_manual = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", SHARED_ID))
+    before_manual = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=("mxbench_benchmark", SHARED_ID),
+                                   setup=SETUP)
     assert before_manual["samples_per_sec"].tolist() == [100.0, 101.0]  # only itself is left out
 
 
@@ -620,5 +633,5 @@ def test_a_bisects_probes_of_old_builds_are_never_a_baseline(url, tmp_path):
         dag_dir = make_dag_dir(tmp_path, f"d{day}", ok_runs(speeds=(speed, speed)), started=T0 + timedelta(days=day))
         store.record_dag_run(url, dag_dir, dag_id=dag_id, run_id=f"run{day}", trigger="manual",
                              logical_date=T0 + timedelta(days=day))
-    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=9))
+    baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=9), setup=SETUP)
     assert set(baseline["run_id"]) == {"run0", "run1"} and set(baseline["samples_per_sec"]) == {100.0}

@@ -1,7 +1,7 @@
 """The Kubernetes launcher: the role plan as pods, one pod per role.
 
 Same plan as local and ssh (``plan_roles``), driven by the same ``run_plan``; here a role is a pod
-(``RolePod``; a run's pods are ``RunPods``: both in ``kubernetes_roles``) on a node of the cluster.
+(``RolePod``; a run's pods are ``RunPods``: both in ``roles``) on a node of the cluster.
 The DAG's run task (``mxbench.airflow_glue.operators``) builds a KubernetesPodOperator for a Kubernetes run and
 hands this launcher that operator's Kubernetes client, its ``PodManager`` and the base pod its
 ``build_pod_request_obj`` made (pod template, labels, namespace); nothing here imports Airflow.
@@ -28,7 +28,7 @@ How a run becomes pods:
   be the connection's or match its ``allowed_images``; hostNetwork needs ``allow_host_network``;
   no service account token is mounted unless asked for.
 
-Pod settings and manifests are pure (``kubernetes_pods``): configuration (the Kubernetes
+Pod settings and manifests are pure (``pods``): configuration (the Kubernetes
 connection's extra ``mxbench_pod``), checked against ``SETTINGS_SCHEMA``; see the README. With an
 MXNet build under test, every pod of a run runs the build's image (``image_for``).
 """
@@ -158,6 +158,12 @@ class KubernetesLauncher:
     # a run
 
     def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
+        if build is not None and build.commit and image_for(self.settings, build) is None:
+            return (f"kubernetes connection {self.settings.conn_id!r} has no image of commit {build.commit} "
+                    f"for {build}: "
+                    f"an image by version ({build.version}) or package is a release's, another MXNet; give one in "
+                    f"mxbench_pod.images keyed by the commit, or an mxbench_pod.image_template that gives the "
+                    f"manifest's image tagged src-{build.commit} (docker/train-source.Dockerfile)")
         if build is not None and image_for(self.settings, build) is None:
             return (f"kubernetes connection {self.settings.conn_id!r} has no image for {build}: give one in "
                     "mxbench_pod.images (by version or package) or mxbench_pod.image_template")

@@ -1,6 +1,6 @@
 """The Kubernetes launcher's pure part: its settings and every manifest it sends.
 
-Nothing here talks to an API server: ``kubernetes.py`` and ``kubernetes_roles.py`` do, with
+Nothing here talks to an API server: ``launcher.py`` and ``roles.py`` do, with
 these. Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
 against ``SETTINGS_SCHEMA``; the image of a run is the connection's, or with an MXNet build under
 test, the build's (``images``, ``image_template``), never another one.
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+from mxbench.builds.manifest import image_names_commit
 from mxbench.builds.record import RunBuild
 from mxbench_train.errors import MxbenchError
 from mxbench_train.roles import Role
@@ -162,9 +163,20 @@ def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None,
 def image_for(settings: PodSettings, build: Optional[RunBuild]) -> Optional[str]:
     """The image a run's pods run: the settings' without a build; with one, its entry in
     ``images`` (by package, else version), else ``image_template`` filled in; None when neither
-    gives one (the build is then refused, never run in another image)."""
+    gives one (the build is then refused, never run in another image).
+
+    A build of an MXNet ``commit`` runs only an image of that commit: its entry in ``images`` keyed
+    by the commit, else the template's image when its tag is ``src-<commit>``; an image by package or
+    version (``1.9.1`` for a wheel ``1.9.1+g<commit>``) is a release's, which would measure another
+    MXNet, so there is none (None)."""
     if build is None:
         return settings.image
+    if build.commit:
+        image = settings.images.get(build.commit)
+        if image or not settings.image_template or ("{image}" in settings.image_template and not build.image):
+            return image
+        image = settings.image_template.format(mxnet_version=build.version, package=build.package, image=build.image)
+        return image if image_names_commit(image, build.commit) else None
     image = settings.images.get(build.package) or settings.images.get(build.version)
     if image or not settings.image_template:
         return image

@@ -5,6 +5,7 @@ remote shell is quoted (``shlex``); what a connection's extra may hold is checke
 """
 import ipaddress
 import json
+import os
 import posixpath
 import re
 import shlex
@@ -259,8 +260,12 @@ def sha256_command(host: SshHost, remote_dir: str) -> str:
     return shlex.join([host.python, "-I", "-c", script, remote_dir, *DATA_FILES])
 
 
+NAME_MAX_BYTES = 255  # the longest file name Linux file systems take (NAME_MAX)
+
+
 def output_name_ok(name) -> bool:
     """A name a host lists may become a file in the run folder only as a plain name of its own:
-    no folder part, not . or .., no NUL or control character, not a local record's name."""
+    no folder part, not . or .., no NUL or control character, not a local record's name (a
+    launcher's step times included), no longer than a file system takes."""
     return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and name.isprintable()
-            and name not in LOCAL_ONLY)
+            and name not in LOCAL_ONLY and len(os.fsencode(name)) <= NAME_MAX_BYTES)

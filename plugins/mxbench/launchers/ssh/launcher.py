@@ -24,7 +24,7 @@ are its other local users: the work folder (default ``~/.cache/mxbench``) must b
 user's own and closed to others (``mxbench_train.host_workdir`` checks it there before each
 run); no interpreter runs with a host-writable folder on ``sys.path`` (``-P``, or ``-I`` before
 Python 3.11, which also hides a ``pip install --user``); what comes back is capped in bytes and
-files and lands only as new plain files in the run folder (``ssh_transfer.fetch_outputs``); streamed
+files and lands only as new plain files in the run folder (``transfer.fetch_outputs``); streamed
 role logs are capped.
 """
 import json
@@ -307,7 +307,8 @@ class SshLauncher:
     def _fetch(self, hosts, remote, run_dir: Path, run_ok: bool = True):
         """Every host's rank logs and telemetry (a host that fails does not stop the others), then
         the run's folder there is removed, unless the run failed and the connection keeps failed
-        runs (mxbench_keep_failed_runs). A folder that could not be fetched whole stays."""
+        runs (mxbench_keep_failed_runs). A folder that could not be fetched whole stays; one whose
+        only problem is names mxbench never takes goes (nothing more there is ever fetched)."""
         errors, budget = [], ByteBudget(fetch_run_max_bytes())
         for host in hosts:
             if host.conn_id not in remote:
@@ -317,7 +318,8 @@ class SshLauncher:
                     fetch_outputs(sftp, remote[host.conn_id], run_dir, str(host), budget)
             except MxbenchError as exc:
                 errors.append(exc)
-                continue
+                if not getattr(exc, "whole", False):
+                    continue
             if run_ok or not host.keep_failed_runs:
                 self._remove_run_folder(host, remote[host.conn_id])
         if errors:

@@ -142,6 +142,16 @@ class ByteBudget:
         self.total = self.left = total
 
 
+class FetchProblems(MxbenchError):
+    """What ``fetch_outputs`` refused or could not bring back. ``whole``: everything it would take
+    was fetched, and only names it never takes were left (the host's folder holds nothing more to
+    fetch, so it may go)."""
+
+    def __init__(self, message: str, whole: bool):
+        super().__init__(message)
+        self.whole = whole
+
+
 def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
                   budget: Optional[ByteBudget] = None):
     """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
@@ -151,13 +161,14 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
     one or through a symlink (O_EXCL, O_NOFOLLOW); at most fetch_file_max_bytes() a file and
     ``budget`` a run are read, each file costing FETCH_FILE_OVERHEAD more (so that empty files
     cannot fill the worker's inodes). Whatever was refused or cut, the rest is still fetched, then
-    one error names ``where`` and each file.
+    one error (FetchProblems) names ``where`` and each file.
     """
+    import errno
     import stat
 
     budget = budget or ByteBudget(fetch_run_max_bytes())
     file_max = fetch_file_max_bytes()
-    problems = []
+    problems, refused = [], 0
     # read lazily, never past the cap: a host may list names without end. Stopped early, the
     # listing leaves its folder handle open; it goes with the SFTP session, closed after the fetch.
     listing = sftp.listdir_iter(remote_dir)
@@ -177,6 +188,7 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
         shown = repr(name)[:80]
         if not output_name_ok(name):
             problems.append(f"refused {shown}: not a plain name of a run output")
+            refused += 1
             continue
         if budget.left < FETCH_FILE_OVERHEAD:
             problems.append(f"{shown} not fetched: the run's {budget.total} bytes (MXBENCH_FETCH_RUN_MAX_BYTES) "
@@ -188,13 +200,20 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
         except FileExistsError:
             problems.append(f"refused {shown}: the run folder has a file of that name already")
             continue
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:  # a file system with a shorter limit than NAME_MAX_BYTES
+                raise
+            problems.append(f"refused {shown}: a longer name than this file system takes")
+            refused += 1
+            continue
         budget.left -= FETCH_FILE_OVERHEAD + written
         if cut:
             cap = "MXBENCH_FETCH_FILE_MAX_BYTES" if limit == file_max else "MXBENCH_FETCH_RUN_MAX_BYTES"
             problems.append(f"{shown} cut at {limit} bytes ({cap}); the rest was not read")
     if problems:
         more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise MxbenchError(f"{where}: fetching the run folder {remote_dir}: {'; '.join(problems[:10])}{more}")
+        raise FetchProblems(f"{where}: fetching the run folder {remote_dir}: {'; '.join(problems[:10])}{more}",
+                            whole=refused == len(problems))
 
 
 def _fetch_file(sftp, remote_path: str, local_path: Path, limit: int, size_hint=None):
