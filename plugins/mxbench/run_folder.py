@@ -24,7 +24,9 @@ class RunFolder:
         pids.json      the local launcher's processes; remote.json: the ssh launcher's remote folders
         metrics.json   what the parse stage read of the logs, with the run's environment
         notices.json   the parse stage's notices (warnings in the logs)
+        local.json     the launcher's step times: local.json, ssh.json or kubernetes.json
         rank*.log      the workers' logs (local, ssh), else roles/worker-*.log (kubernetes)
+        roles/         a kubernetes run's pods' logs, one per role
         gpu-rank*.csv  telemetry, where the hosts have GPUs
 
     ``meta``, ``plan``, ``pids`` and ``remote`` are this worker's own (``launchers.base.LOCAL_ONLY``)."""
@@ -37,6 +39,10 @@ class RunFolder:
     METRICS = "metrics.json"
     NOTICES = "notices.json"
     FILES = (META, PLAN, PIDS, REMOTE, METRICS, NOTICES)
+    STEP_TIMES = {"local": "local.json", "ssh": "ssh.json", "kubernetes": "kubernetes.json"}  # by launcher
+    ROLES = "roles"
+    WORKER_LOGS = "rank*.log"
+    GPU_TELEMETRY = "gpu-rank*.csv"
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
@@ -64,6 +70,21 @@ class RunFolder:
     @property
     def notices(self) -> Path:
         return self.path / self.NOTICES
+
+    def step_times(self, launcher: str) -> Path:
+        """The launcher's step times (``launchers.base.StepTimes``)."""
+        return self.path / self.STEP_TIMES[launcher]
+
+    @property
+    def roles(self) -> Path:
+        return self.path / self.ROLES
+
+    def role_logs(self) -> list:
+        """Every role's log of a kubernetes run, ``roles/*.log``."""
+        return sorted(self.roles.glob("*.log"))
+
+    def gpu_telemetry(self) -> list:
+        return sorted(self.path.glob(self.GPU_TELEMETRY))
 
     def logs(self) -> list:
         return run_logs(self.path)
@@ -97,6 +118,8 @@ class DagRunFolder:
     ATTEMPTS = "attempts"
     FILES = (REQUEST, DATA, STAGES, STORED)  # one object each, replaced whole
     BISECT = "bisect.json"  # in tables/
+    REPORT_MARKDOWN = "report.md"  # in report/, with report.html
+    REPORT_HTML = "report.html"
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
@@ -133,6 +156,14 @@ class DagRunFolder:
     def report(self) -> Path:
         return self.path / self.REPORT
 
+    @property
+    def report_markdown(self) -> Path:
+        return self.report / self.REPORT_MARKDOWN
+
+    @property
+    def report_html(self) -> Path:
+        return self.report / self.REPORT_HTML
+
     def run(self, key) -> RunFolder:
         return RunFolder(self.path / str(key))
 
@@ -147,7 +178,8 @@ class DagRunFolder:
 
 def run_logs(run_dir: Path) -> list:
     """A run's worker logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
-    return sorted(Path(run_dir).glob("rank*.log")) or sorted(Path(run_dir).glob("roles/worker-*.log"))
+    run_dir = Path(run_dir)
+    return sorted(run_dir.glob(RunFolder.WORKER_LOGS)) or sorted(run_dir.glob(f"{RunFolder.ROLES}/worker-*.log"))
 
 
 def write_atomically(path: Path, write) -> None:

@@ -32,6 +32,25 @@ def test_a_run_folder_names_its_files(tmp_path):
         for name in ("meta.json", "plan.json", "metrics.json", "notices.json", "pids.json", "remote.json"))
     assert set(RunFolder.FILES) == {"meta.json", "plan.json", "pids.json", "remote.json", "notices.json",
                                     "metrics.json"}
+    assert [run.step_times(launcher) for launcher in ("local", "ssh", "kubernetes")] == [
+        tmp_path / "r1" / name for name in ("local.json", "ssh.json", "kubernetes.json")]
+    assert run.roles == tmp_path / "r1" / "roles"
+
+
+def test_a_run_folder_finds_its_telemetry_and_role_logs(tmp_path):
+    run = RunFolder(tmp_path)
+    assert run.gpu_telemetry() == [] and run.role_logs() == []
+    (tmp_path / "roles").mkdir()
+    for name in ("gpu-rank1.csv", "gpu-rank0.csv", "rank0.log", "roles/server-0.log", "roles/worker-0.log"):
+        (tmp_path / name).write_text("")
+    assert run.gpu_telemetry() == [tmp_path / "gpu-rank0.csv", tmp_path / "gpu-rank1.csv"]
+    assert run.role_logs() == [tmp_path / "roles" / "server-0.log", tmp_path / "roles" / "worker-0.log"]
+
+
+def test_the_report_files_live_in_the_report_folder(tmp_path):
+    folder = DagRunFolder(tmp_path)
+    assert (folder.report_markdown, folder.report_html) == (tmp_path / "report" / "report.md",
+                                                            tmp_path / "report" / "report.html")
 
 
 def test_earlier_attempts_are_a_runs_folders_moved_aside(tmp_path):
@@ -54,7 +73,8 @@ def test_a_run_folder_finds_its_logs(tmp_path):
 
 
 LAYOUT_NAMES = {*DagRunFolder.FILES, *RunFolder.FILES, DagRunFolder.TABLES, DagRunFolder.ATTEMPTS, DagRunFolder.BISECT,
-                "runs.csv"}
+                DagRunFolder.REPORT_MARKDOWN, DagRunFolder.REPORT_HTML, *RunFolder.STEP_TIMES.values(), RunFolder.ROLES,
+                RunFolder.WORKER_LOGS, RunFolder.GPU_TELEMETRY, "runs.csv"}
 
 
 def spelled_names(source: str) -> list:

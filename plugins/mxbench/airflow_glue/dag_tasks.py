@@ -194,7 +194,8 @@ def check_runs(run_id=None, dag_run=None) -> None:
 
     from mxbench.stages import failures as dag_run_failures
 
-    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=("report.md",)) as dag_dir:
+    report = (DagRunFolder.REPORT_MARKDOWN,)
+    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=report) as dag_dir:
         problem = dag_run_failures.failure_message(dag_dir)
     if problem:
         raise AirflowFailException(problem)

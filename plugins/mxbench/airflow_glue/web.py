@@ -179,7 +179,7 @@ def report_file(dag_id: str, run_id: str) -> Optional[Path]:
     named their DAG are taken as they are)."""
     runs = (config.home() / "runs").resolve()
     folder = config.existing_dag_run_dir(dag_id, run_id).resolve()
-    path = DagRunFolder(folder).report / "report.html"
+    path = DagRunFolder(folder).report_html
     if runs not in path.resolve().parents or not path.is_file():
         return None
     try:

@@ -36,11 +36,12 @@ def read_report(dag_id: str, run_id: str, store: Optional[Store] = None) -> Opti
     store = store or Store()
     folder = f"runs/{dag_run_name(dag_id, run_id)}"
     manifest = store.manifest(folder, "report")
-    entry = (manifest or {}).get("files", {}).get("report/report.html")
+    report = f"{DagRunFolder.REPORT}/{DagRunFolder.REPORT_HTML}"  # as the manifest names it
+    entry = (manifest or {}).get("files", {}).get(report)
     request = store.read_json(f"{folder}/{DagRunFolder.REQUEST}") or {}
     if entry is None or request.get("dag_id") not in (None, dag_id):
         return None
-    body = store.read_bytes(f"{folder}/{object_of('report/report.html', entry)}")
+    body = store.read_bytes(f"{folder}/{object_of(report, entry)}")
     if body is None or hashlib.sha256(body).hexdigest() != entry["sha256"]:
         return None  # being published again: the next request finds it whole
     return body

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench.builds.record import RunBuild
-from mxbench.run_folder import DagRunFolder, read_json
+from mxbench.run_folder import DagRunFolder, RunFolder, read_json, run_logs
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import MARKER, parse_event
 
@@ -49,7 +49,7 @@ def reported_version(run_dir: Path) -> Optional[str]:
     """The MXNet version the run's trainers imported (their run_start events), whatever was
     asked for: one version, or each one they reported, joined, where hosts ran different ones."""
     versions = []
-    for log in sorted(run_dir.glob("rank*.log")) or sorted(run_dir.glob("roles/worker-*.log")):
+    for log in run_logs(run_dir):
         version = _last_run_version(log)
         if version:
             versions.append(version[:20])  # a host's word: the store keeps 50 characters
@@ -81,7 +81,7 @@ def _last_run_version(log: Path) -> Optional[str]:
 def ran_with(run_dir: Path, plan) -> dict:
     """What a failed run trained with, from the records its launcher left: the version its
     trainers reported, and its image (kubernetes.json) or interpreter (the plan's workers)."""
-    image = (read_json(run_dir / "kubernetes.json", {}) or {}).get("image")
+    image = (read_json(RunFolder(run_dir).step_times("kubernetes"), {}) or {}).get("image")
     worker = next((r for r in plan if r.kind == "worker"), None)
     return {"reported": reported_version(run_dir), "image": image,
             "python": None if image or worker is None else worker.argv[0]}

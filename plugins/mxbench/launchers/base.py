@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mxbench_train.roles import Role
 
 # each launcher's step times (StepTimes), written beside the run's records
-STEP_TIME_FILES = frozenset({"local.json", "ssh.json", "kubernetes.json"})
+STEP_TIME_FILES = frozenset(RunFolder.STEP_TIMES.values())
 # the launcher's own records in a run folder: what comes back from a host or pod never replaces them
 # nor is taken in their place (a host's ssh.json or kubernetes.json would reach the run's record)
 LOCAL_ONLY = frozenset(RunFolder.FILES) | STEP_TIME_FILES

@@ -1,6 +1,5 @@
 """The local launcher: the role plan as processes on this machine (the embedded default)."""
 import json
-from pathlib import Path
 from typing import Optional
 
 from mxbench import config
@@ -58,7 +57,7 @@ class LocalLauncher:
         python = self.python_for(build)
         plan = self.plan(variant, data_dir, run_dir, python)
         write_plan(run_dir, plan)
-        steps = StepTimes(Path(run_dir) / "local.json")  # as ssh.json and kubernetes.json time theirs
+        steps = StepTimes(RunFolder(run_dir).step_times("local"))  # as the ssh and kubernetes launchers time theirs
         with steps("roles_s"):
             results = run_plan(plan, run_dir, deadline_s=deadline_s)
         return Launched(plan, results, {"python": python})

@@ -127,12 +127,12 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
-    write_atomically(out / "report.md", lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
+    write_atomically(folder.report_markdown, lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
     page = render_page(title, notes, sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE])
-    write_atomically(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    write_atomically(folder.report_html, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
-    return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "text": markdown_table(table)}
+    return {"markdown": str(folder.report_markdown), "html": str(folder.report_html), "text": markdown_table(table)}
 
 
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:

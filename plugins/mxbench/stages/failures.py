@@ -48,7 +48,7 @@ def failure_message(dag_dir: Path) -> Optional[str]:
         not_run = sum(f["status"] == "not run" for f in failed)
         return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
     folder = DagRunFolder(dag_dir)
-    if not (folder.report / "report.md").is_file():
+    if not folder.report_markdown.is_file():
         return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
     problems = []
     if failed:

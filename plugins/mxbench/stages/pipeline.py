@@ -39,7 +39,7 @@ from mxbench.matrix.variants import (
 from mxbench.results import calibration, convergence
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
-from mxbench.run_folder import DagRunFolder, load_table, read_json, write_json
+from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
 from mxbench.stages.failures import clear_stage_failure, root_cause, stage_failed
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
@@ -201,7 +201,7 @@ def _prepare_data(params: dict, data_root: Path) -> dict:
 
 def gpu_usage(run_dir: Path) -> dict:
     """Mean utilisation over the run's GPUs and the most memory any of them used, from telemetry."""
-    rows = [row for csv_path in sorted(run_dir.glob("gpu-rank*.csv")) for row in read_gpu_csv(csv_path)]
+    rows = [row for csv_path in RunFolder(run_dir).gpu_telemetry() for row in read_gpu_csv(csv_path)]
     if not rows:
         return {"gpu_util_pct": None, "gpu_mem_mib": None}
     per_gpu = summarise_gpus(rows)
@@ -213,7 +213,7 @@ def role_notices(run_dir: Path):
     """MXNet's C++ notices (the P2P topology among them) from the role logs: C++ writes them to
     stderr, which only the launcher's per-role logs capture; ``rank<r>.log`` has Python's logging."""
     p2p, notices = None, []
-    for log in sorted((run_dir / "roles").glob("*.log")):
+    for log in RunFolder(run_dir).role_logs():
         parsed = parse_log(log)
         p2p = p2p or parsed.p2p
         notices += [f"{log.stem}: {n}" for n in parsed.notices]

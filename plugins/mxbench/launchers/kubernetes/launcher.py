@@ -57,6 +57,7 @@ from mxbench.launchers.kubernetes.pods import (
 from mxbench.launchers.kubernetes.roles import REQUEST_TIMEOUT_S, RolePod, RunPods, delete_run_pods
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import run_plan
 from mxbench_train.roles import Role, plan_roles
@@ -184,7 +185,7 @@ class KubernetesLauncher:
         settings = replace(self.settings, image=image_for(self.settings, build))
         run_dir = Path(run_dir)
         run, attempt = run_label(run_dir), uuid.uuid4().hex[:6]
-        steps = StepTimes(run_dir / "kubernetes.json")
+        steps = StepTimes(RunFolder(run_dir).step_times("kubernetes"))
         host_network = variant.host_network or settings.host_network
         if host_network and not settings.allow_host_network:  # expand_variants refuses it first
             raise MxbenchError(f"variant {variant.id} runs its pods on the host network, which kubernetes connection "

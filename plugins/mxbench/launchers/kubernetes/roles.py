@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 from mxbench.launchers.base import LOCAL_ONLY, RoleLogSink
 from mxbench.launchers.kubernetes.pods import CONTAINER, DELETE_GRACE_S, api_error, failure_of
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import describe_exit
 from mxbench_train.pod_outputs import BundleError, OutputsBlock, unpack
@@ -320,7 +321,7 @@ class RolePod:
             return
         if data:
             try:
-                unpack(data, self.run_dir, keep=LOCAL_ONLY | {"roles", "kubernetes.json"})
+                unpack(data, self.run_dir, keep=LOCAL_ONLY | {RunFolder.ROLES})
             except BundleError as exc:
                 self.outputs_refused = f"role {self.role.name}: the outputs of pod {self.name}: {exc}"
                 print(f"mxbench: {self.outputs_refused}", file=sys.stderr)

@@ -206,7 +206,7 @@ class SshLauncher:
         run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
         remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
-        steps, ran, interrupted = StepTimes(run_dir / "ssh.json"), False, False
+        steps, ran, interrupted = StepTimes(RunFolder(run_dir).step_times("ssh")), False, False
         try:
             with steps("setup_s"):  # connect, checked folders, the build, cores and a port: all hosts at once
                 ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote, build, steps))
