@@ -101,6 +101,15 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   install_debs chromium chromium-driver || echo "mxbench: could not install chromium: the browser tests fail, saying why" >&2
 fi
 
+# The report's accessibility test runs axe-core (Deque's checker, the script itself, no Node) in
+# that Chromium: the npm registry's tarball, checked against the integrity npm records for it.
+AXE=.venv/axe/axe.min.js
+if [[ ! -s $AXE ]]; then
+  echo "mxbench: fetching axe-core 4.10.3 for the report's accessibility test" >&2
+  .venv/airflow/bin/python scripts/fetch_axe.py "$AXE" \
+    || echo "mxbench: could not fetch axe-core: the accessibility test fails, saying why" >&2
+fi
+
 # The multi-worker test (CeleryExecutor) uses Redis as its broker: the server binary only, started
 # and stopped by the test on a loopback port of its own (policy-rc.d keeps the package's own off).
 if ! command -v redis-server >/dev/null; then

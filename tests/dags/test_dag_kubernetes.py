@@ -112,6 +112,26 @@ def test_report_gives_the_k8s_ssh_verdict_and_splits_the_gap(k8s_dag_run):
     assert "local Kubernetes stand-in" in md  # the report says what the cluster was
 
 
+def test_the_report_answers_on_the_first_screen_and_passes_axe(k8s_dag_run):
+    """The report of this real DAG run in headless Chromium at 1366x768 (issue 33): the answer is
+    within the first screen and above the conditions box, the forest plot has one row per launcher
+    pair, the title has no hash, axe-core finds no serious or critical violation."""
+    from support.browser import axe_violations, chromium, layout, screenshot
+
+    _, dag_dir = k8s_dag_run
+    ratios = pd.read_csv(dag_dir / "tables" / "ratios.csv")
+    with chromium() as browser:
+        browser.get((dag_dir / "report" / "report.html").as_uri())
+        seen = layout(browser)
+        assert seen["answer"]["bottom"] <= seen["viewport"] == 768, seen
+        assert seen["answer"]["bottom"] <= seen["conditions"]["top"], seen
+        assert sorted(row[:2] for row in seen["rows"]) == sorted(
+            [v, f"{a} / {b}"] for v, a, b in zip(ratios["variant"], ratios["launcher"], ratios["reference"]))
+        assert seen["title"].startswith("mxbench_benchmark · ") and not re.search(r"[0-9a-f]{16,}", seen["title"])
+        assert axe_violations(browser) == []
+        screenshot(browser, "report-kubernetes-ssh.png")
+
+
 def test_a_hostnet_variant_the_connection_does_not_allow_is_refused_at_expand_time(airflow_db, kube_standin):
     before = pods_created(kube_standin)
     conf = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64", "cpu2h-bs64-hostnet"], "launchers": ["kubernetes"],

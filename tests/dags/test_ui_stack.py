@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO
 from standins.airflow_stack import AirflowStack
+from support.browser import axe_violations
 
 pytestmark = pytest.mark.slow  # a real Airflow stack and headless Chromium
 
@@ -221,7 +222,14 @@ def test_a_person_sees_the_report_and_the_history_in_the_airflow_ui(stack, finis
 
     framed_page(browser, stack, f"/dags/{DAG}/runs/{urllib.parse.quote(run_id, safe='')}/plugin/benchmark-report",
                 "Benchmark report")
-    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("mxbench report")
+    title = browser.find_element(By.TAG_NAME, "h1").text
+    assert title.startswith(f"{DAG} · ") and title.endswith("cpu-demo: cpu1-bs64"), title  # no hash
+    # the UI tab shows the page in its frame: the answer first, and what axe-core checks there holds
+    answer = browser.find_element(By.ID, "answer")
+    conditions = browser.find_element(By.CSS_SELECTOR, ".conditions")
+    assert answer.location["y"] + answer.size["height"] <= conditions.location["y"]
+    assert "cpu1-bs64" in answer.text and "samples/s" in answer.text
+    assert axe_violations(browser) == []
     results = browser.find_element(By.XPATH, "//h2[text()='Results']/following-sibling::table[1]")
     headers = [th.text for th in results.find_elements(By.TAG_NAME, "th")]
     cells = [td.text for td in results.find_elements(By.TAG_NAME, "td")]

@@ -36,10 +36,10 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     on each SSH host, its image in pods): a launcher with no way to run it is refused here, by
     name; one whose hosts fail to make it has its runs fail with that cause."""
     with dag_folder(dag_run, run_id, "expand_variants") as dag_dir:
-        return _expand(build, params, dag_dir, dag_run.dag_id)
+        return _expand(build, params, dag_dir, dag_run.dag_id, dag_run.run_id)
 
 
-def _expand(build, params, dag_dir, dag_id) -> list[dict]:
+def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench.airflow_glue import connections
@@ -66,7 +66,7 @@ def _expand(build, params, dag_dir, dag_id) -> list[dict]:
         print(f"mxbench: {reason}")
     try:
         return pipeline.expand(dict(params), dag_dir, targets, unavailable,
-                               build=build, dag_id=dag_id, refused=refused)
+                               build=build, dag_id=dag_id, run_id=run_id, refused=refused)
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 

@@ -195,6 +195,7 @@ class Target:
     on_this_machine: bool = False  # its hosts include the machine the Airflow task runs on
     notes: Tuple[str, ...] = ()  # what the report must say about these machines
     host_network: bool = False  # its pods may run on the node's network (Kubernetes: allow_host_network)
+    stand_in: bool = False  # a stand-in for the real thing (the loopback Kubernetes API server)
 
 
 def check_fits(variant: Variant, target: Target) -> Optional[str]:

@@ -14,9 +14,26 @@ from typing import Dict
 
 import pandas as pd
 
-from mxbench.report.notes import data_line, environment, provenance, retried_notes
-from mxbench.report.pages import history_page, render_page
-from mxbench.report.plots import plot_accuracy, plot_epoch_time, plot_history, plot_ratios, plot_scaling
+from mxbench.report.answer import answer_rows, answer_table, forest_svg
+from mxbench.report.notes import (
+    conditions,
+    data_line,
+    environment,
+    pair_tags,
+    provenance,
+    report_title,
+    retried_notes,
+)
+from mxbench.report.pages import answer_block, history_page, render_page
+from mxbench.report.plots import (
+    has_curve,
+    plot_accuracy,
+    plot_epoch_time,
+    plot_history,
+    plot_ratios,
+    plot_run_order,
+    plot_scaling,
+)
 from mxbench.report.tables import (
     STEP_FINDER,
     aa_lines,
@@ -24,6 +41,7 @@ from mxbench.report.tables import (
     convergence_lines,
     convergence_table,
     display_table,
+    fmt,
     gap_table,
     markdown_body,
     markdown_table,
@@ -38,8 +56,12 @@ from mxbench.run_folder import DagRunFolder, load_table, read_json, write_atomic
 from mxbench.stats.floors import rounds_needed
 
 REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-study.md in the mxbench repository."
-PLOTS = {"scaling.png": "Throughput vs devices", "epoch_time.png": "Seconds per epoch",
-         "accuracy.png": "Validation accuracy per epoch", "ratios.png": "Launcher speed ratio"}
+# each plot's text equivalent is a table of the report: Results, or "Every run in the order it ran"
+PLOTS = {"scaling.png": "Throughput vs devices (numbers: the Results table)",
+         "epoch_time.png": "Seconds per epoch (numbers: the Results table)",
+         "accuracy.png": "Validation accuracy per epoch",
+         "run_order.png": "Every run's speed in the order it ran (numbers: the table of that name)"}
+FOREST = "forest.svg"  # the answer's picture; its text equivalent is the answer's table
 NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
 METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
           "epoch; s/epoch is the slowest worker's, first epoch excluded (a 1-epoch run cannot leave out its "
@@ -63,6 +85,9 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
 
 
 def build_report(dag_dir: Path) -> Dict[str, str]:
+    """The report, answer first: the forest plot of the launcher ratios with a short verdict per
+    line (or, with one launcher, the throughput), then one box of the conditions that bear on the
+    numbers, then the long verdicts, the tables and the plots; the run's ids close it."""
     dag_dir = Path(dag_dir)
     folder = DagRunFolder(dag_dir)
     out = folder.report
@@ -72,24 +97,24 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     gap = load_table(folder.table("k8s_gap"))
     if summary.empty:
         summary = pd.DataFrame(columns=["variant", "launcher", "devices", "samples_per_sec", "sec_per_epoch"])
-    plots = dict(PLOTS)
-    plot_scaling(summary, out / "scaling.png")
-    plot_epoch_time(summary, out / "epoch_time.png")
-    plot_accuracy(epochs, out / "accuracy.png")
-    if ratios.empty:
-        plots.pop("ratios.png")
-        (out / "ratios.png").unlink(missing_ok=True)  # from an earlier build with two launchers
-    else:
-        plot_ratios(ratios, out / "ratios.png")
+    data, request = read_json(folder.data, {}) or {}, read_json(folder.request, {}) or {}
+    plots = draw_plots(out, summary, epochs, runs, synthetic=bool(data.get("synthetic")))
 
     table = display_table(summary) if "setup" in summary else pd.DataFrame()
     # a round skipped as settled is no failure (stop_rule)
     failed = (runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]] if not runs.empty
               else pd.DataFrame())
-    data = read_json(folder.data, {})
     env = environment(dag_dir, runs)
-    # the answer first: one verdict per launcher pair, then the tables it comes from
-    sections = [("Verdicts", verdict_lines(ratios) if not ratios.empty else NO_RATIO), ("Results", table)]
+    rows = answer_rows(ratios, lambda pair: pair_tags(request, data, pair)) if not ratios.empty else []
+    target_gap = float((request.get("params") or {}).get("target_gap") or 0)
+    forest = forest_svg(rows, target_gap) if rows else ""
+    if forest:
+        write_atomically(out / FOREST, lambda tmp: tmp.write_text(forest, encoding="utf-8"))
+    else:
+        (out / FOREST).unlink(missing_ok=True)
+    answer = answer_table(rows) if rows else headline_table(table)
+    sections = [("Verdicts", verdict_lines(ratios))] if rows else []
+    sections.append(("Results", table))
     conv = load_table(folder.table("convergence"))
     if not conv.empty:  # the preset has a target accuracy: throughput is judged by time to it too
         sections += [("Time to accuracy", convergence_lines(conv)),
@@ -98,11 +123,11 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if not notes_on_variants.empty:
         sections.append(("Notes on variants", notes_on_variants))
     sections.append(("Failed runs", failed))
-    if not ratios.empty:  # else the verdicts said there is none
+    if rows:  # else the answer said there is none
         sections.append(("Launcher speed ratio", ratio_table(ratios)))
     noise = load_table(folder.table("aa_noise"))
     if not noise.empty:
-        sections.insert(1, ("A/A calibration: each launcher against itself", aa_lines(noise)))
+        sections.insert(1 if rows else 0, ("A/A calibration: each launcher against itself", aa_lines(noise)))
         sections.append(("A/A calibration: the noise floor", aa_table(noise)))
     if not gap.empty:
         sections.append(("Where the Kubernetes/ssh gap comes from (container: k8s on the host network vs ssh; "
@@ -111,28 +136,86 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
     sections += history_sections(dag_dir, out, plots)
+    order = run_order_table(runs)
+    if not order.empty:
+        sections.append(("Every run in the order it ran", order))
     notices = mxnet_notices(dag_dir, runs)
     if not notices.empty:
         sections.append(("MXNet notices (C++ warnings from the role logs)", notices))
     if env:
         sections.append(("Environment", pd.DataFrame([env])))
-    notes = provenance(dag_dir)
-    title = f"mxbench report: {dag_dir.name}"
-    md = [f"# {title}\n"]
-    md += [f"> **{n}**\n" for n in notes]
+    conds = conditions(dag_dir)
+    title = report_title(dag_dir, runs)
+    details = [f"DAG: {request.get('dag_id') or '?'}", f"DAG run: {request.get('run_id') or '?'}",
+               f"Folder: {dag_dir}", data_line(data)]
+
+    md = [f"# {title}\n", "## Answer\n"]
+    if forest:
+        md.append(f"![Launcher speed ratios with their 95% intervals]({FOREST})\n")
+    md.append(markdown_body(answer) if not answer.empty or rows else "")
+    if not rows:
+        md.append(NO_RATIO + "\n")
+    if conds:
+        md.append("## Conditions\n\n" + "".join(f"- {c.short}\n" for c in conds))
     md.append(data_line(data) + "\n")
     for name, frame in sections:
-        body = markdown_body(frame)
-        md.append(f"## {name}\n\n{body}")
+        md.append(f"## {name}\n\n{markdown_body(frame)}")
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
+    if conds:
+        md.append("## Conditions in full\n\n" + "".join(f"- {c.detail}\n" for c in conds))
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
+    md.append("## Run details\n\n" + "".join(f"- {line}\n" for line in details))
     write_atomically(folder.report_markdown, lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
-    page = render_page(title, notes, sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE])
+    lead = answer_block(answer, forest, "" if rows else NO_RATIO)
+    page = render_page(title, [], sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE],
+                       lead=lead, conditions=conds, details=details)
     write_atomically(folder.report_html, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     return {"markdown": str(folder.report_markdown), "html": str(folder.report_html), "text": markdown_table(table)}
+
+
+def draw_plots(out: Path, summary: pd.DataFrame, epochs: pd.DataFrame, runs: pd.DataFrame,
+               synthetic: bool) -> Dict[str, str]:
+    """The plots that carry information, {file: caption}; a plot that would say nothing (one point,
+    one bar, accuracy of synthetic data) is not drawn, and its file from an earlier build goes."""
+    drawn = {}
+    ok_runs = runs[runs["status"] == "ok"] if "status" in runs else runs
+    wanted = {
+        "scaling.png": (has_curve(summary), lambda path: plot_scaling(summary, path)),
+        "epoch_time.png": (summary["sec_per_epoch"].notna().sum() > 1, lambda path: plot_epoch_time(summary, path)),
+        "accuracy.png": (not synthetic and "validation_accuracy" in epochs and epochs["validation_accuracy"].notna()
+                         .any() and epochs["epoch"].nunique() > 1, lambda path: plot_accuracy(epochs, path)),
+        "run_order.png": ("samples_per_sec" in ok_runs and ok_runs["samples_per_sec"].notna().sum() > 1,
+                          lambda path: plot_run_order(runs, path)),
+    }
+    for file, (informative, draw) in wanted.items():
+        if informative:
+            draw(out / file)
+            drawn[file] = PLOTS[file]
+        else:
+            (out / file).unlink(missing_ok=True)
+    (out / "ratios.png").unlink(missing_ok=True)  # from builds before the forest plot
+    return drawn
+
+
+def headline_table(table: pd.DataFrame) -> pd.DataFrame:
+    """With one launcher, the answer is the throughput: each variant's speed and scaling."""
+    wanted = ["variant", "launcher", "devices (GPUs or CPU workers)", "samples/s (Speedometer)", "s/epoch",
+              "scaling eff."]
+    return table[[c for c in wanted if c in table]] if not table.empty else table
+
+
+def run_order_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The run-order plot's text equivalent: each run, when it started and its speed."""
+    if runs.empty or "started_at" not in runs:
+        return pd.DataFrame()
+    ordered = runs.assign(started=pd.to_numeric(runs["started_at"], errors="coerce")).sort_values("started")
+    return pd.DataFrame({
+        "run": ordered["key"], "launcher": ordered["launcher"], "status": ordered["status"],
+        "started (UTC)": pd.to_datetime(ordered["started"], unit="s", utc=True).dt.strftime("%H:%M:%S"),
+        "samples/s": ordered["samples_per_sec"].map(fmt)})
 
 
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
@@ -181,4 +264,4 @@ __all__ = ["build_report", "history_sections", "write_atomically", "render_page"
            "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
            "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
            "STEP_FINDER", "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history",
-           "plot_ratios", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO"]
+           "plot_ratios", "plot_run_order", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO", "FOREST", "conditions"]

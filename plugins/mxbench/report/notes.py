@@ -1,55 +1,123 @@
 """What a reader must know besides the numbers: where the data came from, stand-ins, CPU only,
-reused and retried runs (``provenance``), the data in one line and the machine the runs ran on."""
+reused and retried runs (``conditions``: one short line each, the whole sentence a click away), the
+data in one line, the machine the runs ran on, and the report's title."""
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, NamedTuple, Optional
 
 import pandas as pd
 
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
+TARGET_NAMES = {"local": "Local", "ssh": "SSH", "kubernetes": "Kubernetes"}
+SHORT = 110  # characters of a condition's line; the whole sentence is its detail
 
-def provenance(dag_dir: Path) -> List[str]:
+
+class Condition(NamedTuple):
+    """One thing a reader must know before trusting the numbers: a line for the conditions box and
+    the whole sentence behind it."""
+    short: str
+    detail: str
+
+
+def conditions(dag_dir: Path) -> List[Condition]:
     """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only.
-    A banner true of several targets is one line naming them all."""
-    notes = []
+    A condition true of several targets is one line naming them all."""
+    found = []
     folder = DagRunFolder(dag_dir)
     data = read_json(folder.data, {})
     if data.get("synthetic"):
-        notes.append("SYNTHETIC DATA: generated CIFAR-format images, not CIFAR-10. Accuracy numbers say "
-                     "nothing about CIFAR-10; speed numbers are representative of the pipeline only.")
+        found.append(Condition("Synthetic data: generated CIFAR-format images, not CIFAR-10",
+                               "SYNTHETIC DATA: generated CIFAR-format images, not CIFAR-10. Accuracy numbers say "
+                               "nothing about CIFAR-10; speed numbers are representative of the pipeline only."))
     elif data and not data.get("verified"):
-        notes.append(f"Unverified data: {data.get('source')} is not the official CIFAR-10 archive (MD5 differs).")
+        found.append(Condition("Unverified data: not the official CIFAR-10 archive",
+                               f"Unverified data: {data.get('source')} is not the official CIFAR-10 archive "
+                               "(MD5 differs)."))
     request = read_json(folder.request, {})
     runs = load_table(folder.table("runs"))
     if "reused" in runs and runs["reused"].fillna(False).astype(bool).any():
-        keys = ", ".join(runs.loc[runs["reused"].fillna(False).astype(bool), "key"])
-        notes.append(f"REUSED: {keys} were measured by an earlier attempt of this DAG run and reused as they were.")
-    notes += retried_notes(runs)
-    notes += [f"NOTE: {note}" for note in request.get("params", {}).get("notes") or []]
+        reused = runs.loc[runs["reused"].fillna(False).astype(bool), "key"]
+        found.append(Condition(f"Reused: {len(reused)} run(s) measured by an earlier attempt of this DAG run",
+                               f"REUSED: {', '.join(reused)} were measured by an earlier attempt of this DAG run and "
+                               "reused as they were."))
+    found += [Condition(shorten("R" + note.split(": ", 1)[1].split(":")[0][1:]), note) for note in retried_notes(runs)]
+    found += [Condition(shorten(f"Note: {note}"), f"NOTE: {note}")
+              for note in request.get("params", {}).get("notes") or []]
     for reason in (request.get("unavailable") or {}).values():
-        notes.append(f"UNAVAILABLE: {reason}; its runs failed with that cause.")
+        found.append(Condition(shorten(f"Unavailable: {reason}"),
+                               f"UNAVAILABLE: {reason}; its runs failed with that cause."))
     for machines, members in (request.get("machine_sets") or {}).items():
         if len(members) > 1:
             others = "neither slowed the other" if len(members) == 2 else "none slowed another"
-            notes.append(f"SHARED MACHINES: {join_names(members)} ran on the same machines (pool mxbench_{machines}, "
-                         f"one run at a time), so {others} down; the launcher table says in which order their "
-                         "repeats ran.")
+            found.append(Condition(
+                f"Shared machines: {join_names(members)} took turns on the same machines",
+                f"SHARED MACHINES: {join_names(members)} ran on the same machines (pool mxbench_{machines}, one run "
+                f"at a time), so {others} down; the launcher table says in which order their repeats ran."))
     targets = request.get("targets", {})
     for name, target in targets.items():
-        notes += [f"{name.upper()} TARGET: {note}" for note in target.get("notes") or []]
-    # one line for all the targets a banner is true of, not one each
+        found += [Condition(shorten(f"{TARGET_NAMES.get(name, name)} target: {note.split(': ')[0].split(' (')[0]}"),
+                            f"{name.upper()} TARGET: {note}") for note in target.get("notes") or []]
+    # one line for all the targets a condition is true of, not one each
     one_machine = [name for name, target in targets.items() if target.get("one_machine") and any(
         r["variant"].get("hosts", 1) > 1 and r["launcher"] == name for r in request.get("runs", []))]
     if one_machine:
-        notes.append(f"ONE MACHINE: the {join_names(one_machine)} {plural(one_machine, 'launcher')} ran multi-host "
-                     "variants on this one machine, each host a loopback address (127.0.0.1, 127.0.0.2, ...): the "
-                     "hosts shared its cores and no network was crossed.")
+        found.append(Condition(
+            f"One machine: {join_names(one_machine)} ran multi-host variants on loopback addresses",
+            f"ONE MACHINE: the {join_names(one_machine)} {plural(one_machine, 'launcher')} ran multi-host "
+            "variants on this one machine, each host a loopback address (127.0.0.1, 127.0.0.2, ...): the "
+            "hosts shared its cores and no network was crossed."))
     no_gpu = [name for name, target in targets.items() if not target.get("gpus_per_host")]
     if no_gpu:
-        notes.append(f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
-                     "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, "
-                     "not MXNet.")
-    return notes
+        found.append(Condition(
+            f"No GPU on {join_names(no_gpu)}: training ran on the CPU",
+            f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
+            "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, not MXNet."))
+    return found
+
+
+def provenance(dag_dir: Path) -> List[str]:
+    """The conditions' whole sentences."""
+    return [condition.detail for condition in conditions(dag_dir)]
+
+
+def shorten(line: str, width: int = SHORT) -> str:
+    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
+
+
+def pair_tags(request: dict, data: dict, launchers) -> List[str]:
+    """Short tags for a verdict between ``launchers``: what changes how its number may be read."""
+    targets = [(request.get("targets") or {}).get(name) or {} for name in launchers]
+    tags = ["synthetic data"] if data.get("synthetic") else []
+    if any(t.get("stand_in") for t in targets):
+        tags.append("stand-in cluster")
+    if any(t.get("one_machine") or t.get("on_this_machine") for t in targets):
+        tags.append("shared cores")
+    if any(t and not t.get("gpus_per_host") for t in targets):
+        tags.append("CPU only")
+    return tags
+
+
+def report_title(dag_dir: Path, runs: pd.DataFrame) -> str:
+    """What people call the report: the DAG, when its runs started (UTC), the preset and variants.
+    The run id and folder are in the report's details."""
+    folder = DagRunFolder(dag_dir)
+    request = read_json(folder.request, {}) or {}
+    dag_id = request.get("dag_id") or "mxbench"
+    when = started(runs) or datetime.fromtimestamp(Path(dag_dir).stat().st_mtime, timezone.utc)
+    variants = list(dict.fromkeys(run["variant"]["id"] for run in request.get("runs", []) if "variant" in run))
+    shown = ", ".join(variants[:3]) + (f" and {len(variants) - 3} more" if len(variants) > 3 else "")
+    preset = (request.get("params") or {}).get("preset")
+    what = f"{preset}: {shown}" if preset and shown else (preset or shown)
+    return " · ".join(part for part in (dag_id, when.strftime("%Y-%m-%d %H:%M UTC"), what) if part)
+
+
+def started(runs: pd.DataFrame) -> Optional[datetime]:
+    """When the first run started, from runs.csv's ``started_at`` (seconds since the epoch)."""
+    if runs.empty or "started_at" not in runs:
+        return None
+    first = pd.to_numeric(runs["started_at"], errors="coerce").min()
+    return None if pd.isna(first) else datetime.fromtimestamp(float(first), timezone.utc)
 
 
 def join_names(names: List[str]) -> str:

@@ -12,17 +12,30 @@ from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_b
 
 
 def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
-                footer=()) -> str:
+                footer=(), *, lead: str = "", conditions=(), details=()) -> str:
     """A self-contained HTML page (plots inline as PNG data): the report of a DAG run (written to
     report.html, served by the Airflow UI's "Benchmark report" view) and the "Benchmark history"
     page. ``sections``: (heading, DataFrame, a sentence or a list of lines); ``notes`` are shown as
-    warnings first."""
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}.note{background:#fff3cd;"
-             "border:1px solid #e0b000;padding:8px;margin:6px 0;font-weight:bold}img{max-width:48%}")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"]
+    warnings first. The report's own order: ``lead`` (the answer: HTML this package made), then
+    ``conditions`` (``notes.Condition``: one line each, the whole sentence a click away), then the
+    sections; ``details`` (the run id, the folder) close the page."""
+    style = ("body{font-family:sans-serif;margin:1em 2em;max-width:1200px;color:#222}"
+             "h1{font-size:1.5em;margin:.3em 0}h2{font-size:1.2em;margin:1em 0 .4em}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
+             ".note{background:#fff3cd;border:1px solid #8a6d00;padding:8px;margin:6px 0;font-weight:bold}"
+             ".conditions{border:1px solid #8a6d00;background:#fffbea;padding:4px 12px;margin:8px 0}"
+             ".conditions ul{margin:4px 0;padding-left:1.2em}.conditions li{margin:2px 0}"
+             ".conditions h2{margin:.3em 0;font-size:1.05em}"
+             ".tag{display:inline-block;border:1px solid #555;border-radius:3px;padding:0 4px;margin:1px 2px;"
+             "font-size:11px;background:#f4f4f4}"
+             "figure{display:inline-block;margin:4px;max-width:48%}figure img{max-width:100%}"
+             "figcaption{font-size:12px}svg.forest{max-width:100%;height:auto}")
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{style}</style></head><body><main><h1>{html.escape(title)}</h1>"]
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes]
+    parts.append(lead)
+    if conditions:
+        parts.append(conditions_box(conditions))
     parts += [f"<p>{html.escape(line)}</p>" for line in intro]
     for name, frame in sections:
         if isinstance(frame, str):
@@ -36,10 +49,42 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
         parts.append("<h2>Plots</h2>")
     for caption, png in images:
         encoded = base64.b64encode(png).decode()
-        parts.append(f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>")
+        parts.append(f"<figure><img alt='{html.escape(caption, quote=True)}' src='data:image/png;base64,{encoded}'>"
+                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     parts += [f"<p>{html.escape(line)}</p>" for line in footer]
-    parts.append("</body></html>")
+    if details:
+        parts.append("<details class='run-details'><summary>Run details</summary><ul>"
+                     + "".join(f"<li>{html.escape(line)}</li>" for line in details) + "</ul></details>")
+    parts.append("</main></body></html>")
     return "".join(parts)
+
+
+def conditions_box(conditions) -> str:
+    """One line per condition, its whole sentence a click away."""
+    items = "".join(f"<li><details><summary>{html.escape(c.short)}</summary>{html.escape(c.detail)}</details></li>"
+                    for c in conditions)
+    return f"<section class='conditions' aria-labelledby='conditions'><h2 id='conditions'>Conditions</h2>" \
+           f"<ul>{items}</ul></section>"
+
+
+def answer_block(table: pd.DataFrame, forest: str, empty_line: str) -> str:
+    """The report's first screen: the forest plot, then its text equivalent (the verdict labels,
+    why, and the tags of the conditions that bear on each line); ``empty_line`` without pairs."""
+    body = forest
+    if empty_line:
+        body += f"<p>{html.escape(empty_line)}</p>"
+    if table.empty:
+        pass
+    elif "read with" not in table:  # one launcher: the throughput
+        body += table.to_html(index=False, escape=True, na_rep="n/a", classes="answer")
+    else:
+        shown = table.assign(**{"read with": [
+            " ".join(f"<span class='tag'>{html.escape(tag)}</span>" for tag in tags.split(", ") if tag)
+            for tags in table["read with"]]})
+        escaped = shown.drop(columns="read with").astype(str).map(html.escape)
+        body += escaped.assign(**{"read with": shown["read with"]}).to_html(index=False, escape=False,
+                                                                            classes="answer")
+    return f"<section id='answer' aria-labelledby='answer-heading'><h2 id='answer-heading'>Answer</h2>{body}</section>"
 
 
 # where the triage table (which holds forms, so render_page cannot escape it) goes in the page

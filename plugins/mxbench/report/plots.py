@@ -1,5 +1,6 @@
 """The report's PNG plots: throughput vs devices, seconds per epoch, validation accuracy,
-launcher ratios and the throughput history."""
+every run's speed in the order it ran, launcher ratios and the throughput history. Colours are
+Okabe and Ito's, which readers with colour-blindness tell apart; launchers also differ by marker."""
 import io
 from datetime import timezone
 from pathlib import Path
@@ -9,13 +10,44 @@ import pandas as pd
 from mxbench.regression.rule import dag_run_keys
 from mxbench.run_folder import write_atomically
 
+# Okabe & Ito (2008): colours that stay distinct with the common kinds of colour-blindness
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
 
 def _figure():
     # a Figure of its own, not pyplot's global state: the api-server draws in several threads
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4.2), dpi=100)
-    return fig, fig.subplots()
+    ax = fig.subplots()
+    ax.set_prop_cycle(color=PALETTE)
+    return fig, ax
+
+
+def has_curve(summary: pd.DataFrame) -> bool:
+    """Whether any series of the scaling plot has two device counts: one point is no curve."""
+    ok = summary.dropna(subset=["samples_per_sec"])
+    if ok.empty:
+        return False
+    return bool(ok.groupby(["launcher", "num_layers", "batch_per_device"])["devices"].nunique().max() > 1)
+
+
+def plot_run_order(runs: pd.DataFrame, path: Path):
+    """Every measured run's speed in the order the runs started, one colour and marker per launcher:
+    drift, a contended stretch and outliers show at a glance."""
+    fig, ax = _figure()
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()].copy()
+    ok["started_at"] = pd.to_numeric(ok["started_at"], errors="coerce")
+    ok = ok.sort_values("started_at").reset_index(drop=True)
+    for i, (launcher, group) in enumerate(ok.groupby("launcher", sort=False)):
+        ax.plot(group.index + 1, group["samples_per_sec"], linestyle="none", marker=MARKERS[i % len(MARKERS)],
+                color=PALETTE[i % len(PALETTE)], label=launcher)
+    ax.set(xlabel="run, in the order it started", ylabel="samples/s (Speedometer)",
+           title="Every run's speed in the order it ran")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, path)
 
 
 def plot_scaling(summary: pd.DataFrame, path: Path):
@@ -80,7 +112,7 @@ def plot_history(history: pd.DataFrame, path: Path):
     fig, ax = _figure()
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     builds = list(dict.fromkeys(history.sort_values("when")["build"]))
-    colours = {b: f"C{i % 10}" for i, b in enumerate(builds)}
+    colours = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(builds)}
     machines = history["environment"].nunique()
     for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
         if "change_point" not in group.columns:  # a history.csv written before change points

@@ -92,8 +92,10 @@ def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str
 
 
 def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None,
-           dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None) -> List[dict]:
-    """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is). ``build``: the
+           dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None,
+           run_id: Optional[str] = None) -> List[dict]:
+    """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is, and the DAG run's
+    ``run_id``, which the report shows). ``build``: the
     MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
     run carries it, and its launcher runs it (``builds.record.RunBuild``)."""
     unavailable = unavailable or {}
@@ -110,10 +112,10 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
     sets = {name: [launcher for launcher in members if launcher in chosen] for name, members in machine_sets().items()}
-    write_json(DagRunFolder(dag_dir).request, {"dag_id": dag_id, "params": recorded, "runs": runs, "build": build,
-                                          "targets": {k: asdict(v) for k, v in targets.items()},
-                                          "unavailable": unavailable,
-                                          "machine_sets": {k: v for k, v in sets.items() if v}})
+    write_json(DagRunFolder(dag_dir).request, {
+        "dag_id": dag_id, "run_id": run_id, "params": recorded, "runs": runs, "build": build,
+        "targets": {k: asdict(v) for k, v in targets.items()}, "unavailable": unavailable,
+        "machine_sets": {k: v for k, v in sets.items() if v}})
     return runs
 
 

@@ -7,9 +7,10 @@ import pytest
 
 from mxbench import report
 from mxbench.stages import pipeline
-from support.stored_runs import make_dag_dir, ok_runs
+from support.stored_runs import make_dag_dir, ok_runs, variant
 
-FILES = ("report.html", "report.md", "summary.csv", "scaling.png", "epoch_time.png", "accuracy.png")
+# two launchers, one and two workers: every plot has something to show, and the forest plot a row
+FILES = ("report.html", "report.md", "summary.csv", "scaling.png", "epoch_time.png", "run_order.png", "forest.svg")
 
 
 def with_note(dag_dir, note):
@@ -20,7 +21,8 @@ def with_note(dag_dir, note):
 
 @pytest.fixture
 def dag_dir(tmp_path):
-    folder = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local",)))
+    folder = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local", "ssh"))
+                          + ok_runs(v=variant("cpu1-bs32", workers=1), launchers=("local", "ssh")))
     pipeline.join(folder)
     with_note(folder, "first build")
     report.build_report(folder)

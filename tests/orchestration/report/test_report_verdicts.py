@@ -1,6 +1,8 @@
-"""The report leads with the answer: one verdict line per variant and launcher pair, the same in
-report.md and report.html (which the UI serves); banners true of several targets are one line;
-the history plot's time axis spans its data."""
+"""The report leads with the answer: per variant and launcher pair a short verdict (the forest plot
+and its table), then one box of conditions, then the long verdict lines, the same in report.md and
+report.html (which the UI serves); a condition true of several targets is one line; the history
+plot's time axis spans its data."""
+import html
 import io
 import json
 import math
@@ -203,17 +205,21 @@ def test_an_empty_history_still_draws(tmp_path):
 # --- the same lines in report.md and report.html -----------------------------------------------
 
 class Page(HTMLParser):
-    """The report page as a reader sees it: the banners, and the items under each heading."""
+    """The report page as a reader sees it: the banners, the items under each heading, and the
+    conditions' short lines (each a <summary>, its sentence a click away)."""
 
     def __init__(self, page: str):
         super().__init__()
-        self.banners, self.items, self.heading, self.inside = [], {}, None, None
+        self.banners, self.items, self.heading, self.inside, self.summaries = [], {}, None, None, []
         self.feed(page)
 
     def handle_starttag(self, tag, attrs):
         if tag == "div" and ("class", "note") in attrs:
             self.inside = "note"
             self.banners.append("")
+        elif tag == "summary":
+            self.inside = "summary"
+            self.summaries.append("")
         elif tag in ("h2", "li"):
             self.inside = tag
             if tag == "h2":
@@ -222,12 +228,14 @@ class Page(HTMLParser):
                 self.items.setdefault(self.heading, []).append("")
 
     def handle_endtag(self, tag):
-        if tag in ("div", "h2", "li"):
+        if tag in ("div", "h2", "li", "summary"):
             self.inside = None
 
     def handle_data(self, data):
         if self.inside == "note":
             self.banners[-1] += data
+        elif self.inside == "summary":
+            self.summaries[-1] += data
         elif self.inside == "h2":
             self.heading += data
         elif self.inside == "li":
@@ -263,7 +271,7 @@ def two_launchers(tmp_path):
     return dag_dir
 
 
-def test_the_report_opens_with_the_verdicts_the_same_in_markdown_and_html(two_launchers):
+def test_the_report_opens_with_the_answer_then_the_conditions_the_same_in_markdown_and_html(two_launchers):
     out = two_launchers / "report"
     md, page = (out / "report.md").read_text(), Page((out / "report.html").read_text())
     expected = verdict_lines(pd.read_csv(two_launchers / "tables" / "ratios.csv"))
@@ -274,10 +282,19 @@ def test_the_report_opens_with_the_verdicts_the_same_in_markdown_and_html(two_la
     assert markdown_section(md, "Verdicts") == "".join(f"- {line}\n" for line in expected)
     assert page.items["Verdicts"] == expected
     headings = [line[3:] for line in md.splitlines() if line.startswith("## ")]
-    assert headings[:2] == ["Verdicts", "Results"] and "Launcher speed ratio" in headings
-    # the banners too: each once, the same words in both
-    assert [line[4:-2] for line in md.splitlines() if line.startswith("> **")] == page.banners
-    assert sum(b.startswith("No GPU on the local and ssh targets") for b in page.banners) == 1
+    assert headings[:4] == ["Answer", "Conditions", "Verdicts", "Results"] and "Launcher speed ratio" in headings
+    # the answer: one row per pair, a short label and its reason, before any condition
+    answer = markdown_section(md, "Answer")
+    assert answer.index("| cpu2h-bs64 | ssh / local | ") < answer.index("| cpu1-bs32 | ssh / local | ")
+    assert "| slower | p " in answer and "(6 rounds paired)" in answer
+    # the conditions: one short line each, once, the same words in both; no banner before the answer
+    lines = [line[2:] for line in markdown_section(md, "Conditions").splitlines() if line.startswith("- ")]
+    assert lines + ["Run details"] == page.summaries and not page.banners and len(lines) == len(set(lines))
+    assert sum(line.startswith("No GPU on local and ssh") for line in lines) == 1
+    assert all(len(line) <= notes.SHORT for line in lines)
+    whole = (out / "report.html").read_text()
+    for condition in notes.conditions(two_launchers):  # the whole sentence a click away
+        assert f"<summary>{html.escape(condition.short)}</summary>{html.escape(condition.detail)}" in whole
 
 
 def test_one_launcher_says_there_is_no_verdict_once(tmp_path):
@@ -285,7 +302,9 @@ def test_one_launcher_says_there_is_no_verdict_once(tmp_path):
     pipeline.join(dag_dir)
     report.build_report(dag_dir)
     md = (dag_dir / "report" / "report.md").read_text()
-    assert markdown_section(md, "Verdicts") == report.NO_RATIO + "\n"
-    assert md.count(report.NO_RATIO) == 1 and "## Launcher speed ratio" not in md
-    html = (dag_dir / "report" / "report.html").read_text()
-    assert f"<h2>Verdicts</h2><p>{report.NO_RATIO}</p>" in html
+    assert markdown_section(md, "Answer").endswith(report.NO_RATIO + "\n")
+    assert md.count(report.NO_RATIO) == 1 and "## Launcher speed ratio" not in md and "## Verdicts" not in md
+    assert "| cpu2-bs32 | local |" in markdown_section(md, "Answer")  # the answer is the throughput
+    page = (dag_dir / "report" / "report.html").read_text()
+    assert f"<h2 id='answer-heading'>Answer</h2><p>{report.NO_RATIO}</p>" in page
+    assert page.count(report.NO_RATIO) == 1 and not (dag_dir / "report" / report.FOREST).exists()

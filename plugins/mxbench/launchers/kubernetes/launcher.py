@@ -143,8 +143,8 @@ class KubernetesLauncher:
 
         nodes = self.nodes()
         here = [n.name for n in nodes if n.machine == machine_id()]
-        notes = []
-        if STANDIN_MARK in self.version():
+        notes, stand_in = [], STANDIN_MARK in self.version()
+        if stand_in:
             notes.append("the Kubernetes cluster is the local Kubernetes stand-in (the package standins/kube, run as "
                          "python -m standins.kube): "
                          "the real operator and client talk to a loopback API server that runs each pod as a "
@@ -153,7 +153,7 @@ class KubernetesLauncher:
         if here:
             notes.append(f"the nodes {', '.join(here)} are the machine Airflow runs on: they share its cores")
         return Target(self.name, hosts=len(nodes), gpus_per_host=min(n.gpus for n in nodes),
-                      on_this_machine=bool(here), notes=tuple(notes),
+                      on_this_machine=bool(here), notes=tuple(notes), stand_in=stand_in,
                       host_network=self.settings.allow_host_network)
 
     # a run

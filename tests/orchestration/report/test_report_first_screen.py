@@ -1,0 +1,147 @@
+"""The report's first screen answers: a forest plot with one row per variant and launcher pair, a
+short verdict label and one line of why, tags for the conditions that bear on each line, a title
+people can say, only plots that carry information; in headless Chromium at 1366x768 the answer
+lies within the first screen, above the conditions box, and axe-core finds no serious or critical
+accessibility violation."""
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from mxbench import report
+from mxbench.report import answer, notes
+from mxbench.stages import pipeline
+from support.stored_runs import make_dag_dir, ok_runs, variant
+
+HASH = re.compile(r"[0-9a-f]{16,}")
+
+
+def ratio_row(**columns):
+    row = {"variant": "cpu2h-bs64", "launcher": "kubernetes", "reference": "ssh", "ratio": 0.947, "ci_low": 0.921,
+           "ci_high": 0.974, "level": 0.95, "p_value": 0.031, "alpha": 0.05, "n": 6, "n_reference": 6,
+           "min_detectable": 0.03, "outcome": "slower", "analysis": "paired, 6 rounds", "verdict": "…"}
+    return {**row, **columns}
+
+
+OUTCOMES = {"slower": "slower", "faster": "faster", "within noise": "within noise", "borderline": answer.NOT_SETTLED,
+            "too few repeats": answer.NOT_SETTLED, "undecidable at this n": answer.NOT_SETTLED}
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_each_outcome_reads_as_one_of_four_labels_with_its_reason(outcome):
+    ratio = 1.06 if outcome == "faster" else 0.947
+    (row,) = answer.answer_rows(pd.DataFrame([ratio_row(outcome=outcome, ratio=ratio)]), lambda pair: [])
+    assert row.label == OUTCOMES[outcome] and row.pair == "kubernetes / ssh"
+    assert row.why.endswith("(6 rounds paired)") and "p = 0.031" in row.why
+    if outcome in ("slower", "faster"):
+        assert "interval excludes 100%" in row.why
+    elif outcome == "within noise":
+        assert "a gap of 3% or more would have shown" in row.why
+    else:
+        assert "more rounds" in row.why or "could reach" in row.why
+
+
+def test_the_forest_plot_has_one_row_per_pair_with_its_verdicts_shape():
+    rows = answer.answer_rows(pd.DataFrame([
+        ratio_row(), ratio_row(reference="local", ratio=1.08, ci_low=1.03, ci_high=1.13, outcome="faster"),
+        ratio_row(variant="cpu1-bs64", ratio=0.99, ci_low=0.9, ci_high=1.1, outcome="within noise",
+                  min_detectable=float("nan"))]), lambda pair: ["shared cores"])
+    svg = answer.forest_svg(rows, target_gap=0.05)
+    found = re.findall(r"<g class='forest-row' data-variant='([^']+)' data-pair='([^']+)' data-verdict='([^']+)'>",
+                       svg)
+    assert found == [("cpu2h-bs64", "kubernetes / ssh", "slower"), ("cpu2h-bs64", "kubernetes / local", "faster"),
+                     ("cpu1-bs64", "kubernetes / ssh", "within noise")]
+    assert svg.count("<polygon") == 2 and svg.count("<circle") == 1  # shapes, not colour alone
+    assert "target band ±5%" in svg and "<title id='forest-title'>" in svg and "role='img'" in svg
+    # the detectable gap's ticks: two for each row that has one
+    assert svg.count("stroke='#888'") == 4
+
+
+def test_an_interval_beyond_the_axis_is_cut_at_its_edge():
+    rows = answer.answer_rows(pd.DataFrame([ratio_row(ci_low=0.05, ci_high=9.0)]), lambda pair: [])
+    lo, hi = answer.axis_limits(rows, 0.05)
+    assert 0.1 < lo < 0.25 and 2.5 < hi < 2.7  # 25%..250%, and a margin
+    assert all(lo <= tick <= hi for tick in answer.ticks(lo, hi)) and 4 <= len(answer.ticks(lo, hi)) <= 10
+
+
+@pytest.fixture
+def three_launchers(tmp_path):
+    runs = [(variant("cpu2h-bs64"), launcher, r, "ok", speed * (1 + 0.01 * r), None)
+            for r in range(1, 4) for launcher, speed in (("local", 100.0), ("ssh", 97.0), ("kubernetes", 93.0))]
+    dag_dir = make_dag_dir(tmp_path, "mxbench_benchmark.manual__2026-12-04T20_21_41-" + "ab" * 32, runs,
+                           run_id="manual__2026-12-04T20:21:41+00:00")
+    request = json.loads((dag_dir / "request.json").read_text())
+    request.update(dag_id="mxbench_benchmark", run_id="manual__2026-12-04T20:21:41+00:00", targets={
+        "local": {"hosts": 1, "gpus_per_host": 0, "one_machine": True, "notes": []},
+        "ssh": {"hosts": 2, "gpus_per_host": 0, "on_this_machine": True, "notes": ["the hosts are this machine"]},
+        "kubernetes": {"hosts": 2, "gpus_per_host": 0, "stand_in": True, "on_this_machine": True,
+                       "notes": ["the Kubernetes cluster is the local Kubernetes stand-in (…): its gap is the "
+                                 "launch path's"]}})
+    request["params"].update(preset="cpu-demo", target_gap=0.1)
+    (dag_dir / "request.json").write_text(json.dumps(request))
+    (dag_dir / "data.json").write_text(json.dumps({"synthetic": True, "source": "generated",
+                                                   "records": {"train": 100}}))
+    pipeline.join(dag_dir)
+    report.build_report(dag_dir)
+    return dag_dir
+
+
+def test_the_title_says_the_dag_when_and_what_and_the_ids_are_in_the_details(three_launchers):
+    md = (three_launchers / "report" / "report.md").read_text()
+    title = md.splitlines()[0]
+    assert title.startswith("# mxbench_benchmark · ") and title.endswith(" UTC · cpu-demo: cpu2h-bs64")
+    assert not HASH.search(title)
+    details = md.split("## Run details\n\n", 1)[1]
+    assert "- DAG run: manual__2026-12-04T20:21:41+00:00" in details and three_launchers.name in details
+
+
+def test_the_answer_comes_before_any_condition_and_carries_its_tags(three_launchers):
+    md = (three_launchers / "report" / "report.md").read_text()
+    answer_at, conditions_at = md.index("## Answer"), md.index("## Conditions\n")
+    assert answer_at < conditions_at
+    for condition in notes.conditions(three_launchers):
+        assert md.index(condition.short) > conditions_at and md.index(condition.detail) > conditions_at
+    ratios = pd.read_csv(three_launchers / "tables" / "ratios.csv")
+    rows = [line for line in md[answer_at:conditions_at].splitlines() if line.startswith("| cpu2h-bs64 |")]
+    assert len(rows) == len(ratios) == 3
+    tagged = {line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |") for line in rows}
+    assert tagged["ssh / local"] == "synthetic data, shared cores, CPU only"
+    assert tagged["kubernetes / ssh"] == "synthetic data, stand-in cluster, shared cores, CPU only"
+    svg = (three_launchers / "report" / report.FOREST).read_text()
+    assert svg.count("class='forest-row'") == 3 and "target band ±10%" in svg
+
+
+def test_only_plots_that_carry_information_are_drawn(three_launchers):
+    out = three_launchers / "report"
+    # one device count: no scaling curve; synthetic data: no accuracy curve; every run in order: yes
+    assert not (out / "scaling.png").exists() and not (out / "accuracy.png").exists()
+    assert (out / "run_order.png").stat().st_size > 5_000 and (out / "epoch_time.png").exists()
+    md = (out / "report.md").read_text()
+    assert "scaling.png" not in md and "![Every run's speed in the order it ran" in md
+    order = md.split("## Every run in the order it ran\n\n", 1)[1].split("\n## ", 1)[0]
+    assert len([line for line in order.splitlines() if line.startswith("| cpu2h-bs64__")]) == 9
+
+
+def test_one_run_series_has_no_scaling_curve_two_device_counts_have(tmp_path):
+    one = make_dag_dir(tmp_path, "one", ok_runs())
+    two = make_dag_dir(tmp_path, "two", ok_runs() + ok_runs(v=variant("cpu1-bs32", workers=1)))
+    for dag_dir in (one, two):
+        pipeline.join(dag_dir)
+        report.build_report(dag_dir)
+    assert not (one / "report" / "scaling.png").exists() and (two / "report" / "scaling.png").exists()
+
+
+@pytest.mark.slow  # headless Chromium
+def test_at_1366x768_the_answer_is_the_first_screen_and_the_page_passes_axe(three_launchers):
+    from support.browser import axe_violations, chromium, layout, screenshot
+
+    with chromium() as browser:
+        browser.get((three_launchers / "report" / "report.html").as_uri())
+        seen = layout(browser)
+        assert seen["viewport"] == 768
+        assert seen["answer"]["bottom"] <= 768, seen  # within the first screen
+        assert seen["answer"]["bottom"] <= seen["conditions"]["top"], seen  # above the conditions box
+        assert len(seen["rows"]) == 3 and not HASH.search(seen["title"])
+        assert axe_violations(browser) == []
+        screenshot(browser, "report-first-screen.png")
