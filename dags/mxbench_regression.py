@@ -61,9 +61,10 @@ def mxbench_regression():
     tables = dag_tasks.measure(build)
     findings = dag_tasks.check_regression(dag_tasks.store_results(tables, build))
     dag_tasks.report(findings) >> dag_tasks.check_runs()
-    # no bisect to start: zero mapped instances, skipped; one already started over that range: skipped
-    TriggerDagRunOperator.partial(task_id="start_bisect", trigger_dag_id="mxbench_bisect",
-                                  skip_when_already_exists=True).expand_kwargs(
+    # no bisect to start: zero mapped instances, skipped (a range started before is not among them).
+    # A run id made first by someone else fails the trigger, saying so, rather than skip it unseen.
+    TriggerDagRunOperator.partial(task_id="start_bisect", trigger_dag_id=dag_tasks.BISECT_DAG_ID,
+                                  skip_when_already_exists=False, retries=0).expand_kwargs(
         dag_tasks.bisects_to_start(findings, build))
 
 

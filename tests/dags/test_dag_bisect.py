@@ -3,6 +3,7 @@ DAG run to DAG run through the conf they trigger with, find a planted step among
 manifest in at most 3 probes (the measuring tasks replaced by planted store rows)."""
 import copy
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -71,6 +72,14 @@ def test_the_trigger_form_needs_good_and_bad_builds_and_one_variant(dag):
         validate(good_build="1.9.0", bad_build="1.9.1", bisect_runs=[{"build": "1.9.0"}])
 
 
+@pytest.fixture(autouse=True)
+def results_store(tmp_path, monkeypatch):
+    """A results store of each test's own: bisect chains are kept there."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    return url
+
+
 @pytest.fixture
 def manifest(tmp_path, monkeypatch):
     path = tmp_path / "mxnet-builds.json"
@@ -93,7 +102,8 @@ def bisect_by_dag_runs(dag, monkeypatch, conf, speed_of, failing=(), limit=10):
             params[key] = value
         params = params.validate()
         run_id = f"manual__{n}"
-        record = bisect_tasks.resolve_probe.function(params=params, dag_run=SimpleNamespace(dag_id=dag.dag_id))
+        record = bisect_tasks.resolve_probe.function(params=params, run_id=run_id,
+                                                     dag_run=SimpleNamespace(dag_id=dag.dag_id))
         records.append(record)
         if record["label"] not in failing:
             rows.extend((run_id, "cpu1-bs64", "kubernetes", "ok", speed_of(record["label"]) * rng.lognormal(0, 0.03))
@@ -124,7 +134,8 @@ def test_dag_runs_find_a_planted_step_in_at_most_3_probes(dag, manifest, monkeyp
     shown = json.loads((config.dag_run_dir("mxbench_bisect", f"manual__{len(records) - 1}") / "tables"
                         / "bisect.json").read_text())
     assert len(shown["path"]) == len(decision["path"]) + 1 and shown["path"][-1] == decision["message"]
-    assert decision["next_run_id"] == f"manual__0__probe{len(records)}"  # were there a next one
+    # were there a next one: named by the chain's first DAG run, with a random part nobody can guess
+    assert re.fullmatch(rf"manual__0__probe{len(records)}__[0-9a-f]{{8}}", decision["next_run_id"])
     # what the store records of each DAG run's build: the commit of a build that has one
     assert all(r["commit"] == manifest[labels.index(r["label"])].commit for r in records)
 
@@ -148,12 +159,13 @@ def test_a_bad_pair_of_builds_fails_the_dag_run_naming_it(dag, manifest):
 
     params = {"good_build": "1.9.1", "bad_build": "1.6.0", "launchers": ["kubernetes"], "probe_build": ""}
     with pytest.raises(AirflowFailException, match=r"must come before the bad build"):
-        bisect_tasks.resolve_probe.function(params=params, dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
+        bisect_tasks.resolve_probe.function(params=params, run_id="manual__1",
+                                            dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
     with pytest.raises(AirflowFailException, match=r"'mxnet==1\.6\.0' names 3 builds .*name one by its since date"):
         bisect_tasks.resolve_probe.function(params={**params, "good_build": "mxnet==1.6.0", "bad_build": "1.9.1"},
-                                            dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
+                                            run_id="manual__1", dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
     with pytest.raises(AirflowFailException, match=r"no build '2\.0\.0' in the versions manifest"):
-        bisect_tasks.resolve_probe.function(params={**params, "good_build": "2.0.0"},
+        bisect_tasks.resolve_probe.function(params={**params, "good_build": "2.0.0"}, run_id="manual__1",
                                             dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
 
 
@@ -242,11 +254,16 @@ def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
     when = datetime(2026, 12, 1, tzinfo=timezone.utc)
     first_id = DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=when, run_after=when)
+    # the next probe's run id has a random part: the attacker is handed the one it will get
+    import secrets
+
+    token_hex = secrets.token_hex
+    monkeypatch.setattr(secrets, "token_hex", lambda n=32: "feedface" if n == 4 else token_hex(n))
     theirs = {"good_build": "1.9.1", "bad_build": "89abcde", "probe_build": "1.9.1+89abcde",
-              "bisect_runs": [{"build": "1.9.1", "run_id": first_id}], "min_drop": 0.99}
+              "bisect_runs": [{"build": "1.9.1", "run_id": first_id}], "min_drop": 0.9}
     with create_session() as session:
-        session.add(DagRun(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1", run_type=DagRunType.MANUAL,
-                           conf=theirs, run_after=when, state=DagRunState.QUEUED))
+        session.add(DagRun(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1__feedface",
+                           run_type=DagRunType.MANUAL, conf=theirs, run_after=when, state=DagRunState.QUEUED))
     # dag.test() builds a failed DAG run's callback context from the DAG's params without the run's
     # conf (good_build has no default): not what this test is about
     monkeypatch.setattr(DagRun, "execute_dag_callbacks", lambda *args, **kwargs: None)
@@ -256,7 +273,7 @@ def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly
     assert run.run_id == first_id
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["decide"] == "success" and states["next_probe"] == "failed", states
-    (pre_empted,) = DagRun.find(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1")
+    (pre_empted,) = DagRun.find(dag_id="mxbench_bisect", run_id=f"{first_id}__probe1__feedface")
     assert pre_empted.conf == theirs  # theirs is left as it is, and the chain says it was stopped
 
 
@@ -312,24 +329,130 @@ def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypat
     assert ran.loc[second.run_id, "commit"] == "fedcba9876" and set(ran["n"]) == {4}
 
 
-def test_a_regression_dag_run_starts_one_bisect_per_range_unless_triaged(manifest):
-    """Its regressions between manifest builds with builds between them: one trigger each, with
-    the DAG run's measuring params and a run id named by the range (a lasting regression starts
-    it once); an acknowledged one starts none, nor does a DAG run with ``bisect`` off."""
+REGRESSION_RUN = SimpleNamespace(dag_id="mxbench_regression")
+
+
+def start_bisects(findings, params, run_id="scheduled__1"):
     from mxbench.airflow_glue import dag_tasks
 
-    finding = {"variant": "cpu1-bs64", "launcher": "local", "status": "regression", "triage": "",
-               "baseline_builds": "mxnet==1.7.0.post2"}
-    params = {"bisect": True, "repeats": 5, "epochs": 1, "baseline_runs": 5, "confirm_rounds": 4,
-              "only_variants": ["cpu1-bs64", "cpu2w-bs64"], "launchers": ["local"]}
-    (started,) = dag_tasks.bisects_to_start.function([finding], {"package": "mxnet==1.9.1"}, params=params)
+    return dag_tasks.bisects_to_start.function(findings, {"package": "mxnet==1.9.1"}, params=params, run_id=run_id,
+                                               dag_run=REGRESSION_RUN)
+
+
+FINDING = {"variant": "cpu1-bs64", "launcher": "local", "status": "regression", "triage": "",
+           "baseline_builds": "mxnet==1.7.0.post2"}
+REGRESSION_PARAMS = {"bisect": True, "repeats": 5, "epochs": 1, "baseline_runs": 5, "confirm_rounds": 4,
+                     "only_variants": ["cpu1-bs64", "cpu2w-bs64"], "launchers": ["local"]}
+
+
+def test_a_regression_dag_run_starts_one_bisect_per_range_unless_triaged(manifest):
+    """Its regressions between manifest builds with builds between them: one trigger each, with
+    the DAG run's measuring params, a chain minted for it and a run id named by the range with a
+    random part (a lasting regression starts it once); an acknowledged one starts none, nor does a
+    DAG run with ``bisect`` off."""
+    params = REGRESSION_PARAMS
+    (started,) = start_bisects([FINDING], params)
     conf = started["conf"]
     assert (conf["good_build"], conf["bad_build"], conf["only_variants"]) == ("2026-10-01", "2026-11-08",
                                                                               ["cpu1-bs64"])
     assert conf["repeats"] == 5 and "baseline_runs" not in conf and "confirm_rounds" not in conf
-    assert started["trigger_run_id"] == "bisect__cpu1-bs64__local__2026-10-01__2026-11-08"
-    acknowledged = {**finding, "triage": "acknowledged"}
-    assert dag_tasks.bisects_to_start.function([acknowledged], {"package": "mxnet==1.9.1"}, params=params) == []
-    assert dag_tasks.bisects_to_start.function([finding], {"package": "mxnet==1.9.1"},
-                                               params={**params, "bisect": False}) == []
+    assert re.fullmatch(r"bisect__cpu1-bs64__local__2026-10-01__2026-11-08__[0-9a-f]{8}", started["trigger_run_id"])
+    assert re.fullmatch(r"[0-9a-f]{32}", conf["bisect_chain"])
+    assert start_bisects([FINDING], params, run_id="scheduled__2") == []  # the next night: started already
+    acknowledged = {**FINDING, "triage": "acknowledged"}
+    assert start_bisects([acknowledged], params) == []
+    assert start_bisects([FINDING], {**params, "bisect": False}) == []
+
+
+def test_the_bisect_a_regression_starts_proves_its_chain_and_a_trigger_user_cannot_pre_empt_it(dag, manifest):
+    """A trigger user's own bisect over the range first does not stop the regression DAG's (only
+    chains the regression DAG minted count); the DAG run it triggers, with the conf it was handed,
+    is the chain's; the same chain id with a conf of one's own is refused before measuring."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    theirs = {"good_build": "2026-10-01", "bad_build": "2026-11-08", "launchers": ["local"], "min_drop": 0.9}
+    bisect_tasks.resolve_probe.function(params=form(dag, theirs), run_id="manual__theirs",
+                                        dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    (started,) = start_bisects([FINDING], REGRESSION_PARAMS)
+    record = bisect_tasks.resolve_probe.function(params=form(dag, started["conf"]), run_id=started["trigger_run_id"],
+                                                 dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    assert record["label"] == "1.7.0.post2"
+    with pytest.raises(AirflowFailException, match=r"did not hand this DAG run these params"):
+        bisect_tasks.resolve_probe.function(params=form(dag, {**started["conf"], "min_drop": 0.9}),
+                                            run_id="manual__forged", dag_run=SimpleNamespace(dag_id=dag.dag_id))
+
+
+def form(dag, conf):
+    """The params a DAG run triggered with ``conf`` gets: the form's defaults, ``conf`` over them, validated."""
+    params = copy.deepcopy(dag.params)
+    for key, value in conf.items():
+        params[key] = value
+    return params.validate()
+
+
+def first_decided(dag, monkeypatch, conf, speed=100.0):
+    """The first DAG run of a bisect started with ``conf``, measured (planted rows) and decided."""
+    rows = [("manual__0", "cpu1-bs64", "kubernetes", "ok", speed * (1 + i / 100)) for i in range(5)]
+    monkeypatch.setattr(store, "history", lambda url, variant=None, launcher=None, dag_ids=None: pd.DataFrame(
+        rows, columns=["run_id", "variant", "launcher", "status", "samples_per_sec"]))
+    params = form(dag, conf)
+    record = bisect_tasks.resolve_probe.function(params=params, run_id="manual__0",
+                                                 dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    return bisect_tasks.decide.function(record, params=params, run_id="manual__0",
+                                        dag_run=SimpleNamespace(dag_id=dag.dag_id))
+
+
+@pytest.mark.parametrize("change", [
+    {"min_drop": 0.9},  # an alert that never fires
+    {"probe_build": "1.9.0"},  # the probe of their choice
+    {"bisect_runs": [{"build": "1.6.0", "run_id": "manual__forged"}]},  # a reference of their choice
+    {"repeats": 3},
+])
+def test_a_probe_that_claims_a_chain_with_params_of_its_own_is_refused_before_it_measures(dag, manifest,
+                                                                                          monkeypatch, change):
+    """The attack on a chain: trigger mxbench_bisect with the chain's id and the conf it hands on,
+    changed. Refused at resolve_probe, naming the chain; the chain's own conf is still accepted."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    decision = first_decided(dag, monkeypatch, {"good_build": "1.6.0", "bad_build": "1.9.1",
+                                                "launchers": ["kubernetes"]})
+    conf = decision["next_conf"]
+    chain_id = conf["bisect_chain"]
+    with pytest.raises(AirflowFailException, match=rf"bisect chain {chain_id} did not hand this DAG run these params"):
+        bisect_tasks.resolve_probe.function(params=form(dag, {**conf, **change}), run_id="manual__theirs",
+                                            dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    with pytest.raises(AirflowFailException, match=r"is not one of mxbench_bisect's"):
+        bisect_tasks.resolve_probe.function(params=form(dag, {**conf, "bisect_chain": "0" * 32}),
+                                            run_id="manual__theirs", dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    assert bisect_tasks.resolve_probe.function(params=form(dag, conf), run_id="manual__1",
+                                               dag_run=SimpleNamespace(dag_id=dag.dag_id))["label"] == \
+        conf["probe_build"]
+
+
+def test_a_bisect_started_by_hand_carries_none_of_a_chains_state(dag, manifest):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    for state in ({"probe_build": "1.9.0"}, {"bisect_runs": [{"build": "1.6.0", "run_id": "manual__x"}]}):
+        with pytest.raises(AirflowFailException, match=r"leave all three empty to start a bisect"):
+            bisect_tasks.resolve_probe.function(
+                params=form(dag, {"good_build": "1.6.0", "bad_build": "1.9.1", **state}), run_id="manual__x",
+                dag_run=SimpleNamespace(dag_id=dag.dag_id))
+
+
+def test_two_dag_runs_with_the_chains_params_move_it_on_once(dag, manifest, monkeypatch):
+    """Someone triggers a copy of the chain's next DAG run (same conf): both may measure, the first
+    to decide moves the chain on, the second fails loudly and hands nothing on."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    conf = first_decided(dag, monkeypatch, {"good_build": "1.6.0", "bad_build": "1.9.1",
+                                            "launchers": ["kubernetes"]})["next_conf"]
+    params = form(dag, conf)
+    records = [bisect_tasks.resolve_probe.function(params=params, run_id=run_id,
+                                                   dag_run=SimpleNamespace(dag_id=dag.dag_id))
+               for run_id in ("manual__1", "manual__copy")]
+    bisect_tasks.decide.function(records[0], params=params, run_id="manual__1",
+                                 dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    with pytest.raises(AirflowFailException, match="did not hand this DAG run these params"):
+        bisect_tasks.decide.function(records[1], params=params, run_id="manual__copy",
+                                     dag_run=SimpleNamespace(dag_id=dag.dag_id))
 

@@ -5,7 +5,10 @@ One DAG run measures one build: the good build first (the reference), then each 
 ``decide`` reads this bisect's DAG runs back from the results store, judges each probe against
 the reference by the regression rule and picks the next build or names the first bad one, and
 ``next_probe`` triggers the next DAG run with the bisect's state in its conf (``bisect_runs``:
-each earlier DAG run and the build it measured; ``probe_build``: what it measures).
+each earlier DAG run and the build it measured; ``probe_build``: what it measures; ``bisect_chain``:
+the chain's id). The results store keeps each chain (``mxbench.store.bisect_chains``): a DAG run
+that claims one with params the chain did not hand on is refused before it measures, and the next
+probe's run id has a random part, so nobody can make it first.
 """
 from __future__ import annotations
 
@@ -29,22 +32,29 @@ def _plan(params) -> tuple:
 
 
 @task
-def resolve_probe(params=None, dag_run=None) -> dict:
+def resolve_probe(params=None, run_id=None, dag_run=None) -> dict:
     """The build this DAG run measures, as ``dag_tasks.resolve_build`` gives a date's: its record
     (package, commit, image, install spec, local interpreter or why it cannot run here) and its
-    bisect ``label``. A bad good/bad pair fails the DAG run here, naming the cause."""
+    bisect ``label``. A bad good/bad pair, or a claim on a chain that did not hand this DAG run
+    its params (``store.claim``), fails the DAG run here, naming the cause."""
     import dataclasses
 
     from airflow.sdk.exceptions import AirflowFailException
 
+    from mxbench import store
+    from mxbench.airflow_glue import connections
     from mxbench.builds import manifest as builds
     from mxbench.builds.record import RunBuild
+    from mxbench.matrix.params import bisect_chain_params
     from mxbench_train.errors import MxbenchError
     from mxbench_train.redaction import redact
 
     try:
         _, labels, entry, probe = _plan(params)
-    except (ValueError, MxbenchError) as exc:
+        url = connections.results_url(params)
+        with store.errors_without_password(url):
+            store.claim(url, dag_run.dag_id, run_id, params.get("bisect_chain", ""), bisect_chain_params(params))
+    except (ValueError, MxbenchError, store.StoreError) as exc:
         raise AirflowFailException(redact(f"bisect from {params['good_build']!r} to {params['bad_build']!r}: "
                                           f"{exc}")) from None
     build = RunBuild.of(entry, label=probe)
@@ -62,10 +72,16 @@ def resolve_probe(params=None, dag_run=None) -> dict:
 
 @task(trigger_rule="all_done", multiple_outputs=True)  # a probe whose runs failed is still decided on
 def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
-    """This bisect's DAG runs so far, judged; the next build to probe or the first bad build."""
+    """This bisect's DAG runs so far, judged; the next build to probe or the first bad build. The
+    chain moves on to the next DAG run's params in the results store (``store.advance_chain``)."""
+    import secrets
+
+    from airflow.sdk.exceptions import AirflowFailException
+
     from mxbench import store
     from mxbench.airflow_glue import connections
     from mxbench.airflow_glue.dag_tasks import dag_folder
+    from mxbench.matrix.params import bisect_chain_params
     from mxbench.regression import bisect
     from mxbench.run_folder import DagRunFolder, write_json
 
@@ -73,6 +89,12 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     runs = list(params.get("bisect_runs") or []) + [{"build": probe, "run_id": run_id}]
     variant, launcher = params["only_variants"][0], params["launchers"][0]
     url = connections.results_url(params)
+    try:
+        with store.errors_without_password(url):
+            chain_id = store.claim(url, dag_run.dag_id, run_id, params.get("bisect_chain", ""),
+                                   bisect_chain_params(params))
+    except store.ChainRefused as exc:
+        raise AirflowFailException(str(exc)) from None
     with store.errors_without_password(url):
         history = store.history(url, variant=variant, launcher=launcher, dag_ids=[dag_run.dag_id])
     speeds = bisect.speeds_by_run(history, [r["run_id"] for r in runs])
@@ -89,12 +111,17 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
         print(f"  {line}")
     with dag_folder(dag_run, run_id, "decide", tables=True) as dag_dir:  # for the report
         write_json(DagRunFolder(dag_dir).bisect, {"title": title, "path": bisect.path_lines(step)})
+    next_params = {**bisect_chain_params(params), "probe_build": step.next_build or "", "bisect_runs": runs}
+    with store.errors_without_password(url):
+        moved = store.advance_chain(url, chain_id, bisect_chain_params(params), None if step.done else next_params)
+    if not moved:  # a DAG run with the same params decided first: one chain never forks
+        raise AirflowFailException(f"bisect chain {chain_id}: another DAG run with these params decided this step "
+                                   "first; this one hands nothing on")
     return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
             "message": step.message, "path": [p.__dict__ for p in step.path],
-            "next_conf": {**dict(params), "probe_build": step.next_build or "", "bisect_runs": runs},
-            # one id per probe of this bisect: a cleared trigger finds it and starts no second chain (it
-            # fails saying so, as it does when someone else made that id first)
-            "next_run_id": f"{runs[0]['run_id']}__probe{len(runs)}"}
+            "next_conf": {**next_params, "bisect_chain": chain_id},
+            # unguessable, so that nobody makes it first; were it made first, the trigger fails, saying so
+            "next_run_id": f"{runs[0]['run_id']}__probe{len(runs)}__{secrets.token_hex(4)}"}
 
 
 @task.short_circuit

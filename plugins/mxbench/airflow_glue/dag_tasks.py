@@ -27,6 +27,7 @@ def dag_folder(dag_run, run_id: str, task: str, **scope):
 
 
 RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run
+BISECT_DAG_ID = "mxbench_bisect"  # the DAG the regression DAG starts bisects of
 
 
 @task
@@ -252,13 +253,19 @@ def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> li
 
 
 @task
-def bisects_to_start(findings: list, build: dict, params=None) -> list[dict]:
+def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_run=None) -> list[dict]:
     """The mxbench_bisect DAG runs to start for this DAG run's regressions (``bisect.regression_bisects``;
     not those triaged as acknowledged or expected), each ``conf`` with this DAG run's measuring params
-    and a ``trigger_run_id`` named by its variant, launcher and builds: a regression that lasts
-    many nights starts one bisect of that range, not one a night. None when ``bisect`` is off."""
+    and the id of a chain minted for it in the results store (``store.bisect_chains``), so that its
+    first DAG run proves it is this one's. A range this DAG already started a chain over is not
+    started again: a regression that lasts many nights starts one bisect of that range, not one a
+    night. The run id has a random part: nobody can make it first. None when ``bisect`` is off."""
+    import secrets
+
+    from mxbench import store
+    from mxbench.airflow_glue import connections
     from mxbench.builds import manifest as builds
-    from mxbench.matrix.params import BISECT_PARAMS_SCHEMA
+    from mxbench.matrix.params import BISECT_PARAMS_SCHEMA, bisect_chain_params
     from mxbench.regression import bisect
 
     if not params.get("bisect"):
@@ -267,9 +274,24 @@ def bisects_to_start(findings: list, build: dict, params=None) -> list[dict]:
     confs = bisect.regression_bisects(untriaged, build.get("package"), builds.load_manifest())
     shared = {name: value for name, value in params.items()
               if name in BISECT_PARAMS_SCHEMA and name not in ("only_variants", "launchers", "good_build",
-                                                               "bad_build", "probe_build", "bisect_runs")}
+                                                               "bad_build", "probe_build", "bisect_runs",
+                                                               "bisect_chain")}
+    url, starts = connections.results_url(params), []
     for conf in confs:
-        print(f"mxbench: starting mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
-              f"{conf['good_build']} to {conf['bad_build']}")
-    return [{"conf": {**shared, **conf}, "trigger_run_id": bisect.run_id_of(conf)} for conf in confs]
+        conf = {**shared, **conf}
+        described = (f"mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
+                     f"{conf['good_build']} to {conf['bad_build']}")
+        with store.errors_without_password(url):
+            if store.chains_over(url, BISECT_DAG_ID, dag_run.dag_id, conf["only_variants"][0], conf["launchers"][0],
+                                 conf["good_build"], conf["bad_build"]):
+                print(f"mxbench: {described}: started before by {dag_run.dag_id}, not again")
+                continue
+            chain_id = store.start_chain(url, dag_id=BISECT_DAG_ID, starter=(dag_run.dag_id, run_id),
+                                         variant=conf["only_variants"][0], launcher=conf["launchers"][0],
+                                         good_build=conf["good_build"], bad_build=conf["bad_build"],
+                                         first_params=bisect_chain_params(conf))
+        print(f"mxbench: starting {described}")
+        starts.append({"conf": {**conf, "bisect_chain": chain_id},
+                       "trigger_run_id": f"{bisect.run_id_of(conf)}__{secrets.token_hex(4)}"})
+    return starts
 

@@ -1,7 +1,7 @@
 """The three DAGs' trigger forms as JSON schemas: the benchmark's, the regression check's (the same
 params, a smaller default matrix and the rule's knobs) and the bisect's. Airflow renders each as a
 form and refuses a DAG run whose conf breaks it, before any task runs."""
-from typing import Dict
+from typing import Dict, Mapping
 
 from mxbench.matrix.variants import (
     DEFAULT_KUBERNETES_CONNECTION,
@@ -180,4 +180,15 @@ BISECT_PARAMS_SCHEMA: Dict[str, dict] = {
                     "items": {"type": "object", "required": ["build", "run_id"],
                               "properties": {"build": {"type": "string"}, "run_id": {"type": "string"}}},
                     "description": "Leave empty: filled in by the bisect."},
+    "bisect_chain": {"default": "", "type": "string", "title": "Bisect chain", "section": "Bisect",
+                     "description": "Leave empty: filled in by the bisect (its id in the results store, which "
+                                    "refuses a DAG run the chain did not hand these params)."},
 }
+
+
+def bisect_chain_params(params: Mapping) -> dict:
+    """What a bisect chain's digest covers (``store.bisect_chains``): every param of the bisect's
+    form but the chain's id, each as ``params`` sets it or else its default, so that a partial
+    conf (the regression DAG's) and the DAG run's full params it becomes digest alike."""
+    return {name: params.get(name, spec.get("default")) for name, spec in BISECT_PARAMS_SCHEMA.items()
+            if name != "bisect_chain"}

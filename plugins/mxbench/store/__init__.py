@@ -10,7 +10,8 @@ the DAG run's folder as the pipeline leaves it after ``join_results``.
 
 Modules: ``errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
 migrations), ``recording`` (storing DAG runs), ``reading`` (history, baselines, A/A calibrations),
-``alerts`` (the triage state of regression alerts and its record) and ``schema`` (the tables).
+``alerts`` (the triage state of regression alerts and its record), ``bisect_chains`` (which DAG runs
+belong to a bisect) and ``schema`` (the tables).
 Their public names are exported here.
 """
 from mxbench.store.alerts import (
@@ -20,6 +21,16 @@ from mxbench.store.alerts import (
     read_alerts,
     series_alerts,
     set_alert_state,
+)
+from mxbench.store.bisect_chains import (
+    ChainRefused,
+    advance_chain,
+    chain,
+    chain_started_by,
+    chains_over,
+    claim,
+    params_digest,
+    start_chain,
 )
 from mxbench.store.database import (
     MIGRATIONS,
@@ -48,5 +59,7 @@ from mxbench.store.schema import metadata
 __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_without_password",
            "URL_ENV", "MIGRATIONS", "default_url", "url_of_connection", "engine_name", "engine", "alembic_config",
            "migrate", "ready_engine", "TRIGGERS", "fingerprint", "record_dag_run", "import_runs", "history",
-           "read_history", "baseline", "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
+           "read_history", "baseline", "start_chain", "chain", "chain_started_by", "chains_over", "advance_chain",
+           "params_digest", "claim", "ChainRefused",
+           "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

@@ -167,3 +167,26 @@ alert_changes = sa.Table(
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+# revision 0008: each bisect chain (``mxbench.store.bisect_chains``): minted by its first DAG run (or by
+# the regression DAG that starts it), with the digest of the params its next DAG run must carry. A
+# DAG run that claims a chain without them is refused; a trigger user cannot steer or stop one.
+bisect_chains = sa.Table(
+    "bisect_chains", metadata,
+    sa.Column("chain_id", sa.String(32), primary_key=True),  # secrets.token_hex(16)
+    sa.Column("dag_id", sa.String(250), nullable=False),
+    # who minted it: the bisect's first DAG run (a person's), or the regression DAG run that started it
+    sa.Column("starter_dag", sa.String(250), nullable=False),
+    sa.Column("starter_run", sa.String(250), nullable=False),
+    sa.Column("variant", sa.String(200), nullable=False),
+    sa.Column("launcher", sa.String(50), nullable=False),
+    sa.Column("good_build", sa.String(250), nullable=False),
+    sa.Column("bad_build", sa.String(250), nullable=False),
+    sa.Column("decided", sa.Integer, nullable=False),  # DAG runs of the chain decided so far
+    sa.Column("expected_params", sa.String(64)),  # sha256 of the next DAG run's params; NULL: done
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    # the regression DAG starts one bisect per range
+    sa.Index("ix_bisect_chains_range", "dag_id", "variant", "launcher", "good_build", "bad_build"),
+)
