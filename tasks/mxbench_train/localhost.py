@@ -13,6 +13,7 @@ class ProcStat(NamedTuple):
     ppid: int
     pgrp: int
     start_ticks: int  # clock ticks after boot: tells a process from a later one given its pid
+    cpu_ticks: int = 0  # user + system CPU time so far, clock ticks
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,14 +49,14 @@ def pid_scope() -> str:
 
 
 def proc_stat(pid) -> Optional[ProcStat]:
-    """Fields 3, 4, 5 and 22 of proc(5)'s ``/proc/<pid>/stat``; None when there is no such process."""
+    """Fields 3, 4, 5, 22 and 14 + 15 of proc(5)'s ``/proc/<pid>/stat``; None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except (OSError, ValueError):
         return None
     fields = data[data.rindex(")") + 2:].split()  # the name before ")" may hold spaces and parens
-    return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
+    return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]), int(fields[11]) + int(fields[12]))
 
 
 def start_ticks(pid) -> Optional[int]:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import telemetry
+from . import interference, telemetry
 from .args import build_parser, parse_floats, parse_ints, validate
 from .errors import MxbenchError, NonFiniteLoss
 from .events import format_event
@@ -164,6 +164,7 @@ def main(argv):
     started = time.time()
     status, error, exit_code, epochs_done = "error", None, 1, 0
     sampler.start()
+    host = interference.HostWatch(gpus).start()
     try:
         epoch_size = max(num_examples // args.batch_size // workers, 1)
         if args.benchmark:
@@ -210,5 +211,5 @@ def main(argv):
         log.info(format_event(
             "run_end", rank=rank, num_workers=workers, status=status, exit_code=exit_code, error=error,
             epochs_completed=epochs_done, images_seen=progress.images,
-            wall_time_s=round(time.time() - started, 3), gpu=sampler.stop()))
+            wall_time_s=round(time.time() - started, 3), gpu=sampler.stop(), host=host.stop()))
     return 0

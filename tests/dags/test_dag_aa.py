@@ -67,7 +67,8 @@ def test_the_arms_are_compared_and_the_noise_floor_fits_the_runs(calibrated):
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     assert floor["drift_per_run"] == pytest.approx(coef[1], rel=1e-6, abs=1e-12)
     assert floor["cv"] == pytest.approx(np.sqrt(((y - design @ coef) ** 2).sum() / (len(y) - 3)), rel=1e-6)
-    assert 0 < floor["cv"] < 0.5
+    # what the code computed from the runs, never how quiet the machine was (a busy one measured 0.63)
+    assert np.isfinite(floor["cv"]) and floor["cv"] > 0
 
 
 def test_the_report_leads_with_the_false_calls_and_shows_the_noise_floor(calibrated):

@@ -237,7 +237,9 @@ def test_a_person_sees_the_report_and_the_history_in_the_airflow_ui(stack, finis
     samples = cells[next(i for i, h in enumerate(headers) if "samples/s" in h)]
     assert float(samples.split()[0].replace(",", "")) > 0, (headers, cells)  # a measured number, not n/a
     plots = browser.find_elements(By.TAG_NAME, "img")
-    assert len(plots) >= 3 and all(p.get_property("naturalWidth") > 300 for p in plots)
+    # one variant, one launcher, synthetic data: no one-point scaling plot, no accuracy plot; what is
+    # drawn loads and says in words what it shows
+    assert plots and all(p.get_property("naturalWidth") > 300 and p.get_attribute("alt") for p in plots)
     screenshot(browser, "benchmark-report.png")
 
     framed_page(browser, stack, "/plugin/benchmark-history", "Benchmark history")

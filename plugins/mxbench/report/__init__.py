@@ -215,7 +215,9 @@ def run_order_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "run": ordered["key"], "launcher": ordered["launcher"], "status": ordered["status"],
         "started (UTC)": pd.to_datetime(ordered["started"], unit="s", utc=True).dt.strftime("%H:%M:%S"),
-        "samples/s": ordered["samples_per_sec"].map(fmt)})
+        "samples/s": ordered["samples_per_sec"].map(fmt),
+        **({"contended": ordered["contention"].fillna("").where(ordered["contended"].fillna(False).astype(bool), "")}
+           if "contended" in ordered else {})})
 
 
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:

@@ -7,6 +7,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import pandas as pd
 
+from mxbench.results import interference
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 TARGET_NAMES = {"local": "Local", "ssh": "SSH", "kubernetes": "Kubernetes"}
@@ -42,6 +43,9 @@ def conditions(dag_dir: Path) -> List[Condition]:
                                f"REUSED: {', '.join(reused)} were measured by an earlier attempt of this DAG run and "
                                "reused as they were."))
     found += [Condition(shorten("R" + note.split(": ", 1)[1].split(":")[0][1:]), note) for note in retried_notes(runs)]
+    contended = interference.contended_line(runs)
+    if contended:
+        found.append(Condition(contended.split(" had other work")[0] + " had other work on their hosts", contended))
     found += [Condition(shorten(f"Note: {note}"), f"NOTE: {note}")
               for note in request.get("params", {}).get("notes") or []]
     for reason in (request.get("unavailable") or {}).values():

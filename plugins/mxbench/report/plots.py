@@ -43,6 +43,10 @@ def plot_run_order(runs: pd.DataFrame, path: Path):
     for i, (launcher, group) in enumerate(ok.groupby("launcher", sort=False)):
         ax.plot(group.index + 1, group["samples_per_sec"], linestyle="none", marker=MARKERS[i % len(MARKERS)],
                 color=PALETTE[i % len(PALETTE)], label=launcher)
+    contended = ok[ok["contended"].fillna(False).astype(bool)] if "contended" in ok else ok.iloc[:0]
+    if not contended.empty:  # a ring around each run that had other work on its hosts
+        ax.plot(contended.index + 1, contended["samples_per_sec"], linestyle="none", marker="o", markersize=14,
+                markerfacecolor="none", markeredgecolor="black", label="contended (other work on its hosts)")
     ax.set(xlabel="run, in the order it started", ylabel="samples/s (Speedometer)",
            title="Every run's speed in the order it ran")
     if ax.get_legend_handles_labels()[0]:

@@ -36,7 +36,7 @@ from mxbench.matrix.variants import (
     stop_budget,
     variant_from_dict,
 )
-from mxbench.results import calibration, convergence
+from mxbench.results import calibration, convergence, interference
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
@@ -241,7 +241,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "reused": False, "warnings": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None,
-           "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"]))}
+           "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"])),
+           **dict.fromkeys(interference.COLUMNS)}
     parsed = parse_run_logs(folder.logs())
     tag = {"key": run["key"], "variant": variant.id, "launcher": leg(run), "repeat": run["repeat"]}
     speed, epochs = parsed.speed.assign(**tag), parsed.epochs.assign(**tag)
@@ -276,7 +277,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
             row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
                                                 "first_epoch_s", "warmup_excluded", "validation_accuracy")})
-            row.update(gpu_usage(run_dir), warnings="; ".join(warnings) or None)
+            row.update(**gpu_usage(run_dir), **interference.summarise(parsed.events),
+                       warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})

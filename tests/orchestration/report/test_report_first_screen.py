@@ -145,3 +145,24 @@ def test_at_1366x768_the_answer_is_the_first_screen_and_the_page_passes_axe(thre
         assert len(seen["rows"]) == 3 and not HASH.search(seen["title"])
         assert axe_violations(browser) == []
         screenshot(browser, "report-first-screen.png")
+
+
+def test_contended_runs_are_one_condition_line_and_marked_in_the_run_order(tmp_path):
+    """Interference measured on the hosts (``results.interference``): the conditions box names the
+    contended runs and why; the run-order table says it of each; the plot is drawn with them ringed."""
+    dag_dir = make_dag_dir(tmp_path, "busy", ok_runs(speeds=(100.0, 60.0, 101.0)))
+    runs_csv = dag_dir / "tables" / "runs.csv"
+    runs = pd.read_csv(runs_csv)
+    runs["contended"] = [False, True, False]
+    runs["contention"] = [None, "other processes used 0.93 cores", None]
+    runs.to_csv(runs_csv, index=False)
+    out = report.build_report(dag_dir)
+    md = (dag_dir / "report" / "report.md").read_text()
+    (line,) = [c for c in notes.conditions(dag_dir) if c.short.startswith("Contended")]
+    assert line.short == "Contended: 1 of 3 runs had other work on their hosts"
+    assert "cpu2-bs32__local__r2 (other processes used 0.93 cores)" in line.detail
+    assert md.index("Contended: 1 of 3 runs") < md.index("## Every run in the order it ran")
+    order = md.split("## Every run in the order it ran\n\n", 1)[1].split("\n## ", 1)[0]
+    (busy,) = [row for row in order.splitlines() if "__r2 " in row]
+    assert "other processes used 0.93 cores" in busy
+    assert (dag_dir / "report" / "run_order.png").is_file() and out

@@ -1,0 +1,66 @@
+"""Was a run contended? What its workers saw of the other work on their hosts. Pure.
+
+Each worker's ``run_end`` event carries ``host``: what ``mxbench_train.interference.HostWatch``
+read over its training (CPU pressure, steal, CPU seconds of processes outside the run, load, GPU
+processes that are not the run's). ``summarise`` folds a run's workers into one row per run, host by
+host, worst first; a run is **contended** when on any of its hosts other processes used at least
+``FOREIGN_CORES`` of a core on average, the hypervisor stole at least ``STEAL`` of the CPU time, or
+another process computed on its GPUs. CPU pressure alone does not mark a run: the run's own roles
+wait for each other's cores (two workers on two cores), which is not a neighbour.
+"""
+from typing import Iterable, List, Optional
+
+FOREIGN_CORES = 0.25  # cores' worth of CPU used by processes outside the run, on average over its span
+STEAL = 0.05  # share of CPU time the hypervisor gave to another guest
+COLUMNS = ("hosts", "cpu_pressure", "steal", "foreign_cores", "load1", "gpu_foreign", "contended", "contention",
+           "interference_unread")
+
+
+def _worst(values: Iterable[Optional[float]]) -> Optional[float]:
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
+
+
+def host_readings(events: Iterable[dict]) -> List[dict]:
+    """The ``host`` readings of a run's workers (``run_end`` events), one per worker that had one."""
+    return [e["host"] for e in events if e.get("event") == "run_end" and isinstance(e.get("host"), dict)]
+
+
+def summarise(events: Iterable[dict], foreign_cores: float = FOREIGN_CORES, steal: float = STEAL) -> dict:
+    """One runs-table row's interference columns (``COLUMNS``); all None when no worker said."""
+    readings = host_readings(events)
+    if not readings:
+        return {**dict.fromkeys(COLUMNS), "contended": None,
+                "interference_unread": "no worker reported its host (a trainer from before mxbench read hosts)"}
+    foreign = [r["foreign_cpu_s"] / r["wall_s"] if r.get("wall_s") and r.get("foreign_cpu_s") is not None else None
+               for r in readings]
+    gpu_foreign = sum(len(r.get("gpu_foreign_processes") or []) for r in readings)
+    row = {"hosts": ", ".join(sorted({str(r.get("host")) for r in readings})),
+           "cpu_pressure": _worst(r.get("cpu_pressure") for r in readings),
+           "steal": _worst(r.get("steal") for r in readings), "foreign_cores": _worst(foreign),
+           "load1": _worst(r.get("load1") for r in readings), "gpu_foreign": gpu_foreign}
+    reasons = []
+    if row["foreign_cores"] is not None and row["foreign_cores"] >= foreign_cores:
+        reasons.append(f"other processes used {row['foreign_cores']:.2f} cores")
+    if row["steal"] is not None and row["steal"] >= steal:
+        reasons.append(f"steal {row['steal']:.0%}")
+    if gpu_foreign:
+        reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
+    unread = sorted({u for r in readings for u in r.get("unreadable") or []}
+                    | {r["gpu_unreadable"] for r in readings if r.get("gpu_unreadable")})
+    return {**row, "contended": bool(reasons), "contention": "; ".join(reasons) or None,
+            "interference_unread": "; ".join(unread) or None}
+
+
+def contended_line(runs) -> Optional[str]:
+    """One line for the report's conditions: how many runs were contended and which, or None when
+    none was (or none could say)."""
+    if "contended" not in runs:
+        return None
+    marked = runs[runs["contended"].fillna(False).astype(bool)]
+    if marked.empty:
+        return None
+    keys = ", ".join(f"{row.key} ({row.contention})" for row in marked.itertuples())
+    return (f"Contended: {len(marked)} of {int(runs['contended'].notna().sum())} runs had other work on their hosts "
+            f"(at least {FOREIGN_CORES} of a core by other processes, or {STEAL:.0%} steal, or another GPU "
+            f"process): {keys}. Their speeds are in the verdicts as measured.")

@@ -1,0 +1,39 @@
+"""A run's interference, folded from its workers' readings, and how the report says it."""
+import pandas as pd
+
+from mxbench.results import interference
+
+
+def reading(host="a", wall=10.0, foreign=0.0, steal=0.0, pressure=0.1, gpus=(), unreadable=()):
+    return {"event": "run_end", "host": {"host": host, "wall_s": wall, "foreign_cpu_s": foreign, "steal": steal,
+                                         "cpu_pressure": pressure, "load1": 1.5, "unreadable": list(unreadable),
+                                         "gpu_foreign_processes": list(gpus)}}
+
+
+def test_a_quiet_run_is_not_contended_even_under_its_own_pressure():
+    row = interference.summarise([reading(pressure=0.6), reading("b", foreign=1.0)])
+    assert row["contended"] is False and row["contention"] is None
+    assert row["hosts"] == "a, b" and row["cpu_pressure"] == 0.6 and row["foreign_cores"] == 0.1
+
+
+def test_each_signal_marks_a_run_and_says_why():
+    assert interference.summarise([reading(foreign=2.5)])["contention"] == "other processes used 0.25 cores"
+    assert interference.summarise([reading(steal=0.07)])["contention"] == "steal 7%"
+    row = interference.summarise([reading(gpus=[{"pid": 1}]), reading("b", foreign=5.0)])
+    assert row["contended"] and row["contention"] == "other processes used 0.50 cores; 1 other process(es) on its GPUs"
+
+
+def test_what_no_host_could_read_is_said():
+    row = interference.summarise([reading(unreadable=["cpu pressure (no /proc/pressure/cpu)"])])
+    assert row["interference_unread"] == "cpu pressure (no /proc/pressure/cpu)" and row["cpu_pressure"] == 0.1
+    old = interference.summarise([{"event": "run_end", "status": "ok"}])
+    assert old["contended"] is None and "no worker reported its host" in old["interference_unread"]
+
+
+def test_the_conditions_line_names_the_contended_runs():
+    runs = pd.DataFrame({"key": ["r1", "r2", "r3"], "contended": [True, False, None],
+                         "contention": ["steal 7%", None, None]})
+    line = interference.contended_line(runs)
+    assert line.startswith("Contended: 1 of 2 runs had other work on their hosts") and "r1 (steal 7%)" in line
+    assert interference.contended_line(runs.assign(contended=[False, False, None])) is None
+    assert interference.contended_line(runs.drop(columns=["contended"])) is None

@@ -1,0 +1,123 @@
+"""What else used the host while a worker trained: a planted CPU hog is seen as foreign, the run's
+own processes (its descendants, its other roles) are not, and a signal that cannot be read is named."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mxbench_train import interference, localhost
+
+BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+STAND_IN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
+
+
+def orphan_hog(seconds: float, env=None) -> int:
+    """A process that burns a core and is nobody's descendant here (its shell exits at once): its pid."""
+    out = subprocess.run(["sh", "-c", f'{sys.executable} -c "$BUSY" >/dev/null 2>&1 & echo $!'], env={
+        **os.environ, **(env or {}), "BUSY": BUSY.format(s=seconds)}, capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def cpu_seconds(pid: int) -> float:
+    stat = localhost.proc_stat(pid)
+    return stat.cpu_ticks / interference.TICKS if stat else 0.0
+
+
+def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypatch):
+    monkeypatch.delenv("DMLC_PS_ROOT_URI", raising=False)
+    hog = orphan_hog(2.5)
+    own = subprocess.Popen([sys.executable, "-c", BUSY.format(s=2.5)])
+    try:
+        watch = interference.HostWatch().start()
+        hog_before, own_before = cpu_seconds(hog), cpu_seconds(own.pid)
+        time.sleep(1.5)
+        hog_used, own_used = cpu_seconds(hog) - hog_before, cpu_seconds(own.pid) - own_before
+        found = watch.stop()
+    finally:
+        own.kill()
+        own.wait()
+    assert hog_used > 0.1 and own_used > 0.1  # both burned CPU over the span
+    # foreign: at least the hog's seconds (other processes may add), and the own child's are not in it
+    tick = 1 / interference.TICKS
+    assert found["foreign_cpu_s"] >= hog_used - 2 * tick
+    assert found["wall_s"] >= 1.5 and found["cpus"] == os.cpu_count()
+    for key in ("cpu_pressure", "steal"):  # this machine has PSI and /proc/stat
+        assert 0 <= found[key] <= found["cpus"], found
+
+
+def test_a_process_of_the_same_distributed_run_is_the_runs_own(monkeypatch):
+    """The run's scheduler and servers share its DMLC_PS_ROOT_URI and PORT but are not the worker's children."""
+    marker = {"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "49999"}
+    for name, value in marker.items():
+        monkeypatch.setenv(name, value)
+    sibling = orphan_hog(2.0, marker)
+    stranger = orphan_hog(2.0, {"DMLC_PS_ROOT_PORT": "50000"})
+    time.sleep(0.3)
+    watch = interference.HostWatch()
+    foreign = interference.foreign_ticks(watch.own_root, watch.marker)
+    assert stranger in foreign and sibling not in foreign
+
+
+def test_what_cannot_be_read_is_named_and_the_rest_goes_on(monkeypatch, tmp_path):
+    (tmp_path / "stat").write_text("cpu  100 0 50 800 0 0 0 50 0 0\n")
+    monkeypatch.setattr(interference, "PROC", tmp_path)  # a pod without PSI
+    assert interference.pressure_total_us(tmp_path) is None
+    assert interference.cpu_ticks(tmp_path) == {"total": 1000, "steal": 50}
+    (tmp_path / "pressure").mkdir()
+    (tmp_path / "pressure" / "cpu").write_text("some avg10=1.00 avg60=2.00 avg300=52.00 total=123456\n"
+                                               "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    assert interference.pressure_total_us(tmp_path) == 123456
+    monkeypatch.setattr(interference, "pressure_total_us", lambda proc=None: None)
+    found = interference.HostWatch().start().stop()
+    assert "cpu pressure (no /proc/pressure/cpu)" in found["unreadable"] and "foreign_cpu_s" in found
+
+
+def test_a_gpu_process_that_is_not_the_runs_is_foreign_and_clocks_are_read(monkeypatch):
+    monkeypatch.setenv("PATH", f"{STAND_IN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MXBENCH_FAKE_GPU_PIDS", f"{os.getpid()},1")
+    found = interference.gpu_interference([0, 1], os.getpid(), None)
+    assert [p["pid"] for p in found["gpu_foreign_processes"]] == [1]  # ours is not foreign
+    assert found["gpu_clocks"] == [{"index": "0", "sm_mhz": "1980", "throttle_reasons": "0x0000000000000000"},
+                                   {"index": "1", "sm_mhz": "1980", "throttle_reasons": "0x0000000000000004"}]
+
+
+def test_no_gpu_tool_is_said(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert interference.gpu_interference([0], os.getpid(), None) == {"gpu_unreadable": "nvidia-smi not found"}
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_hogs():
+    yield
+    subprocess.run(["pkill", "-f", "end = time.time()"], check=False)
+
+
+def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_path):
+    """The trainer for real (MXNet, a tiny ResNet) while a process outside its run burns a core: its
+    run_end says what the hog used, and the results side marks the run contended, naming why."""
+    from conftest import run_trainer
+    from mxbench.results import interference as results_interference
+    from mxbench_train.events import parse_event
+
+    hog = orphan_hog(120)
+    try:
+        done = run_trainer("train", "--num-layers", "8", "--kv-store", "local", "--batch-size", "50",
+                           "--disp-batches", "5", "--num-epochs", 1, "--data-train", cifar_rec / "cifar10_train.rec",
+                           "--data-val", cifar_rec / "cifar10_val.rec", "--log-dir", tmp_path)
+        hog_used = cpu_seconds(hog)
+    finally:
+        os.kill(hog, 9)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [e for e in map(parse_event, (tmp_path / "rank0.log").read_text().splitlines()) if e]
+    (end,) = [e for e in events if e["event"] == "run_end"]
+    host = end["host"]
+    # the hog ran before, during and after training, a busy loop against a trainer on two cores: a
+    # fair share of a core is far above the contended threshold
+    assert host["foreign_cpu_s"] <= hog_used + host["wall_s"] * (os.cpu_count() or 1)
+    row = results_interference.summarise(events)
+    assert row["hosts"] == host["host"]
+    assert row["foreign_cores"] == pytest.approx(host["foreign_cpu_s"] / host["wall_s"])
+    assert row["contended"] is True and "other processes used" in row["contention"], (row, hog_used)
