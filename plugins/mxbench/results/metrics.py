@@ -5,7 +5,8 @@ summed, as each worker's Speedometer measures only its share), seconds/epoch
 (the first epoch excluded when later ones exist), validation accuracy.
 Per variant: median and spread over repeats, speedup and scaling efficiency
 against the 1-device baseline. Across launchers: the speed ratio with the
-verdict statistics of ``verdict``, paired by round when the runs came in rounds.
+verdict statistics of ``verdict``, paired by round when the runs came in rounds, each pair on
+the rounds its own plan asked for, and the lines of one report controlled as a family.
 """
 import math
 from typing import List, Optional, Tuple
@@ -187,8 +188,10 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
     unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap) when
     the rounds' number was chosen from the first stage (``verdict.rounds_planned``): then the
-    paired verdict is the two-stage one and ``stopping`` says why the rounds stopped. A round
-    skipped as not needed is no run here; so is the rest of a round one of whose runs was skipped."""
+    paired verdict is the two-stage one over the rounds the pair's own first stage planned
+    (``planned``: a round run for another pair is in ``stopping``, not in the verdict) and
+    ``stopping`` says why the rounds stopped. A round skipped as not needed is no run here; so is
+    the rest of a round one of whose runs was skipped. The lines are a family (``controlled``)."""
     skipped = runs[runs["status"] == "skipped"]
     if not skipped.empty:
         part_skipped = set(zip(skipped["variant"], skipped["repeat"]))
