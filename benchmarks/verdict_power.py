@@ -11,7 +11,8 @@ JSON ``{"cv": ..., "drift_per_run": ...}`` or ``{"entries": [...]}`` of them. Si
 - landed, ABBA: the same rule on counterbalanced order (a b, b a, b a, a b, ...), to show how
   much the order alone buys;
 - new: counterbalanced order analysed in pairs (``verdict.compare_paired``: per-round log ratios,
-  t interval, exact sign-flip test), at n = 4, 6, 8 rounds;
+  t interval, a paired t test while the ratios pass a normality check, else the exact sign-flip
+  test), at n = 4, 6, 8 rounds;
 - two-stage, the design the main job runs: ``floors.rounds_needed()`` rounds first, then as many
   rounds in all as ``verdict.rounds_planned`` plans from their spread (``--target-gap``, at most
   ``--max-rounds``), judged by ``verdict.compare_two_stage``. Its number of rounds is random.
@@ -328,8 +329,8 @@ def main(argv=None):
     if worst_landed["rate"] > alpha_bound(worst_landed["trials"]):
         print(f"  (the landed blocked rule itself calls {worst_landed['rate']:.0%} of identical launchers different "
               f"at {worst_landed['label']}: its gaps are at a false-call rate above α, which flatters it)")
-    print(f"(fewer than {first_n} rounds paired cannot reach α at all: a sign-flip test over n rounds gives "
-          f"p ≥ 2/2^n; {time.monotonic() - started:.0f} s)")
+    print(f"(fewer than {first_n} rounds paired, the sign-flip test that non-normal ratios fall back to cannot "
+          f"reach α: it gives p ≥ 2/2^n; {time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                 "description": "Rounds per variant: each round runs the variant once under each launcher, in "
                                "counterbalanced order (a b, b a, ...) so that a slow drift of the machines cancels. "
                                f"Comparing launchers round by round needs at least {rounds_needed()} rounds (a "
-                               f"sign-flip test over fewer cannot reach p < {ALPHA:g}); compared unpaired (a run "
+                               "sign-flip test, which the paired verdict falls back to when a slow run makes its "
+                               f"ratios non-normal, cannot reach p < {ALPHA:g} over fewer); compared unpaired (a run "
                                f"failed, or the runs overlapped), {repeats_needed()} a side.",
                 "section": "What to run"},
     "max_repeats": {"default": None, "type": ["null", "integer"], "minimum": 1, "maximum": 50,

@@ -352,20 +352,46 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     # launcher alike instead of biasing whichever ran last; within a round, the variant's
     # launchers in counterbalanced order (``round_order``). Rounds beyond ``repeats`` are
     # optional: the DAG skips those the first rounds did not plan (``stop_rule``).
-    # A/A calibration: each launcher runs as two arms, back to back and ABBA within the round,
-    # so each arm pair is paired like two launchers (``calibration``).
-    arms = ("a", "b") if calibrating(params) else (None,)
+    # A/A calibration: each launcher runs as two arms, spaced like real pairs (``aa_spaced``) and
+    # ABBA over the rounds, so each arm pair is paired like two launchers (``calibration``).
     runs = []
     for r in range(1, most_rounds + 1):
-        for v in variants:
-            own = [launcher for launcher in launchers if not v.launchers or launcher in v.launchers]
-            legs = [(launcher, arm) for launcher in round_order(own, r) for arm in round_order(arms, r)]
-            for position, (launcher, arm) in enumerate(legs, start=1):
+        units = [(v, launcher) for v in variants
+                 for launcher in round_order([x for x in launchers if not v.launchers or x in v.launchers], r)]
+        if calibrating(params):
+            legs = aa_spaced(units, round_order(("a", "b"), r), lambda launcher: machine_set_of(launcher, sets))
+        else:
+            legs = [[(v, launcher, None) for v, launcher in units if v is u] for u in variants]
+        for part in legs:
+            for position, (v, launcher, arm) in enumerate(part, start=1):
                 run = {"launcher": launcher, **({"arm": arm} if arm else {})}
                 runs.append({"key": run_key(v.id, leg(run), r), "variant": asdict(v), **run,
                              "repeat": r, "round": r, "position": position, "optional": r > repeats,
                              **({"unavailable": unavailable[launcher]} if launcher in unavailable else {})})
     return runs
+
+
+def aa_spaced(units: Sequence[tuple], arms: Sequence[str], set_of) -> List[List[tuple]]:
+    """One round of an A/A calibration: the round's (variant, launcher) ``units`` in order, each as
+    two arms (``arms``: which runs first), one list of (variant, launcher, arm) per machine set
+    (``set_of(launcher)``; each set's runs queue apart). Each unit's second arm comes two runs
+    after its first, with the next unit's first arm between (u1 a, u2 a, u1 b, u3 a, u2 b, u3 b):
+    real launcher pairs run one or two apart with a launcher between, and so do the arms, so the
+    noise floor they measure is the real pairs' (back to back, a slow change of load would hide
+    from it). The last unit of a set's round, or a lone one, runs its arms back to back."""
+    first, second = arms
+    parts: Dict[str, List[tuple]] = {}
+    for v, launcher in units:
+        parts.setdefault(set_of(launcher), []).append((v, launcher))
+    spaced = []
+    for part in parts.values():
+        order = []
+        for i, (v, launcher) in enumerate(part):
+            order.append((v, launcher, first))
+            if i:
+                order.append((*part[i - 1], second))
+        spaced.append(order + [(*part[-1], second)])
+    return spaced
 
 
 # What a variant's runs measure, beside its id: every field that changes samples/s (``setup`` and

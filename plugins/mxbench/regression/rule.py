@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 import pandas as pd
 
 from mxbench.stats import verdict
+from mxbench.stats.family import benjamini_hochberg
 from mxbench_train.redaction import redact
 
 MIN_DROP = 0.05  # a drop smaller than this is not worth an alert, however certain
@@ -168,19 +169,6 @@ def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_
         finding.baseline_builds = sorted({str(b) for b in base.get("mxnet_package", pd.Series(dtype=str)).dropna()})
         findings.append(with_noise(finding, (noise or {}).get((variant, launcher)), min_drop))
     return controlled(findings)
-
-
-def benjamini_hochberg(p_values: Sequence[float]) -> List[float]:
-    """The Benjamini–Hochberg adjusted p-values (q), in the order given: calling every q < α keeps
-    the expected share of false calls among the calls at α or below."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    q, running = [1.0] * m, 1.0
-    for rank in range(m, 0, -1):  # from the largest p down: q is monotone in p
-        i = order[rank - 1]
-        running = min(running, p_values[i] * m / rank)
-        q[i] = min(1.0, running)
-    return q
 
 
 def controlled(findings: List[Finding], alpha: float = verdict.ALPHA) -> List[Finding]:

@@ -59,8 +59,12 @@ def why(row: dict, outcome: str) -> str:
     runs = "" if math.isnan(n) else (f"{int(n)} rounds paired" if analysis.startswith("paired")
                                      else f"{int(n)} vs {int(number(row.get('n_reference'), 0))} runs unpaired")
     detectable = number(row.get("min_detectable"))
+    adjusted = number(row.get("p_adjusted"))
+    family = f" ({text_of(row.get('family'))}: adjusted p = {adjusted:.3f})" if not math.isnan(adjusted) else ""
     if outcome in ("slower", "faster"):
-        reason = f"{p_text} < α = {alpha:g} and the interval excludes 100%"
+        reason = f"{p_text}{family} < α = {alpha:g} and the interval excludes 100%"
+    elif outcome == "borderline" and p < alpha and not math.isnan(adjusted) and adjusted >= alpha:
+        reason = f"{p_text} < α alone, not across the family{family}: more rounds would settle it"
     elif outcome == "within noise":
         reason = (f"{p_text}; a gap of {detectable:.0%} or more would have shown" if not math.isnan(detectable)
                   else f"{p_text}; the runs show no spread to judge a gap by")
@@ -69,6 +73,10 @@ def why(row: dict, outcome: str) -> str:
     else:
         reason = f"{p_text}: no result at this number of runs could reach α = {alpha:g}"
     return f"{reason} ({runs})" if runs else reason
+
+
+def text_of(value) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def answer_table(rows: List[AnswerRow]) -> pd.DataFrame:

@@ -73,8 +73,15 @@ def verdict_lines(ratios: pd.DataFrame) -> List[str]:
     """The report's answer, one line per variant and launcher pair (``metrics.launcher_ratios``'s
     rows): the ratio and its interval, the analysis that gave the verdict (paired over n rounds,
     or unpaired and why) and the verdict's words; then why the rounds stopped, where the table says.
-    Tables from before the analysis and stopping columns read as the unpaired rule they came from."""
-    return [verdict_line(row) for row in ratios.to_dict("records")]
+    Tables from before the analysis and stopping columns read as the unpaired rule they came from.
+    Last, how the family of lines was controlled (``metrics.controlled``), where the table says."""
+    lines = [verdict_line(row) for row in ratios.to_dict("records")]
+    families = [text(f) for f in ratios.get("family", pd.Series(dtype=object)) if text(f)]
+    if families:
+        lines.append(f"Family: {families[0]}: each line's p is adjusted over them all and a difference is "
+                     f"called only when the adjusted p < α, so identical launchers give a false line in at most "
+                     f"α of reports.")
+    return lines
 
 
 def verdict_line(row: dict) -> str:

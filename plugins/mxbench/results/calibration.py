@@ -1,7 +1,8 @@
 """A/A calibration: the machines' noise floor, measured by running each launcher against itself.
 
 With ``aa_calibration`` (or the ``aa-calibration`` preset) each launcher runs as two arms,
-``local`` and ``local-b``, in the same rounds, back to back, ABBA (``variants.expand_runs``).
+``local`` and ``local-b``, in the same rounds, spaced like real launcher pairs, ABBA over the
+rounds (``variants.aa_spaced``).
 The arms are identical, so whatever tells them apart is noise. From one such DAG run, per
 variant and launcher:
 

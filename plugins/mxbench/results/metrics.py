@@ -5,7 +5,8 @@ summed, as each worker's Speedometer measures only its share), seconds/epoch
 (the first epoch excluded when later ones exist), validation accuracy.
 Per variant: median and spread over repeats, speedup and scaling efficiency
 against the 1-device baseline. Across launchers: the speed ratio with the
-verdict statistics of ``verdict``, paired by round when the runs came in rounds.
+verdict statistics of ``verdict``, paired by round when the runs came in rounds, each pair on
+the rounds its own plan asked for, and the lines of one report controlled as a family.
 """
 import math
 from typing import List, Optional, Tuple
@@ -14,7 +15,7 @@ import pandas as pd
 
 from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
 from mxbench.results.parse import ParsedLog
-from mxbench.stats import verdict
+from mxbench.stats import family, verdict
 from mxbench.stats.floors import rounds_needed
 
 
@@ -158,7 +159,7 @@ RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string
                  "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
                  "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
                  "outcome": "string", "order": "string", "analysis": "string", "verdict": "string",
-                 "stopping": "string", "noise_floor": "string"}
+                 "stopping": "string", "noise_floor": "string", "p_adjusted": "float64", "family": "string"}
 
 
 # simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
@@ -187,8 +188,10 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
     unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap) when
     the rounds' number was chosen from the first stage (``verdict.rounds_planned``): then the
-    paired verdict is the two-stage one and ``stopping`` says why the rounds stopped. A round
-    skipped as not needed is no run here; so is the rest of a round one of whose runs was skipped."""
+    paired verdict is the two-stage one over the rounds the pair's own first stage planned
+    (``planned``: a round run for another pair is in ``stopping``, not in the verdict) and
+    ``stopping`` says why the rounds stopped. A round skipped as not needed is no run here; so is
+    the rest of a round one of whose runs was skipped. The lines are a family (``controlled``)."""
     skipped = runs[runs["status"] == "skipped"]
     if not skipped.empty:
         part_skipped = set(zip(skipped["variant"], skipped["repeat"]))
@@ -210,8 +213,9 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
                 why_not = f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
                 rounds = None
             first_n = budget[0] if budget and rounds is not None and len(rounds) >= budget[0] >= 3 else None
-            if first_n and rounds is not None:
-                result = verdict.compare_two_stage(rounds, first_n, launcher, ref_name).to_dict()
+            if first_n and budget and rounds is not None:
+                own = rounds[:planned(rounds, budget)]  # a round run for another pair is reported, not judged
+                result = verdict.compare_two_stage(own, first_n, launcher, ref_name).to_dict()
             elif rounds is not None:
                 result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
             else:
@@ -220,21 +224,64 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "order": leg_order(group, launcher, ref_name),
                          "stopping": stopping(rounds, budget) if budget else None})
-    return pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS)
+    return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
+
+
+FAMILY_METHOD = "holm"  # the report's lines: any false call among them at most α (``family.holm``)
+
+
+def controlled(ratios: pd.DataFrame, method: str = FAMILY_METHOD) -> pd.DataFrame:
+    """``ratios`` with the family of their verdict lines controlled: each tested line's p adjusted
+    over all of them (``p_adjusted``, ``family`` says how), and a difference called only when the
+    adjusted p is below α; a line called alone but not across the family becomes "borderline" and
+    says so. An A/A calibration's lines (arms ``local-b``, ...) are no family: each counts once
+    against α, which is what the calibration checks."""
+    tested = ratios["p_value"].notna() & ~ratios["launcher"].str.endswith(ARM_B).fillna(False)
+    if not tested.any():
+        return ratios
+    count = int(tested.sum())
+    adjusted = family.METHODS[method](ratios.loc[tested, "p_value"].tolist())
+    name = f"{family.NAMES[method]} over the report's {count} verdict line{'s' if count > 1 else ''}"
+    ratios = ratios.copy()
+    ratios.loc[tested, "p_adjusted"] = adjusted
+    ratios.loc[tested, "family"] = name
+    demoted = tested & ratios["outcome"].isin(["slower", "faster"]) & (ratios["p_adjusted"] >= ratios["alpha"])
+    for i in ratios.index[demoted]:
+        ratios.loc[i, "verdict"] = _not_across(ratios.loc[i], name)
+        ratios.loc[i, "outcome"] = "borderline"
+    return ratios
+
+
+def _not_across(row: pd.Series, name: str) -> str:
+    """The verdict sentence of a line that p < α calls alone but the family's adjusted p does not."""
+    head = str(row["verdict"]).split(": ", 1)[0]
+    p = row["p_value"]
+    p_text = "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    return (f"{head}: borderline ({p_text} < α = {row['alpha']:g} alone, but not across the family: "
+            f"{name}, adjusted p = {row['p_adjusted']:.3f}): not called a difference; more rounds would settle it")
+
+
+def planned(rounds: List[Tuple[float, float]], budget: Tuple[int, int, float]) -> int:
+    """How many rounds this pair's own first stage planned (``verdict.rounds_planned``)."""
+    first_n, most, target_gap = budget
+    return verdict.rounds_planned(rounds[:first_n], target_gap, most)[0]
 
 
 def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float]) -> str:
     """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
     rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
-    how many of them ran."""
+    how many of them ran; rounds beyond the plan (run for another pair of the variant) with
+    their ratios, reported but not judged."""
     first_n, most, target_gap = budget
     if rounds is None or len(rounds) < first_n:
         return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
     if len(rounds) < total:
         return f"{reason} ({len(rounds)} of them ran)"
-    if len(rounds) > total:  # another launcher pair of the variant needed more
-        return f"{reason}; {len(rounds)} ran, as another pair of the variant needed"
+    if len(rounds) > total:
+        extra = ", ".join(f"round {total + i} at {a / b:.1%}" for i, (a, b) in enumerate(rounds[total:], start=1))
+        return (f"{reason}; {len(rounds) - total} more ran, as another pair of the variant needed ({extra}): "
+                f"reported, not in this pair's verdict")
     return reason
 
 

@@ -32,8 +32,9 @@ def smallest_paired_p(rounds: int) -> float:
 
 
 def rounds_needed(alpha: float = ALPHA) -> int:
-    """Rounds (one run of each launcher) before the paired sign-flip test can reach ``alpha`` at
-    all (6 at α = 0.05: 2 / 2^6 = 0.031; 5 rounds give no less than 0.0625)."""
+    """Rounds (one run of each launcher) before the paired sign-flip test, which a paired verdict
+    falls back to when its log ratios fail the normality check, can reach ``alpha`` at all (6 at
+    α = 0.05: 2 / 2^6 = 0.031; 5 rounds give no less than 0.0625)."""
     k = MIN_REPEATS
     while smallest_paired_p(k) > alpha:
         k += 1

@@ -93,13 +93,6 @@ def test_a_confirmation_round_whose_first_rounds_are_still_running_runs(tmp_path
     assert stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=lambda *_: stored_baseline(1000.0)) is None
 
 
-def test_benjamini_hochberg_matches_the_textbook_adjustment():
-    p = [0.01, 0.04, 0.03, 0.20]
-    # sorted 0.01, 0.03, 0.04, 0.20: p * m / rank = 0.04, 0.06, 0.0533, 0.20; then monotone from the top
-    assert regression.benjamini_hochberg(p) == pytest.approx([0.04, 0.0533333, 0.0533333, 0.20])
-    assert regression.benjamini_hochberg([]) == []
-
-
 def test_a_regression_that_does_not_hold_across_the_series_checked_is_not_called():
     def finding(status, p):
         return regression.Finding("v", "l", status, p_value=p, message=f"v (l): {status}: 900 against 1000")

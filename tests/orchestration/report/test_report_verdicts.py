@@ -275,7 +275,8 @@ def test_the_report_opens_with_the_answer_then_the_conditions_the_same_in_markdo
     out = two_launchers / "report"
     md, page = (out / "report.md").read_text(), Page((out / "report.html").read_text())
     expected = verdict_lines(pd.read_csv(two_launchers / "tables" / "ratios.csv"))
-    assert len(expected) == 2
+    assert len(expected) == 3  # two pairs, then how the family of lines was controlled
+    assert expected[2].startswith("Family: Holm over the report's 1 verdict line: each line's p is adjusted")
     assert expected[0].startswith("cpu2h-bs64: ssh at ") and "6 rounds paired: slower" in expected[0]
     assert expected[0].endswith("; stopped after 6 rounds: interval ±0.4% ≤ ±2.5% (target gap 5%)")
     assert expected[1].startswith("cpu1-bs32: ssh at ") and "2 vs 2 repeats unpaired (" in expected[1]

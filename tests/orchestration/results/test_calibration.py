@@ -17,17 +17,30 @@ from mxbench.stats.verdict import ALPHA
 TARGETS = {"local": Target("local", 2, 0, one_machine=True), "ssh": Target("ssh", 2, 0)}
 
 
-def test_each_launcher_runs_as_two_arms_back_to_back_abba_within_its_round():
+def test_each_launcher_runs_as_two_arms_spaced_like_real_pairs_abba_over_the_rounds():
     runs = expand_runs({"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local", "ssh"],
                         "repeats": 4, "aa_calibration": True}, TARGETS)
     by_round = {}
     for run in runs:
         by_round.setdefault(run["round"], []).append(leg(run))
-    assert by_round == {1: ["local", "local-b", "ssh", "ssh-b"], 2: ["ssh-b", "ssh", "local-b", "local"],
-                        3: ["ssh-b", "ssh", "local-b", "local"], 4: ["local", "local-b", "ssh", "ssh-b"]}
+    # each arm pair has the other launcher's run between it, as real pairs of three launchers do
+    assert by_round == {1: ["local", "ssh", "local-b", "ssh-b"], 2: ["ssh-b", "local-b", "ssh", "local"],
+                        3: ["ssh-b", "local-b", "ssh", "local"], 4: ["local", "ssh", "local-b", "ssh-b"]}
     assert {run["launcher"] for run in runs} == {"local", "ssh"}  # an arm runs under its own launcher
     assert "cpu1-bs64__ssh-b__r2" in {run["key"] for run in runs}
     assert [run["position"] for run in runs if run["round"] == 2] == [1, 2, 3, 4]
+
+
+def test_one_launchers_arms_are_spaced_by_the_next_variants_run_and_each_machine_set_apart():
+    preset = expand_runs({"preset": "aa-calibration", "launchers": ["local"], "repeats": 2}, TARGETS)
+    first = [r["key"].removesuffix("__r1") for r in preset if r["round"] == 1]
+    assert first == ["cpu1-bs64__local", "cpu2w-bs64__local", "cpu1-bs64__local-b", "cpu2h-bs64__local",
+                     "cpu2w-bs64__local-b", "cpu2h-bs64__local-b"]  # one or two runs apart, as real pairs
+    sets = {"here": ["local"], "there": ["ssh"]}
+    apart = expand_runs({"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local", "ssh"],
+                         "repeats": 1, "aa_calibration": True}, TARGETS, sets=sets)
+    # each set queues its own runs: the arms of a set's lone launcher can only run back to back
+    assert [leg(r) for r in apart] == ["local", "local-b", "ssh", "ssh-b"]
 
 
 def test_the_preset_turns_calibration_on_and_plain_runs_have_no_arm():

@@ -123,7 +123,7 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired")
     assert row["stopping"].startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±")
-    assert row["analysis"] == "paired, 6 rounds, two-stage (spread of the first 6)"
+    assert row["analysis"] == "paired, 6 rounds, two-stage (spread of the first 6), t test (normality check passed)"
     from mxbench.report import build_report
 
     report = open(build_report(dag_dir)["markdown"]).read()
@@ -215,5 +215,6 @@ def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
     pipeline.parse_all(dag_dir)
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
     (stopping,) = ratios["stopping"]
-    assert stopping.startswith("stopped after 6 rounds") and stopping.endswith("; 7 ran, as another pair of the "
-                                                                                "variant needed")
+    assert stopping.startswith("stopped after 6 rounds") and stopping.endswith(
+        "; 1 more ran, as another pair of the variant needed (round 7 at 95.0%): reported, not in this pair's verdict")
+    assert ratios["n"].tolist() == [6]  # judged on the rounds its own plan asked for

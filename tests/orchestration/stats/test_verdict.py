@@ -8,11 +8,13 @@ import pytest
 
 from mxbench.results.metrics import launcher_ratios, leg_order, summarise, throughput_check
 from mxbench.stats.verdict import (
+    NORMALITY_ALPHA,
     called_paired,
     compare,
     compare_paired,
     compare_two_stage,
     min_detectable,
+    normality_p,
     paired_interval,
     paired_min_detectable,
     rounds_planned,
@@ -168,20 +170,32 @@ def test_the_paired_t_interval_holds_its_coverage_at_4_to_8_rounds():
         assert 0.935 <= np.mean(covered) <= 0.965, (n, np.mean(covered))  # 95% up to 2000 trials' noise
 
 
-def test_a_sign_flip_test_over_5_rounds_cannot_reach_alpha_and_6_can():
-    five = [(7600.0 + i, 8000.0) for i in range(5)]
+def test_the_paired_verdict_is_a_t_test_while_the_log_ratios_look_normal():
+    five = [(7600.0 + i, 8000.0) for i in range(5)]  # five steady rounds at 95%: t calls it, a sign test could not
     r = compare_paired(five, "k8s", "ssh")
-    assert r.outcome == "undecidable at this n" and r.p_value == pytest.approx(2 / 32)
-    assert "a sign-flip test over 5 rounds cannot give p below 0.062" in r.verdict
-    assert r.verdict.endswith("run at least 6 rounds") and r.min_detectable is None
+    assert r.outcome == "slower" and r.analysis == "paired, 5 rounds, t test (normality check passed)"
+    assert r.p_value < 1e-6 and r.min_detectable is not None
     six = compare_paired(five + [(7605.0, 8000.0)], "k8s", "ssh")
-    assert six.outcome == "slower" and six.p_value == pytest.approx(2 / 64)
-    assert six.analysis == "paired, 6 rounds" and six.n == six.n_reference == 6
+    assert six.outcome == "slower" and six.n == six.n_reference == 6
     assert six.verdict.startswith("k8s at 95.0% of ssh, 95% CI [")
-    assert "6 rounds paired: slower, not explained by noise (p = 0.031 < α = 0.05)" in six.verdict
-    assert sign_flip_p(np.log([0.95] * 12)) == pytest.approx(2 / 4096)  # exact up to 12 rounds
+    assert "6 rounds paired: slower, not explained by noise (p < 0.001 < α = 0.05)" in six.verdict
     few = compare_paired([(7600.0, 8000.0), (7610.0, 8000.0)], "k8s", "ssh")
     assert few.outcome == "too few repeats" and few.ci_low is None
+
+
+def test_log_ratios_that_fail_the_normality_check_get_the_sign_flip_test_whose_floor_is_6_rounds():
+    # four ratios near 100% and one slow round: Shapiro–Wilk rejects normality
+    five = [(8000.0, 8000.0), (8010.0, 8000.0), (7990.0, 8000.0), (8005.0, 8000.0), (5600.0, 8000.0)]
+    assert normality_p(np.log([a / b for a, b in five])) < NORMALITY_ALPHA
+    r = compare_paired(five, "k8s", "ssh")
+    assert r.analysis.startswith("paired, 5 rounds, sign-flip test (the log ratios fail the normality check")
+    assert r.outcome == "undecidable at this n"
+    assert "a sign-flip test over 5 rounds cannot give p below 0.062" in r.verdict
+    assert r.verdict.endswith("run at least 6 rounds")
+    steady = compare_paired([(7600.0, 8000.0)] * 6, "k8s", "ssh")  # no spread: no t test, the sign-flip one
+    assert steady.outcome == "slower" and steady.p_value == pytest.approx(2 / 64)
+    assert "sign-flip test (the rounds show no spread for a t test)" in steady.analysis
+    assert sign_flip_p(np.log([0.95] * 12)) == pytest.approx(2 / 4096)  # exact up to 12 rounds
 
 
 def test_a_planted_gap_is_found_and_identical_arms_rarely_called():
@@ -221,7 +235,7 @@ def test_the_paired_detectable_gap_is_what_the_paired_rule_really_detects():
     gap = paired_min_detectable(d)
     fresh = np.random.default_rng(14).normal(0, np.std(d, ddof=1), (400, 8)) - np.log1p(gap)
     assert 0.72 <= called_paired(fresh).mean() <= 0.88  # 80% power, up to the simulations' noise
-    assert paired_min_detectable(d[:5]) is None  # 5 rounds cannot call any gap
+    assert paired_min_detectable(d[:2]) is None  # 2 rounds: no verdict at all
     assert paired_min_detectable(np.tile(d, 2)) < gap
     r = compare_paired([(8000 * np.exp(x), 8000.0) for x in d - d.mean()], "k8s", "ssh")
     assert r.outcome == "within noise"

@@ -1,0 +1,20 @@
+"""Adjusted p-values for a family of verdicts (``stats.family``): the textbook adjustments."""
+import pytest
+
+from mxbench.regression import rule as regression
+from mxbench.stats.family import benjamini_hochberg, holm
+
+
+def test_benjamini_hochberg_matches_the_textbook_adjustment():
+    p = [0.01, 0.04, 0.03, 0.20]
+    # sorted 0.01, 0.03, 0.04, 0.20: p * m / rank = 0.04, 0.06, 0.0533, 0.20; then monotone from the top
+    assert benjamini_hochberg(p) == pytest.approx([0.04, 0.0533333, 0.0533333, 0.20])
+    assert benjamini_hochberg([]) == []
+    assert regression.benjamini_hochberg is benjamini_hochberg  # the regression check uses this one
+
+
+def test_holm_matches_the_textbook_adjustment():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005, 0.01, 0.03, 0.04: p * (m - rank + 1) = 0.02, 0.03, 0.06, 0.04; then monotone from the bottom
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6]) and holm([0.02]) == [0.02] and holm([]) == []
