@@ -137,23 +137,40 @@ def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates
     coef = np.zeros(len(TERMS))
     coef[active] = _nnls(x[:, active], y)
     resid, df = y - x @ coef, len(points) - len(active)
-    sigma = float(np.sqrt(resid @ resid / df)) if df > 0 else _repeat_sd(points)
+    sigma, df_sigma = _sigma(points, resid, df)
     rng = np.random.default_rng(seed)
     scaled = resid * np.sqrt(len(points) / df) if df > 0 else np.zeros_like(resid)
     boot = np.zeros((replicates, len(TERMS)))
     for b in range(replicates):
-        moved = [rng.choice(p.steps, len(p.steps)).mean() - p.steps.mean() for p in points]
+        moved = [(rng.choice(p.steps, len(p.steps)).mean() - p.steps.mean()) * _unbias(len(p.steps)) for p in points]
         y_star = x @ coef + rng.choice(scaled, len(points)) + np.array(moved)
         boot[b, active] = _nnls(x[:, active], y_star)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
-    return Fit(points, coef, low, high, tuple(j in seen for j in range(len(TERMS))), df, sigma, boot, level)
+    return Fit(points, coef, low, high, tuple(j in seen for j in range(len(TERMS))), df_sigma, sigma, boot, level)
 
 
-def _repeat_sd(points: Sequence[Point]) -> float:
-    """With no residual degrees of freedom: the pooled spread of the repeats, per size's mean."""
-    spread = [(p.steps.var(ddof=1), len(p.steps)) for p in points if len(p.steps) > 1]
-    return float(np.sqrt(np.mean([v / n for v, n in spread]))) if spread else float("nan")
+def _unbias(n: int) -> float:
+    """A resampled mean varies by (n-1)/n of the mean's variance: this undoes it."""
+    return float(np.sqrt(n / (n - 1))) if n > 1 else 0.0
+
+
+def _sigma(points: Sequence[Point], resid: np.ndarray, df: int) -> Tuple[float, int]:
+    """The sd of a size's mean step time about the model, and its degrees of freedom. The residuals
+    hold misfit and the repeats' noise; the repeats alone (pure error) hold the noise. Where a
+    lack-of-fit F test (5%) finds no misfit, the two pool (more degrees of freedom, so a t quantile
+    that is not absurd with three sizes); where it finds misfit, or there are no repeats, the
+    residuals alone; with neither, NaN (no interval)."""
+    pure = [(float(((p.steps - p.steps.mean()) ** 2).sum()), len(p.steps)) for p in points]
+    pure_df = sum(n - 1 for _, n in pure)
+    per_mean = sum(ss for ss, _ in pure) / pure_df * float(np.mean([1 / n for _, n in pure])) if pure_df else 0.0
+    res_var = float(resid @ resid / df) if df > 0 else float("nan")
+    if not pure_df or per_mean <= 0:
+        return float(np.sqrt(res_var)), df
+    if df == 0 or stats.f.sf(res_var / per_mean, df, pure_df) > 0.05:
+        pooled = ((res_var * df if df else 0.0) + per_mean * pure_df) / (df + pure_df)
+        return float(np.sqrt(pooled)), df + pure_df
+    return float(np.sqrt(res_var)), df
 
 
 @dataclass(frozen=True)
@@ -261,3 +278,37 @@ def holdout(points: Sequence[Point], priors=None, level: float = LEVEL, seed: in
     return {"config": target.config, "measured": measured, "predicted": guess.samples_per_sec,
             "low": guess.low, "high": guess.high, "error": float(guess.samples_per_sec / measured - 1),
             "inside": bool(guess.low <= measured <= guess.high), "assumed": guess.assumed}
+
+
+def no_p2p_share(p2p_pairs, gpus: bool, per_host: float) -> Optional[float]:
+    """The share of a host's device pairs without P2P, from the runs table's ``p2p_pairs`` ("24/56");
+    0 on one device or on CPU workers (no P2P to lack); None for GPUs whose run logged no P2P matrix."""
+    if per_host <= 1 or not gpus:
+        return 0.0
+    if isinstance(p2p_pairs, str) and "/" in p2p_pairs:
+        enabled, total = (float(part) for part in p2p_pairs.split("/"))
+        return 1 - enabled / total if total else None
+    return None
+
+
+def setups(rows: Sequence[dict], variants: Dict[str, dict]) -> Dict[tuple, List[Point]]:
+    """(launcher, num_layers, batch_per_device) -> one Point per variant with measured runs, from the
+    runs table's rows and the request's variant dicts (``matrix.variants.Variant`` as JSON):
+    the groups of ``metrics.add_scaling``."""
+    speeds: Dict[tuple, list] = {}
+    for row in rows:
+        if row.get("status") == "ok" and row.get("samples_per_sec") == row.get("samples_per_sec") \
+                and row.get("samples_per_sec") is not None and row.get("variant") in variants:
+            key = (row["launcher"], int(row["num_layers"]), int(row["batch_per_device"]))
+            speeds.setdefault(key, []).append(row)
+    found: Dict[tuple, List[Point]] = {}
+    for key, group in speeds.items():
+        for variant_id in dict.fromkeys(r["variant"] for r in group):
+            v, mine = variants[variant_id], [r for r in group if r["variant"] == variant_id]
+            devices, hosts = int(mine[0]["devices"]), int(v.get("hosts") or 1)
+            servers = int(v.get("workers") or 1) if str(v.get("kvstore", "")).startswith("dist") else 0
+            p2p = next((r.get("p2p_pairs") for r in mine if isinstance(r.get("p2p_pairs"), str)), None)
+            config = Config(devices, hosts, int(v.get("workers") or 1), servers, key[2],
+                            no_p2p_share(p2p, bool(v.get("gpus_per_worker")), devices / hosts))
+            found.setdefault(key, []).append(Point(config, tuple(float(r["samples_per_sec"]) for r in mine)))
+    return found

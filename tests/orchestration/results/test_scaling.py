@@ -47,7 +47,7 @@ def test_planted_terms_come_back_within_their_intervals():
 
 
 def test_projections_of_a_planted_model_land_in_their_prediction_intervals():
-    hits, seeds = [], range(60)
+    hits, seeds = [], range(100)
     for seed in seeds:
         rng = np.random.default_rng(seed)
         model = scaling.fit([planted_point(rng, c) for c in SIZES], seed=seed, replicates=200)
@@ -57,7 +57,7 @@ def test_projections_of_a_planted_model_land_in_their_prediction_intervals():
             measured = guess.config.devices * guess.config.batch_per_device / new.steps.mean()
             hits.append(guess.low <= measured <= guess.high)
     print(f"2x and 4x projections inside their 95% prediction intervals: {np.mean(hits):.1%} of {len(hits)}")
-    assert np.mean(hits) >= 0.93
+    assert np.mean(hits) >= 0.91  # 95% stated; 200 draws: a binomial sd of 1.5 points
 
 
 def test_the_seed_studys_8_gpus_from_1_2_4_and_2_machines_from_one():
