@@ -55,3 +55,13 @@ def test_costs_come_from_the_deployers_prices_only(tmp_path, monkeypatch):
                                            wanted=500)
     assert "8 CPU workers on 2 machines (PROJECTED)" in line or "16 CPU workers on 4 machines (PROJECTED)" in line
     assert "no price set" in scaling_report.cheapest_line(found, {}, wanted=500)[0]
+
+
+def test_a_malformed_price_setting_is_said_not_guessed(tmp_path, monkeypatch):
+    from mxbench import config
+
+    monkeypatch.setenv("MXBENCH_PRICES", json.dumps({"local": {"per_hour": 3}}))  # no unit: refused
+    folder, md = built(tmp_path)
+    assert "Costs not shown: MXBENCH_PRICES must be" in md
+    monkeypatch.setenv("MXBENCH_PRICES", json.dumps({"ssh": {"per_machine_hour": 12, "currency": "EUR"}}))
+    assert config.prices() == {"ssh": {"per_hour": 12.0, "unit": "machine", "currency": "EUR"}}
