@@ -6,6 +6,7 @@
     mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
     mxbench fetch DAG_ID RUN_ID [--to DIR]
+    mxbench scaling RUN_DIR [--threshold T] [--throughput X] [--seed S]
 """
 import argparse
 import json
@@ -123,6 +124,34 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_scaling(args) -> int:
+    """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs."""
+    from mxbench.report import scaling as model_text
+    from mxbench.run_folder import DagRunFolder, load_table, read_json
+
+    folder = DagRunFolder(Path(args.run_dir))
+    runs, request = load_table(folder.table("runs")), read_json(folder.request, {}) or {}
+    if runs.empty:
+        print(f"error: {args.run_dir} has no tables/runs.csv (run `mxbench report` on it first)", file=sys.stderr)
+        return 1
+    prices, why = model_text.prices_or_why()
+    found = model_text.models(runs, request, args.threshold, args.seed)
+    if not found:
+        print(f"no setup has {model_text.MIN_SIZES} or more sizes measured: no scaling model")
+    else:
+        print("\n".join(model_text.holdout_lines(found, args.threshold)))
+        print("\n== terms of the step time (seconds per unit of each term's feature)")
+        print(model_text.terms_table(found).to_string(index=False))
+        print("\n== measured sizes and PROJECTED ones (the model's, not measured)")
+        curve = model_text.curve_table(found, prices, model_text.images_per_epoch(read_json(folder.data, {}) or {}))
+        print(curve.to_string(index=False))
+        if args.throughput:
+            print("\n" + "\n".join(model_text.cheapest_line(found, prices, args.throughput)))
+    print("\n== this DAG run's cost" + (f" ({why})" if why else ""))
+    print(model_text.run_cost_table(runs, request, prices).to_string(index=False))
+    return 0
+
+
 def cmd_history(args) -> int:
     from mxbench import store
 
@@ -178,6 +207,14 @@ def build_parser():
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
     p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("scaling", help="the scaling model of a DAG run folder: fitted terms, measured and PROJECTED "
+                                       "sizes with prediction intervals, the largest size predicted from the others, "
+                                       "costs from MXBENCH_PRICES")
+    p.add_argument("run_dir")
+    p.add_argument("--threshold", type=float, default=0.8, help="efficiency to report the size it falls below at")
+    p.add_argument("--throughput", type=float, help="samples/s wanted: the cheapest size that reaches it")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    p.set_defaults(func=cmd_scaling)
     p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store), with "
                                        "the build asked for (mxnet_package), the one that ran (build: the version "
                                        "the trainer reported) and the interpreter or image (runtime)")

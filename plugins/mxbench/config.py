@@ -83,3 +83,31 @@ def legacy_owner(legacy: Path):
         if isinstance(owner, str) and owner:
             return owner
     return None
+
+
+PRICES_ENV = "MXBENCH_PRICES"
+PRICE_UNITS = {"per_device_hour": "device", "per_machine_hour": "machine"}
+
+
+def prices(environ=os.environ) -> dict:
+    """The deployer's prices, by launcher: ``MXBENCH_PRICES``, JSON such as
+    ``{"ssh": {"per_machine_hour": 12.0, "currency": "EUR"}, "kubernetes": {"per_device_hour": 2.5}}``.
+    A launcher missing here has no price: its costs are "not set", never guessed.
+    Returns launcher -> {"per_hour", "unit" (device or machine), "currency"}."""
+    raw = environ.get(PRICES_ENV)
+    if not raw:
+        return {}
+    try:
+        given = json.loads(raw)
+        found = {}
+        for launcher, price in given.items():
+            (key, value), = [(k, v) for k, v in price.items() if k in PRICE_UNITS]
+            if not float(value) >= 0:
+                raise ValueError
+            found[str(launcher)] = {"per_hour": float(value), "unit": PRICE_UNITS[key],
+                                    "currency": str(price.get("currency", ""))}
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{PRICES_ENV} must be a JSON object of launcher -> {{\"per_device_hour\": number}} or "
+                         f"{{\"per_machine_hour\": number}} (one of them, and an optional \"currency\"), "
+                         f"got {raw!r}") from None
+    return found

@@ -77,3 +77,21 @@ def test_compare_two_launchers_and_two_runs(tmp_path):
     done = mxbench("compare", tmp_path / "a", tmp_path / "b")
     assert done.returncode == 0 and "b at " in done.stdout and "of a" in done.stdout
     assert "within noise (p = " in done.stdout and "would have been detected" in done.stdout
+
+
+def test_scaling_prints_the_fit_projections_hold_out_and_cost(tmp_path, capsys, monkeypatch):
+    from mxbench import cli
+    from support.stored_runs import make_dag_dir, variant
+
+    monkeypatch.setenv("MXBENCH_PRICES", '{"local": {"per_machine_hour": 1.2, "currency": "USD"}}')
+    speeds = {1: (100.0, 101.0), 2: (180.0, 182.0), 4: (300.0, 303.0)}
+    folder = make_dag_dir(tmp_path, "run", [(variant(f"cpu{n}w-bs32", workers=n), "local", r, "ok", s, None)
+                                            for n in speeds for r, s in enumerate(speeds[n], 1)])
+    assert cli.main(["scaling", str(folder), "--throughput", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted from the others" in out and "PROJECTED" in out and "prediction interval" in out
+    assert "the cheapest size reaching 400 samples/s is" in out and "USD" in out
+    assert "this DAG run's cost" in out
+    monkeypatch.delenv("MXBENCH_PRICES")
+    assert cli.main(["scaling", str(folder)]) == 0
+    assert "not set" in capsys.readouterr().out

@@ -33,7 +33,9 @@ from mxbench.report.plots import (
     plot_ratios,
     plot_run_order,
     plot_scaling,
+    plot_scaling_fit,
 )
+from mxbench.report.scaling import scaling_sections
 from mxbench.report.tables import (
     STEP_FINDER,
     aa_lines,
@@ -60,7 +62,9 @@ REFERENCE = "Reference: the seed study's setups and figures are in docs/seed-stu
 PLOTS = {"scaling.png": "Throughput vs devices (numbers: the Results table)",
          "epoch_time.png": "Seconds per epoch (numbers: the Results table)",
          "accuracy.png": "Validation accuracy per epoch",
-         "run_order.png": "Every run's speed in the order it ran (numbers: the table of that name)"}
+         "run_order.png": "Every run's speed in the order it ran (numbers: the table of that name)",
+         "scaling_fit.png": "Scaling model: efficiency measured, fitted and PROJECTED (numbers: the scaling model's "
+                            "tables)"}
 FOREST = "forest.svg"  # the answer's picture; its text equivalent is the answer's table
 NO_RATIO = "Only one launcher ran: there is no launcher ratio to show."
 METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedometer readings after the first "
@@ -124,6 +128,9 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if not conv.empty:  # the preset has a target accuracy: throughput is judged by time to it too
         sections += [("Time to accuracy", convergence_lines(conv)),
                      ("Time to accuracy: seconds of training to the target", convergence_table(conv))]
+    sections += scaling_sections(runs, request, data, out / "scaling_fit.png", plot_scaling_fit)
+    if (out / "scaling_fit.png").exists():
+        plots["scaling_fit.png"] = PLOTS["scaling_fit.png"]
     notes_on_variants = variant_notes(summary, runs) if not summary.empty else pd.DataFrame()
     if not notes_on_variants.empty:
         sections.append(("Notes on variants", notes_on_variants))
@@ -271,4 +278,5 @@ __all__ = ["build_report", "history_sections", "write_atomically", "render_page"
            "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
            "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
            "STEP_FINDER", "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history",
-           "plot_ratios", "plot_run_order", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO", "FOREST", "conditions"]
+           "plot_ratios", "plot_run_order", "plot_scaling_fit", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO", "FOREST",
+           "conditions"]

@@ -79,6 +79,38 @@ def plot_scaling(summary: pd.DataFrame, path: Path):
     _save(fig, path)
 
 
+def plot_scaling_fit(found, path: Path):
+    """Efficiency against devices per setup (``report.scaling.models``): the measured sizes as dots
+    (measured samples/s over devices times the fitted 1-device rate), the model as a line through
+    the measured sizes, and the projections as hollow markers with their intervals, labelled."""
+    fig, ax = _figure()
+    devices = set()
+    for i, m in enumerate(found):
+        colour, marker = PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]
+        one = m.model.coef[0]
+        points = sorted(m.model.points, key=lambda p: p.config.devices)
+        ax.plot([p.config.devices for p in points], [one / p.steps.mean() for p in points], linestyle="none",
+                marker=marker, color=colour, label=f"{m.name}: measured")
+        curve = sorted(m.curve, key=lambda c: (c.config.devices, c.config.hosts))
+        fitted = [c for c in curve if not c.projected]
+        ax.plot([c.config.devices for c in fitted], [c.efficiency for c in fitted], color=colour, label="model")
+        ahead = [c for c in curve if c.projected]
+        ax.errorbar([c.config.devices for c in ahead], [c.efficiency for c in ahead],
+                    yerr=[[c.efficiency - c.efficiency_low for c in ahead],
+                          [c.efficiency_high - c.efficiency for c in ahead]],
+                    linestyle=":", marker=marker, mfc="none", color=colour, capsize=3, label="PROJECTED")
+        devices |= {c.config.devices for c in curve}
+    ticks = sorted(devices) or [1]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(d) for d in ticks])
+    ax.minorticks_off()
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set(xlabel="devices (log2 scale)", ylabel="scaling efficiency (fitted 1-device rate = 100%)",
+           title="Scaling model: measured, fitted and PROJECTED (hollow; bars: interval)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
 def plot_epoch_time(summary: pd.DataFrame, path: Path):
     fig, ax = _figure()
     ok = summary.dropna(subset=["sec_per_epoch"])
