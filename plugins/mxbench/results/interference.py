@@ -35,15 +35,16 @@ def summarise(events: Iterable[dict], foreign_cores: float = FOREIGN_CORES, stea
     foreign = [r["foreign_cpu_s"] / r["wall_s"] if r.get("wall_s") and r.get("foreign_cpu_s") is not None else None
                for r in readings]
     gpu_foreign = sum(len(r.get("gpu_foreign_processes") or []) for r in readings)
+    worst_foreign, worst_steal = _worst(foreign), _worst(r.get("steal") for r in readings)
     row = {"hosts": ", ".join(sorted({str(r.get("host")) for r in readings})),
-           "cpu_pressure": _worst(r.get("cpu_pressure") for r in readings),
-           "steal": _worst(r.get("steal") for r in readings), "foreign_cores": _worst(foreign),
-           "load1": _worst(r.get("load1") for r in readings), "gpu_foreign": gpu_foreign}
+           "cpu_pressure": _worst(r.get("cpu_pressure") for r in readings), "steal": worst_steal,
+           "foreign_cores": worst_foreign, "load1": _worst(r.get("load1") for r in readings),
+           "gpu_foreign": gpu_foreign}
     reasons = []
-    if row["foreign_cores"] is not None and row["foreign_cores"] >= foreign_cores:
-        reasons.append(f"other processes used {row['foreign_cores']:.2f} cores")
-    if row["steal"] is not None and row["steal"] >= steal:
-        reasons.append(f"steal {row['steal']:.0%}")
+    if worst_foreign is not None and worst_foreign >= foreign_cores:
+        reasons.append(f"other processes used {worst_foreign:.2f} cores")
+    if worst_steal is not None and worst_steal >= steal:
+        reasons.append(f"steal {worst_steal:.0%}")
     if gpu_foreign:
         reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
     unread = sorted({u for r in readings for u in r.get("unreadable") or []}
