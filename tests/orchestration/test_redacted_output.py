@@ -90,7 +90,8 @@ def test_resolve_probe_prints_the_build_without_credentials(monkeypatch, capsys)
     monkeypatch.setattr(builds, "install_spec", lambda build: [build.package])
     monkeypatch.setattr(builds, "ensure_venv", _venv_fails)
     record = bisect_tasks.resolve_probe.function(
-        params={"good_build": "2026-01-01", "bad_build": "2026-02-01", "launchers": ["local"]}, dag_run=None)
+        params={"good_build": "2026-01-01", "bad_build": "2026-02-01", "launchers": ["local"],
+                "only_variants": ["cpu1-bs64"]}, run_id="manual__1", dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
     assert record["package"] == WHEEL and record["label"] == "1.9.1" and SECRET not in record["unsupported"]
     printed = capsys.readouterr().out
     assert "(mxnet @ https://wheels.example/" in printed and SECRET not in printed

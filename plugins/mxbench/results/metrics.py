@@ -207,23 +207,38 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
             ref = group.loc[group["launcher"] == ref_name, "samples_per_sec"]
             if other.empty or ref.empty:
                 continue
-            rounds, why_not = paired_rounds(every_run, launcher, ref_name)
+            contended = contended_rounds(every_run, launcher, ref_name)
+            # rounds to re-measure them in: contended rounds are replaced by later ones (``stop_rule``)
+            replacing = bool(contended) and budget is not None and budget[1] > budget[0]
+            judged = without_rounds(every_run, contended) if replacing else every_run
+            rounds, why_not = paired_rounds(judged, launcher, ref_name, len(contended) if replacing else 0)
             if rounds is not None and len(rounds) < rounds_needed():
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
                 why_not = f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
                 rounds = None
-            first_n = budget[0] if budget and rounds is not None and len(rounds) >= budget[0] >= 3 else None
+            first_stage = budget[0] - len([r for r in contended if r <= budget[0]]) if replacing and budget \
+                else (budget[0] if budget else 0)
+            first_n = first_stage if budget and rounds is not None and len(rounds) >= first_stage >= 3 else None
             if first_n and budget and rounds is not None:
-                own = rounds[:planned(rounds, budget)]  # a round run for another pair is reported, not judged
+                # the rounds this pair's own plan asked for (with contended ones replaced: at least ``repeats``
+                # quiet ones); a round run for another pair is reported, not judged
+                own = rounds[:max(planned(rounds, (first_n, budget[1], budget[2])), budget[0] if replacing else 0)]
                 result = verdict.compare_two_stage(own, first_n, launcher, ref_name).to_dict()
             elif rounds is not None:
                 result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
             else:
                 result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
                           "analysis": f"unpaired: {why_not}"}
+            if contended:
+                note = (f"{len(contended)} contended round(s) (other work on their hosts: "
+                        f"{', '.join(map(str, contended))}) left out of the verdict; those of the first stage "
+                        "replaced by later rounds, within the budget"
+                        if replacing else contended_note(every_run, launcher, ref_name, rounds, contended))
+                result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "order": leg_order(group, launcher, ref_name),
-                         "stopping": stopping(rounds, budget) if budget else None})
+                         "stopping": stopping(rounds, (first_stage, budget[1], budget[2]), budget[0] - first_stage)
+                         if budget else None})
     return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
 
 
@@ -267,7 +282,7 @@ def planned(rounds: List[Tuple[float, float]], budget: Tuple[int, int, float]) -
     return verdict.rounds_planned(rounds[:first_n], target_gap, most)[0]
 
 
-def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float]) -> str:
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float], replaced: int = 0) -> str:
     """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
     rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
     how many of them ran; rounds beyond the plan (run for another pair of the variant) with
@@ -276,6 +291,9 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
     if rounds is None or len(rounds) < first_n:
         return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
+    if replaced:  # contended rounds of the first stage, left out: as many quiet rounds run in their place
+        total = min(most, max(total, first_n + replaced))
+        reason += f"; {replaced} contended round(s) of the first stage replaced"
     if len(rounds) < total:
         return f"{reason} ({len(rounds)} of them ran)"
     if len(rounds) > total:
@@ -285,7 +303,8 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
     return reason
 
 
-def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tuple[float, float]]], str]:
+def paired_rounds(runs: pd.DataFrame, a: str, b: str, replaced: int = 0) -> Tuple[Optional[List[Tuple[float, float]]],
+                                                                                str]:
     """The (a, b) samples/s of each round, in time order, when launchers ``a`` and ``b`` ran in
     rounds: one measured run of each per round (``repeat``), the two back to back, rounds not
     overlapping. Else (None, why not): then only the unpaired rule applies.
@@ -312,13 +331,42 @@ def paired_rounds(runs: pd.DataFrame, a: str, b: str) -> Tuple[Optional[List[Tup
         return None, "the two runs of a round were not back to back"
     # a first-run launcher must alternate (ABBA), or a drift adds to its side in every round
     a_first = sum(launcher == a for launcher in list(timed["launcher"])[0::2])
-    if not len(per_round) // 2 <= a_first <= (len(per_round) + 1) // 2:
+    # ``replaced``: contended rounds left out (``quiet_rounds``), each of which may tip the balance by one
+    if not len(per_round) // 2 - replaced <= a_first <= (len(per_round) + 1) // 2 + replaced:
         return None, f"not counterbalanced: {a} ran first in {a_first} of {len(per_round)} rounds"
     starts, ends = list(timed["started_at"]), list(timed["ended_at"])
     if any(start < max(ends[:i]) for i, start in enumerate(starts) if i):
         return None, "runs overlapped in time"
     speed = {(row.launcher, row.repeat): float(row.samples_per_sec) for row in timed.itertuples()}
     return [(speed[a, r], speed[b, r]) for r in rounds_in_time[0::2]], ""
+
+
+def contended_rounds(runs: pd.DataFrame, a: str, b: str) -> List[int]:
+    """The rounds (``repeat``) in which a run of ``a`` or ``b`` was contended: other work on its
+    hosts (``results.interference``)."""
+    if "contended" not in runs:
+        return []
+    legs = runs[runs["launcher"].isin([a, b])]
+    return sorted(set(legs.loc[legs["contended"].fillna(False).astype(bool), "repeat"].astype(int)))
+
+
+def without_rounds(runs: pd.DataFrame, rounds: List[int]) -> pd.DataFrame:
+    return runs[~runs["repeat"].isin(rounds)] if rounds else runs
+
+
+def contended_note(runs: pd.DataFrame, a: str, b: str, rounds: Optional[List[Tuple[float, float]]],
+                   contended: List[int]) -> str:
+    """What contended rounds did to a pair judged with them in (no budget left to re-measure them):
+    the verdict without them, so that they never decide silently."""
+    quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
+    head = (f"{len(contended)} of {len(rounds) if rounds else '?'} rounds contended (other work on their hosts: "
+            f"round{'s' if len(contended) > 1 else ''} {', '.join(map(str, contended))}), judged as measured")
+    if quiet is None or len(quiet) < rounds_needed():
+        return f"{head}; without them too few rounds to judge"
+    alone = verdict.compare_paired(quiet, a, b)
+    if alone.ci_low is None or alone.ci_high is None:
+        return f"{head}; without them {alone.ratio:.1%}"
+    return f"{head}; without them {alone.ratio:.1%}, CI [{alone.ci_low:.1%}, {alone.ci_high:.1%}], {alone.outcome}"
 
 
 def leg_order(runs: pd.DataFrame, a: str, b: str) -> str:

@@ -5,7 +5,10 @@ Stein's two-stage rule (``verdict.rounds_planned``): the first ``repeats`` round
 how many rounds give every launcher pair of the variant an interval of ±``target_gap``/2; the
 rounds beyond that are skipped. Only the first stage decides, so every run of one round decides
 alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``). A pair
-that cannot be paired (a failed run, overlapping runs) gets the whole budget.
+that cannot be paired (a failed run, overlapping runs) gets the whole budget. A contended round
+(a run that had other work on its hosts, ``results.interference``) is left out of the plan and
+replaced by one more round, within the budget; ``metrics.launcher_ratios`` then judges the quiet
+rounds and says which were replaced.
 
 In the regression DAG the rounds beyond ``repeats`` are ``confirm_rounds``: they run only for a
 variant and launcher whose first rounds look like a regression against the baseline the check
@@ -22,9 +25,18 @@ from typing import Optional
 import pandas as pd
 
 from mxbench.matrix.variants import budget, confirming, leg, measured_setup
-from mxbench.results.metrics import NoSpeedLines, launcher_pairs, paired_rounds, run_metrics
+from mxbench.results import interference
+from mxbench.results.metrics import (
+    NoSpeedLines,
+    contended_rounds,
+    launcher_pairs,
+    paired_rounds,
+    run_metrics,
+    without_rounds,
+)
 from mxbench.results.parse import parse_run_logs
 from mxbench.run_folder import DagRunFolder, read_json
+from mxbench.stats.floors import MIN_REPEATS
 from mxbench.stats.verdict import rounds_planned
 
 
@@ -35,7 +47,7 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dic
     meta = read_json(folder.meta) or {}
     row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
            "started_at": meta.get("started_at"), "ended_at": meta.get("ended_at"), "samples_per_sec": None,
-           "environment": None}
+           "environment": None, "contended": None}
     if row["status"] == "ok":
         try:
             parsed = parse_run_logs(folder.logs())
@@ -45,6 +57,7 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dic
         else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
             row["environment"] = start.get("environment")
+            row["contended"] = interference.summarise(parsed.events)["contended"]
     return row
 
 
@@ -85,10 +98,15 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
             shutil.rmtree(scratch, ignore_errors=True)
     reasons = []
     for launcher, reference in launcher_pairs(launchers):
-        pairs, _ = paired_rounds(rows, launcher, reference)
-        if pairs is None:
-            return None  # unpaired: only the budget stops it
+        # a contended round (other work on its hosts) is replaced: planned from the quiet ones, and one more each
+        contended = contended_rounds(rows, launcher, reference)
+        pairs, _ = paired_rounds(without_rounds(rows, contended), launcher, reference, len(contended))
+        if pairs is None or len(pairs) < MIN_REPEATS:
+            return None  # unpaired, or too few quiet rounds to plan from: only the budget stops it
         total, reason = rounds_planned(pairs, float(params["target_gap"]), most)
+        if contended:  # the quiet rounds the plan asks for (never fewer than repeats), and one per replaced round
+            total = min(most, max(total, first_n) + len(contended))
+            reason += f"; {len(contended)} contended round(s) replaced ({', '.join(map(str, contended))})"
         if run["round"] <= total:
             return None
         reasons.append(f"{launcher}/{reference} {reason}")

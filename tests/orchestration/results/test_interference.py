@@ -37,3 +37,29 @@ def test_the_conditions_line_names_the_contended_runs():
     assert line.startswith("Contended: 1 of 2 runs had other work on their hosts") and "r1 (steal 7%)" in line
     assert interference.contended_line(runs.assign(contended=[False, False, None])) is None
     assert interference.contended_line(runs.drop(columns=["contended"])) is None
+
+
+def rounds_table(n, slow_round=None, contended_round=None):
+    """``n`` counterbalanced rounds of ssh (95% of local) and local; ``slow_round``'s ssh run at 70%."""
+    rows, t = [], 0.0
+    for r in range(1, n + 1):
+        order = ("ssh", "local") if r % 4 in (1, 0) else ("local", "ssh")
+        for launcher in order:
+            speed = 1000.0 * (0.95 if launcher == "ssh" else 1.0) * (1 + 0.002 * ((r * 7 + len(launcher)) % 3 - 1))
+            if launcher == "ssh" and r == slow_round:
+                speed *= 0.7 / 0.95
+            rows.append({"variant": "v", "launcher": launcher, "repeat": r, "status": "ok", "samples_per_sec": speed,
+                         "started_at": t, "ended_at": t + 1, "contended": r == contended_round})
+            t += 2
+    return pd.DataFrame(rows)
+
+
+def test_with_the_budget_spent_a_contended_round_stays_in_and_the_line_says_what_it_did():
+    from mxbench.results.metrics import launcher_ratios
+
+    (line,) = launcher_ratios(rounds_table(8, slow_round=4, contended_round=4), budget=(8, 8, 0.05)).itertuples()
+    assert line.n == 8  # judged as measured: never a silent drop
+    note = line.verdict.split(". ", 1)[1]
+    assert note.startswith("1 of 8 rounds contended (other work on their hosts: round 4), judged as measured; "
+                           "without them 95.")
+    assert ", CI [" in note and note.endswith("slower")
