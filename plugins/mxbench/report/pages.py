@@ -122,7 +122,8 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
     rows; none: new) and, on the alerts of the DAGs in ``editable``, a form to set it that carries
-    ``form_token``."""
+    ``form_token``. A DAG run with a contended run (other work on its hosts) is counted beside its
+    series, and a flagged regression says how many of its runs were contended."""
     title = "mxbench: benchmark history"
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
@@ -137,15 +138,18 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
     # each repeat's own build asked for; rows stored before the store kept it have their DAG run's
     ok = ok.assign(asked=ok["mxnet_asked"].astype(object).fillna(ok["mxnet_package"].astype(object)))
+    ok = ok.assign(contended=ok["contended"].astype(object).fillna(False).astype(bool) if "contended" in ok
+                   else False)
     per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False,
                          dropna=False).agg(
         when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
-        runtime=("runtime", distinct))
+        runtime=("runtime", distinct), contended=("contended", "sum"))
     group = ["variant", "launcher", "environment", "build"]
     by_build = per_run.groupby(group, as_index=False, dropna=False).agg(
         dag_runs=("run_id", "nunique"), median=("samples_per_sec", "median"), low=("samples_per_sec", "min"),
         high=("samples_per_sec", "max"), last=("when", "max"),
-        regressions=("verdict", lambda v: int((v == "regression").sum())))
+        regressions=("verdict", lambda v: int((v == "regression").sum())),
+        contended=("contended", lambda c: int((c > 0).sum())))
     by_build = by_build.merge(ok.groupby(group, as_index=False, dropna=False).agg(
         asked=("asked", distinct), runtime=("runtime", distinct)), on=group, how="left")
     by_build = pd.DataFrame({
@@ -154,13 +158,16 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
         "DAG runs": by_build["dag_runs"],
         "samples/s (median of runs) [min–max]": [f"{fmt(m)} [{fmt(lo)}–{fmt(hi)}]" for m, lo, hi in
                                                  zip(by_build["median"], by_build["low"], by_build["high"])],
-        "last run": by_build["last"].dt.strftime("%Y-%m-%d %H:%M"), "regressions": by_build["regressions"]})
+        "last run": by_build["last"].dt.strftime("%Y-%m-%d %H:%M"), "regressions": by_build["regressions"],
+        "contended DAG runs": by_build["contended"]})
     flagged = per_run[per_run["verdict"] == "regression"].sort_values("when")
     flagged = pd.DataFrame({"when": flagged["when"].dt.strftime("%Y-%m-%d %H:%M"), "DAG": flagged["dag_id"],
                             "DAG run": flagged["run_id"], "variant": flagged["variant"],
                             "launcher": flagged["launcher"], "machine": flagged["environment"],
                             "MXNet build": flagged["build"], "runtime": flagged["runtime"],
-                            "samples/s (median)": flagged["samples_per_sec"].map(fmt)})
+                            "samples/s (median)": flagged["samples_per_sec"].map(fmt),
+                            # other work on the hosts: a reader weighs the alert by it
+                            "contended runs": flagged["contended"].astype(int)})
     flagged = with_triage(flagged, alerts)
     png = io.BytesIO()
     plot_history(history, png)

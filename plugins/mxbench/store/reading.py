@@ -19,7 +19,8 @@ HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.s
                    dag_runs.c.mxnet_package, dag_runs.c.mxnet_commit, repeats.c.mxnet_asked, repeats.c.mxnet_reported,
                    repeats.c.runtime, repeats.c.setup_key, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
-                   repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s]
+                   repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s,
+                   repeats.c.contended]
 # DAG runs that measure builds chosen on purpose, old ones too (a bisect's probes): never in a
 # baseline, nor in the histories a regression is judged over
 PROBE_DAG_IDS = ("mxbench_bisect",)

@@ -22,7 +22,7 @@ TRIGGERS = ("manual", "scheduled", "backfill")
 VARIANT_COLUMNS = [c.name for c in variants.columns if c.name != "id"]
 # runs.csv columns copied as they are into a repeat row
 MEASURES = ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch", "validation_accuracy",
-            "gpu_util_pct", "gpu_mem_mib", "duration_s")
+            "gpu_util_pct", "gpu_mem_mib", "duration_s", "cpu_pressure", "steal", "foreign_cores")
 # runs.csv columns saying what a run ran on (revision 0004): read as text, or "1.10" would become 1.1
 RUN_BUILD_COLUMNS = ("mxnet_asked", "mxnet_reported", "runtime")
 KUBERNETES = "kubernetes"  # the launcher whose runs' runtime is an image
@@ -165,6 +165,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             "environment": env_fingerprint, "status": status,
             "cause": (row or {}).get("cause") if row else "the run never started: tables/runs.csv has no row for it",
             **{m: (row or {}).get(m) for m in MEASURES},
+            "contended": None if db_value((row or {}).get("contended")) is None else bool((row or {})["contended"]),
             "started_at": utc_time((row or {}).get("started_at")), "ended_at": utc_time((row or {}).get("ended_at")),
             "mxnet_asked": (row or {}).get("mxnet_asked") or build.get("package"),
             "mxnet_reported": (row or {}).get("mxnet_reported") or (environment or {}).get("mxnet_version"),

@@ -3,6 +3,7 @@
 folders idempotently, migrations, history, baselines, and the ``history`` / ``import`` commands."""
 import itertools
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -635,3 +636,28 @@ def test_a_bisects_probes_of_old_builds_are_never_a_baseline(url, tmp_path):
                              logical_date=T0 + timedelta(days=day))
     baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=9), setup=SETUP)
     assert set(baseline["run_id"]) == {"run0", "run1"} and set(baseline["samples_per_sec"]) == {100.0}
+
+
+def test_a_runs_interference_is_stored_and_the_history_page_counts_contended_dag_runs(url, tmp_path):
+    """Revision 0009: the worst host's pressure, steal and CPU used outside the run, and whether it
+    was contended; a folder from before interference was measured stores NULL."""
+    from mxbench.report.pages import history_page
+
+    dag_dir = make_dag_dir(tmp_path, "busy", ok_runs())
+    runs_csv = dag_dir / "tables" / "runs.csv"
+    table = pd.read_csv(runs_csv).assign(cpu_pressure=[0.4, 0.1], steal=[0.0, 0.01], foreign_cores=[0.9, 0.02],
+                                         contended=[True, False])
+    table.to_csv(runs_csv, index=False)
+    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual", build={})
+    old = make_dag_dir(tmp_path, "old", ok_runs())
+    store.record_dag_run(url, old, dag_id="mxbench_benchmark", run_id="manual__0", trigger="manual", build={})
+    stored = {(r["dag_run"], r["repeat"]): r for r in rows(url, "repeats")}
+    assert stored["manual__1", 1]["contended"] == 1 and stored["manual__1", 1]["foreign_cores"] == 0.9
+    assert stored["manual__1", 2]["contended"] == 0 and stored["manual__1", 2]["steal"] == 0.01
+    assert stored["manual__0", 1]["contended"] is None and stored["manual__0", 1]["cpu_pressure"] is None
+    history = store.read_history(url)
+    assert history["contended"].astype(object).tolist().count(True) == 1
+    page = history_page(history.assign(verdict="ok", when=history["measured_at"]), "the store")
+    assert "<th>contended DAG runs</th>" in page
+    counts = re.findall(r"<td>(\d+)</td>\s*</tr>", page)
+    assert counts and counts[-1] == "1"  # one of the two DAG runs of the series had a contended run
