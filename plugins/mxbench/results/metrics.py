@@ -203,14 +203,15 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     for variant, group in ok.groupby("variant", sort=False):
         every_run = runs[runs["variant"] == variant]
         for launcher, ref_name in pairs:
-            other = group.loc[group["launcher"] == launcher, "samples_per_sec"]
-            ref = group.loc[group["launcher"] == ref_name, "samples_per_sec"]
-            if other.empty or ref.empty:
-                continue
             contended = contended_rounds(every_run, launcher, ref_name)
             # rounds to re-measure them in: contended rounds are replaced by later ones (``stop_rule``)
             replacing = bool(contended) and budget is not None and budget[1] > budget[0]
             judged = without_rounds(every_run, contended) if replacing else every_run
+            measured_runs = without_rounds(group, contended) if replacing else group
+            other = measured_runs.loc[measured_runs["launcher"] == launcher, "samples_per_sec"]
+            ref = measured_runs.loc[measured_runs["launcher"] == ref_name, "samples_per_sec"]
+            if other.empty or ref.empty:
+                continue
             rounds, why_not = paired_rounds(judged, launcher, ref_name, len(contended) if replacing else 0)
             if rounds is not None and len(rounds) < rounds_needed():
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
