@@ -170,7 +170,7 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                             "contended runs": flagged["contended"].astype(int)})
     flagged = with_triage(flagged, alerts)
     png = io.BytesIO()
-    plot_history(history, png)
+    plot_history(history, png, alerts)
     forms = bool(form_token) and not flagged.empty and flagged["DAG"].isin(list(editable)).any()
     sections = [("Throughput by variant and MXNet build", by_build),
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),

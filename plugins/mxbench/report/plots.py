@@ -4,6 +4,7 @@ Okabe and Ito's, which readers with colour-blindness tell apart; launchers also 
 import io
 from datetime import timezone
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
@@ -141,53 +142,84 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
     _save(fig, path)
 
 
-def plot_history(history: pd.DataFrame, path: Path):
-    """Throughput per variant over the DAG runs' dates, one colour per MXNet build; DAG runs the
-    regression rule flagged are ringed red, and the first DAG run of each new level (a change point)
-    is boxed in a black diamond with its level change."""
-    fig, ax = _figure()
+def plot_history(history: pd.DataFrame, path, alerts: Optional[pd.DataFrame] = None):
+    """Throughput per series (variant, launcher, kind of machine) over the DAG runs' dates, as small
+    multiples, one panel each with its own scale, one colour per MXNet build; DAG runs the regression
+    rule flagged are ringed red and labelled with their triage state where a person set one
+    (``alerts``: ``store.read_alerts``' rows), and the first DAG run of each new level (a change
+    point) is boxed in a black diamond with its level change."""
+    from matplotlib.figure import Figure
+
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
     builds = list(dict.fromkeys(history.sort_values("when")["build"]))
     colours = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(builds)}
+    series = list(history.groupby(["variant", "launcher", "environment"], dropna=False))
     machines = history["environment"].nunique()
-    for (variant, launcher, machine), group in history.groupby(["variant", "launcher", "environment"], dropna=False):
-        if "change_point" not in group.columns:  # a history.csv written before change points
-            group = group.assign(change_point=float("nan"))
-        per_run = group.groupby([*dag_run_keys(group), "build"], as_index=False).agg(
-            when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
-            change_point=("change_point", "first"))
-        per_run = per_run.sort_values("when")
-        ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
-        ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18,
-                   zorder=3)
-        flagged = per_run[per_run["verdict"] == "regression"]
-        ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
-                   linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
-        changed = per_run[per_run["change_point"].notna()]
-        ax.scatter(changed["when"], changed["samples_per_sec"], s=70, marker="D", facecolors="none",
-                   edgecolors="black", linewidths=1.2, zorder=4, label="change point" if not changed.empty else None)
-        for when, speed, shift in zip(changed["when"], changed["samples_per_sec"], changed["change_point"]):
-            ax.annotate(f"{shift:+.1%}", (when, speed), fontsize=7, xytext=(0, -12), textcoords="offset points",
-                        ha="center")
-        if not per_run.empty:
-            label = f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")")
-            ax.annotate(label, (per_run["when"].iloc[-1], per_run["samples_per_sec"].iloc[-1]),
-                        fontsize=7, xytext=(4, 0), textcoords="offset points")
+    columns = min(3, max(len(series), 1))
+    rows = -(-max(len(series), 1) // columns)
+    fig = Figure(figsize=(3.6 * columns + 1, 2.8 * rows + 0.6), dpi=100)
+    axes = fig.subplots(rows, columns, squeeze=False, sharex=True).ravel()
+    states = _triage_states(alerts)
+    for ax, ((variant, launcher, machine), group) in zip(axes, series):
+        _history_panel(ax, group, colours, states)
+        ax.set_title(f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")"), fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(series):]:
+        ax.set_visible(False)
+    axes[0].set_ylabel("samples/s (median over repeats)", fontsize=7)
     for build, colour in colours.items():
-        ax.scatter([], [], color=colour, label=build)
-    ax.set(xlabel="data interval (DAG run), UTC", ylabel="samples/s (median over repeats)",
-           title="Throughput history by MXNet build")
+        axes[0].scatter([], [], color=colour, label=build)
+    fig.suptitle("Throughput history by MXNet build, one panel per series", fontsize=9)
     limits = time_limits(history["when"])
     if limits:
         from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 
-        ax.set_xlim(*(t.to_pydatetime() for t in limits))
-        locator = AutoDateLocator(tz=timezone.utc)
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        axes[0].set_xlim(*(t.to_pydatetime() for t in limits))
+        for ax in axes[:len(series)]:
+            locator = AutoDateLocator(tz=timezone.utc)
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
+    legend = {}  # one entry per label over every panel
+    for ax in axes[:max(len(series), 1)]:
+        legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
+    labels, handles = list(legend), list(legend.values())
+    if handles:
+        fig.legend(handles, labels, fontsize=7, loc="lower center", ncols=min(len(labels), 5))
+    fig.tight_layout(rect=(0, 0.08 if handles else 0, 1, 0.95))
     _save(fig, path)
+
+
+def _triage_states(alerts: Optional[pd.DataFrame]) -> dict:
+    """(dag_id, run_id, variant, launcher, machine key) -> the state a person set."""
+    if alerts is None or alerts.empty:
+        return {}
+    return {(a.dag_id, a.run_id, a.variant, a.launcher, a.environment or ""): a.state for a in alerts.itertuples()}
+
+
+def _history_panel(ax, group: pd.DataFrame, colours: dict, states: dict):
+    if "change_point" not in group.columns:  # a history.csv written before change points
+        group = group.assign(change_point=float("nan"))
+    per_run = group.groupby([*dag_run_keys(group), "build"], as_index=False).agg(
+        when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
+        change_point=("change_point", "first"), variant=("variant", "first"), launcher=("launcher", "first"),
+        environment=("environment", "first")).sort_values("when")
+    ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
+    ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18, zorder=3)
+    flagged = per_run[per_run["verdict"] == "regression"]
+    ax.scatter(flagged["when"], flagged["samples_per_sec"], s=120, facecolors="none", edgecolors="red",
+               linewidths=1.5, zorder=4, label="regression" if not flagged.empty else None)
+    for row in flagged.itertuples():
+        key = (getattr(row, "dag_id", None), row.run_id, row.variant, row.launcher,
+               "" if pd.isna(row.environment) else row.environment)
+        if states.get(key):
+            ax.annotate(states[key], (row.when, row.samples_per_sec), fontsize=6, color="red", xytext=(0, 8),
+                        textcoords="offset points", ha="center")
+    changed = per_run[per_run["change_point"].notna()]
+    ax.scatter(changed["when"], changed["samples_per_sec"], s=70, marker="D", facecolors="none",
+               edgecolors="black", linewidths=1.2, zorder=4, label="change point" if not changed.empty else None)
+    for when, speed, shift in zip(changed["when"], changed["samples_per_sec"], changed["change_point"]):
+        ax.annotate(f"{shift:+.1%}", (when, speed), fontsize=7, xytext=(0, -12), textcoords="offset points",
+                    ha="center")
 
 
 SMALLEST_TIME_MARGIN = pd.Timedelta(hours=1)

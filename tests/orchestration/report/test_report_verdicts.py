@@ -197,6 +197,24 @@ def test_time_limits_pad_the_span_by_at_least_an_hour():
     assert plots.time_limits(pd.Series([], dtype="datetime64[ns, UTC]")) is None
 
 
+def test_the_history_is_small_multiples_one_panel_per_series_with_triage_states(figures):
+    """Four series, each on its own scale; a flagged DAG run a person acknowledged says so."""
+    series = [history([T + pd.Timedelta(days=d) for d in range(5)]).assign(variant=v, launcher=launcher)
+              for v in ("cpu1-bs64", "cpu2w-bs64") for launcher in ("local", "ssh")]
+    rows = pd.concat(series, ignore_index=True)
+    flagged = (rows["variant"] == "cpu2w-bs64") & (rows["launcher"] == "ssh") & (rows["run_id"] == "r4")
+    rows.loc[flagged, ["verdict", "samples_per_sec"]] = ["regression", 50.0]
+    alerts = pd.DataFrame([{"dag_id": "mxbench_regression", "run_id": "r4", "variant": "cpu2w-bs64",
+                            "launcher": "ssh", "environment": "box", "state": "acknowledged"}])
+    plots.plot_history(rows, io.BytesIO(), alerts)
+    panels = [ax for ax in figures[0].axes if ax.get_visible()]
+    assert sorted(ax.get_title() for ax in panels) == ["cpu1-bs64 (local)", "cpu1-bs64 (ssh)", "cpu2w-bs64 (local)",
+                                                       "cpu2w-bs64 (ssh)"]
+    (ringed,) = [ax for ax in panels if ax.get_title() == "cpu2w-bs64 (ssh)"]
+    assert [t.get_text() for t in ringed.texts] == ["acknowledged"]
+    assert all(not ax.texts for ax in panels if ax is not ringed)
+
+
 def test_an_empty_history_still_draws(tmp_path):
     plots.plot_history(history([T]).iloc[:0], tmp_path / "history.png")
     assert (tmp_path / "history.png").read_bytes()[:4] == b"\x89PNG"
