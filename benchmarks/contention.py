@@ -21,7 +21,8 @@ quiet and false calls at most α, per line and per report.
 
 What is real: the verdict functions and the report's family control. What is simplified: the stop
 rule is re-enacted here from the same primitives (``metrics.contended_rounds``, ``paired_rounds``,
-``verdict.rounds_planned``) rather than read from run folders; every run of a round decides alike.
+``verdict.rounds_planned``) rather than read from run folders, round by round (a contended optional
+round is replaced too); every run of a round decides alike.
 
     python benchmarks/contention.py [--trials 300] [--cv 0.02] [--hog 0.33] [--hog-slowdown 0.3]
 """
@@ -56,18 +57,20 @@ def one_round(rows, r, speeds, rng, cv, hog, slowdown, t):
     return t
 
 
-def rounds_to_run(rows, first_n, most, gap, handled) -> int:
-    """The stop rule's total over the three pairs, from the first stage."""
+def runs_round(rows, r, first_n, most, gap, handled) -> bool:
+    """The stop rule's decision for optional round ``r`` of the three pairs, from the rounds before it."""
     runs = pd.DataFrame(rows)
-    total = first_n
+    first = runs[runs["repeat"] <= first_n]
     for a, b in (("ssh", "local"), ("kubernetes", "local"), ("kubernetes", "ssh")):
         contended = contended_rounds(runs, a, b) if handled else []
-        pairs, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
+        of_first = [c for c in contended if c <= first_n]
+        pairs, _ = paired_rounds(without_rounds(first, of_first), a, b, len(of_first))
         if pairs is None or len(pairs) < 3:
-            return most
+            return True
         planned, _ = rounds_planned(pairs, gap, most)
-        total = max(total, min(most, max(planned, first_n) + len(contended)) if contended else planned)
-    return total
+        if r <= (min(most, max(planned, first_n) + len(contended)) if contended else planned):
+            return True
+    return False
 
 
 def trial(rng, gap_k8s, args, hog, handled):
@@ -75,9 +78,12 @@ def trial(rng, gap_k8s, args, hog, handled):
     rows, t = [], 0.0
     for r in range(1, 7):
         t = one_round(rows, r, speeds, rng, args.cv, hog, args.hog_slowdown, t)
-    total = rounds_to_run(rows, 6, args.max_rounds, args.target_gap, handled)
-    for r in range(7, total + 1):
+    total = 6
+    for r in range(7, args.max_rounds + 1):
+        if not runs_round(rows, r, 6, args.max_rounds, args.target_gap, handled):
+            break
         t = one_round(rows, r, speeds, rng, args.cv, hog, args.hog_slowdown, t)
+        total = r
     runs = pd.DataFrame(rows)
     if not handled:
         runs = runs.drop(columns=["contended"])

@@ -232,14 +232,14 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
                           "analysis": f"unpaired: {why_not}"}
             if contended:
                 note = (f"{len(contended)} contended round(s) (other work on their hosts: "
-                        f"{', '.join(map(str, contended))}) left out of the verdict; those of the first stage "
-                        "replaced by later rounds, within the budget"
+                        f"{', '.join(map(str, contended))}) left out of the verdict and replaced by later rounds, "
+                        "within the budget"
                         if replacing else contended_note(every_run, launcher, ref_name, rounds, contended))
                 result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "order": leg_order(group, launcher, ref_name),
-                         "stopping": stopping(rounds, (first_stage, budget[1], budget[2]), budget[0] - first_stage)
-                         if budget else None})
+                         "stopping": stopping(rounds, (first_stage, budget[1], budget[2]),
+                                              len(contended) if replacing else 0, budget[0]) if budget else None})
     return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
 
 
@@ -283,7 +283,8 @@ def planned(rounds: List[Tuple[float, float]], budget: Tuple[int, int, float]) -
     return verdict.rounds_planned(rounds[:first_n], target_gap, most)[0]
 
 
-def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float], replaced: int = 0) -> str:
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float], replaced: int = 0,
+             repeats: int = 0) -> str:
     """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
     rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
     how many of them ran; rounds beyond the plan (run for another pair of the variant) with
@@ -292,9 +293,9 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
     if rounds is None or len(rounds) < first_n:
         return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
-    if replaced:  # contended rounds of the first stage, left out: as many quiet rounds run in their place
-        total = min(most, max(total, first_n + replaced))
-        reason += f"; {replaced} contended round(s) of the first stage replaced"
+    if replaced:  # contended rounds, left out: as many more ran in their place, within the budget
+        total = min(most - replaced, max(total, repeats))
+        reason += f"; {replaced} contended round(s) replaced"
     if len(rounds) < total:
         return f"{reason} ({len(rounds)} of them ran)"
     if len(rounds) > total:

@@ -6,9 +6,9 @@ how many rounds give every launcher pair of the variant an interval of ±``targe
 rounds beyond that are skipped. Only the first stage decides, so every run of one round decides
 alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``). A pair
 that cannot be paired (a failed run, overlapping runs) gets the whole budget. A contended round
-(a run that had other work on its hosts, ``results.interference``) is left out of the plan and
-replaced by one more round, within the budget; ``metrics.launcher_ratios`` then judges the quiet
-rounds and says which were replaced.
+(a run that had other work on its hosts, ``results.interference``), of the first stage or a later
+round that has ended, is left out of the plan and replaced by one more round, within the budget;
+``metrics.launcher_ratios`` then judges the quiet rounds and says which were replaced.
 
 In the regression DAG the rounds beyond ``repeats`` are ``confirm_rounds``: they run only for a
 variant and launcher whose first rounds look like a regression against the baseline the check
@@ -38,6 +38,7 @@ from mxbench.results.parse import parse_run_logs
 from mxbench.run_folder import DagRunFolder, read_json
 from mxbench.stats.floors import MIN_REPEATS
 from mxbench.stats.verdict import rounds_planned
+from mxbench_train.errors import MxbenchError
 
 
 def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dict:
@@ -76,8 +77,11 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     first_n, most = budget(params)
     if run["round"] <= first_n:
         return None
-    first = [r for r in request.get("runs") or []
-             if r["variant"]["id"] == run["variant"]["id"] and r["round"] <= first_n]
+    earlier = [r for r in request.get("runs") or []
+               if r["variant"]["id"] == run["variant"]["id"] and r["round"] < run["round"]]
+    first = [r for r in earlier if r["round"] <= first_n]
+    # the optional rounds before this one: only whether they were contended counts (to replace them)
+    later = [] if confirming(params) else [r for r in earlier if r["round"] > first_n]
     if confirming(params):
         first = [r for r in first if leg(r) == leg(run)]
     launchers = list(dict.fromkeys(leg(r) for r in first))
@@ -87,8 +91,10 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     scratch = Path(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
     try:
         for r in first if scratch else []:
-            fetch_unit(r["key"], scratch)
+            fetch_unit(r["key"], scratch)  # the first stage must be there; a later round may not be yet
         rows = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in first])
+        ended = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in later
+                              if _fetched(fetch_unit, r["key"], scratch)])
         if confirming(params):
             return confirmation_skip_reason(run, rows, machine_of(rows), baseline_for,
                                             float(params.get("min_drop", 0.05)),
@@ -99,8 +105,9 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     reasons = []
     for launcher, reference in launcher_pairs(launchers):
         # a contended round (other work on its hosts) is replaced: planned from the quiet ones, and one more each
-        contended = contended_rounds(rows, launcher, reference)
-        pairs, _ = paired_rounds(without_rounds(rows, contended), launcher, reference, len(contended))
+        contended = contended_rounds(pd.concat([rows, ended], ignore_index=True), launcher, reference)
+        of_first = [c for c in contended if c <= first_n]
+        pairs, _ = paired_rounds(without_rounds(rows, of_first), launcher, reference, len(of_first))
         if pairs is None or len(pairs) < MIN_REPEATS:
             return None  # unpaired, or too few quiet rounds to plan from: only the budget stops it
         total, reason = rounds_planned(pairs, float(params["target_gap"]), most)
@@ -111,6 +118,18 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
             return None
         reasons.append(f"{launcher}/{reference} {reason}")
     return f"round {run['round']} of {run['variant']['id']} skipped: " + "; ".join(reasons)
+
+
+def _fetched(fetch_unit, key: str, scratch: Optional[Path]) -> bool:
+    """Whether a later round's run folder is here to read (fetched from the artifact store when
+    ``fetch_unit``): one not published yet has not ended, and counts as not contended."""
+    if fetch_unit is None:
+        return True
+    try:
+        fetch_unit(key, scratch)
+    except (OSError, ValueError, MxbenchError):
+        return False
+    return True
 
 
 def machine_of(rows: pd.DataFrame) -> Optional[str]:

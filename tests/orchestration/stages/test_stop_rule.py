@@ -257,7 +257,7 @@ def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_re
     (line,) = launcher_ratios(table, budget=(6, 8, 0.10)).itertuples()
     assert line.n == 6 and line.ratio == pytest.approx(0.95, rel=0.01)
     assert "1 contended round(s) (other work on their hosts: 3) left out of the verdict" in line.verdict
-    assert line.stopping.endswith("; 1 contended round(s) of the first stage replaced")
+    assert line.stopping.endswith("; 1 contended round(s) replaced")
 
 
 def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it_did_is_said(tmp_path):
@@ -271,3 +271,14 @@ def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it
     # 5 quiet rounds: fewer than a paired test needs (``floors.rounds_needed``)
     assert line.verdict.endswith(". 1 of 6 rounds contended (other work on their hosts: round 2), judged as "
                                  "measured; without them too few rounds to judge")
+
+
+def test_a_contended_replacement_round_is_itself_replaced_within_the_budget(tmp_path):
+    """Round 3 contended, round 7 runs in its place; round 7 contended too (it has ended): round 8
+    runs in its place; the budget (8) ends it."""
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    contend(dag_dir, round_of(runs, 3)[1])
+    for t, run in enumerate(round_of(runs, 7)):
+        ran(dag_dir, run, 1000.0 * (0.95 if run["launcher"] == "ssh" else 1.0), 500.0 + 10 * t)
+    contend(dag_dir, round_of(runs, 7)[0])
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
