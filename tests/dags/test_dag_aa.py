@@ -75,7 +75,9 @@ def test_the_report_leads_with_the_false_calls_and_shows_the_noise_floor(calibra
     _, dag_dir = calibrated
     md = (dag_dir / "report" / "report.md").read_text()
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:2] == ["## Verdicts", "## A/A calibration: each launcher against itself"]
+    # the answer first, then the conditions; the verdicts and, right after them, the false calls
+    assert sections[:4] == ["## Answer", "## Conditions", "## Verdicts",
+                            "## A/A calibration: each launcher against itself"]
     assert "## A/A calibration: the noise floor" in sections
     assert "False calls: " in md and " of 1 A/A comparisons" in md and "Noise floor per run: cpu1-bs64 local: CV" in md
     assert "the rule allows α = 0.05 each: 0.05 expected" in md  # then, if called, how likely

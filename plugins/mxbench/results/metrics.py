@@ -16,7 +16,7 @@ import pandas as pd
 from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
 from mxbench.results.parse import ParsedLog
 from mxbench.stats import family, verdict
-from mxbench.stats.floors import rounds_needed
+from mxbench.stats.floors import MIN_REPEATS, rounds_needed
 
 
 class NoSpeedLines(ValueError):
@@ -292,6 +292,9 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
     first_n, most, target_gap = budget
     if rounds is None or len(rounds) < first_n:
         return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
+    if first_n < MIN_REPEATS:  # most of the first stage contended: no spread to plan from
+        return (f"budget spent: {replaced} contended round(s) left {max(first_n, 0)} quiet round(s) in the first "
+                f"stage, too few to plan from")
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
     if replaced:  # contended rounds, left out: as many more ran in their place, within the budget
         total = min(most - replaced, max(total, repeats))
