@@ -7,6 +7,8 @@
     mxbench import [RUN_DIR ...] [--url URL]
     mxbench fetch DAG_ID RUN_ID [--to DIR]
     mxbench scaling RUN_DIR [--threshold T] [--throughput X] [--seed S]
+    mxbench scaling --store [--url URL] [--dag-id D ...] [--launcher L] [--fingerprint F] [--build B]
+                    [--since DATE] [--threshold T] [--throughput X] [--seed S]
 """
 import argparse
 import json
@@ -125,10 +127,16 @@ def cmd_compare(args) -> int:
 
 
 def cmd_scaling(args) -> int:
-    """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs."""
+    """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs; of one DAG
+    run folder, or (``--store``) of every stored DAG run of the setups."""
     from mxbench.report import scaling as model_text
     from mxbench.run_folder import DagRunFolder, load_table, read_json
 
+    if args.store == bool(args.run_dir):
+        print("error: give a DAG run folder, or --store for every stored DAG run", file=sys.stderr)
+        return 2
+    if args.store:
+        return scaling_of_store(args)
     folder = DagRunFolder(Path(args.run_dir))
     runs, request = load_table(folder.table("runs")), read_json(folder.request, {}) or {}
     if runs.empty:
@@ -139,16 +147,64 @@ def cmd_scaling(args) -> int:
     if not found:
         print(f"no setup has {model_text.MIN_SIZES} or more sizes measured: no scaling model")
     else:
-        print("\n".join(model_text.holdout_lines(found, args.threshold)))
-        print("\n== terms of the step time (seconds per unit of each term's feature)")
-        print(model_text.terms_table(found).to_string(index=False))
-        print("\n== measured sizes and PROJECTED ones (the model's, not measured)")
-        curve = model_text.curve_table(found, prices, model_text.images_per_epoch(read_json(folder.data, {}) or {}))
-        print(curve.to_string(index=False))
-        if args.throughput:
-            print("\n" + "\n".join(model_text.cheapest_line(found, prices, args.throughput)))
+        print_models(found, prices, args.threshold, args.throughput,
+                     model_text.images_per_epoch(read_json(folder.data, {}) or {}))
     print("\n== this DAG run's cost" + (f" ({why})" if why else ""))
     print(model_text.run_cost_table(runs, request, prices).to_string(index=False))
+    return 0
+
+
+def print_models(found, prices, threshold: float, throughput, images_per_epoch=None) -> None:
+    """The scaling model's lines and tables, as the report shows them."""
+    from mxbench.report import scaling as model_text
+
+    print("\n".join(model_text.holdout_lines(found, threshold)))
+    print("\n== terms of the step time (seconds per unit of each term's feature)")
+    print(model_text.terms_table(found).to_string(index=False))
+    print("\n== measured sizes and PROJECTED ones (the model's, not measured)")
+    print(model_text.curve_table(found, prices, images_per_epoch).to_string(index=False))
+    if throughput:
+        print("\n" + "\n".join(model_text.cheapest_line(found, prices, throughput)))
+
+
+def scaling_of_store(args) -> int:
+    """``mxbench scaling --store``: the model fitted over every stored DAG run of the setups, on one
+    kind of machine (bisect probes never: they measure old builds on purpose)."""
+    from mxbench import store
+    from mxbench.report import scaling as model_text
+    from mxbench.results import stored
+
+    url = args.url or store.default_url()
+    rows = store.history(url, launcher=args.launcher, fingerprint=args.fingerprint, dag_ids=args.dag_id)
+    rows = rows[~rows["dag_id"].isin(store.PROBE_DAG_IDS)] if not args.dag_id else rows
+    if args.since:
+        rows = rows[pd.to_datetime(rows["measured_at"], utc=True) >= args.since]
+    if args.build:
+        rows = rows[rows["build"] == args.build]
+    rows = stored.sized(rows, store.read_sizes(url))
+    if rows.empty:
+        print(f"error: no measured runs stored in {store.shown(url)} for these choices", file=sys.stderr)
+        return 1
+    try:
+        machine = stored.one_machine(rows)
+    except stored.MixedMachines as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    runs, variants = stored.fit_inputs(rows)
+    builds = list(dict.fromkeys(rows.sort_values("measured_at")["build"]))
+    dags = ", ".join(sorted(rows["dag_id"].unique()))
+    print(f"From {store.shown(url)}: {runs.groupby(['dag_id', 'run_id']).ngroups} DAG runs of {dags}, "
+          f"{rows['measured_at'].min():%Y-%m-%d} to {rows['measured_at'].max():%Y-%m-%d}, {len(runs)} measured "
+          f"repeats, machine {machine}; MXNet build{'s' if len(builds) > 1 else ''} {', '.join(map(str, builds))}"
+          + (" (pooled: a build's own speed counts as noise; --build takes one)" if len(builds) > 1 else ""))
+    prices, why = model_text.prices_or_why()
+    if why:
+        print(why)
+    found = model_text.fitted(runs, variants, args.threshold, args.seed)
+    if not found:
+        print(f"no setup has {model_text.MIN_SIZES} or more sizes measured: no scaling model")
+        return 0
+    print_models(found, prices, args.threshold, args.throughput)
     return 0
 
 
@@ -184,6 +240,13 @@ def cmd_import(args) -> int:
     return 0
 
 
+def utc_date(text: str) -> pd.Timestamp:
+    try:
+        return pd.Timestamp(text, tz="UTC")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date: {text!r} (YYYY-MM-DD)") from None
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="mxbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -207,10 +270,22 @@ def build_parser():
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
     p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("scaling", help="the scaling model of a DAG run folder: fitted terms, measured and PROJECTED "
-                                       "sizes with prediction intervals, the largest size predicted from the others, "
-                                       "costs from MXBENCH_PRICES")
-    p.add_argument("run_dir")
+    p = sub.add_parser("scaling", help="the scaling model of a DAG run folder, or of every stored DAG run (--store): "
+                                       "fitted terms, measured and PROJECTED sizes with prediction intervals, the "
+                                       "largest size predicted from the others, costs from MXBENCH_PRICES")
+    p.add_argument("run_dir", nargs="?", help="a DAG run folder (or --store)")
+    p.add_argument("--store", action="store_true",
+                   help="fit every stored DAG run of the setups, on one kind of machine (not a bisect's probes)")
+    p.add_argument("--url", help="with --store: the results store (default: $MXBENCH_RESULTS_URL, else "
+                                 "$MXBENCH_HOME/results.db)")
+    p.add_argument("--dag-id", action="append", help="with --store: only this DAG's runs (repeatable; default: every "
+                                                     "DAG's but mxbench_bisect's)")
+    p.add_argument("--launcher", help="with --store: only this launcher's runs")
+    p.add_argument("--fingerprint", help="with --store: this kind of machine (environments.fingerprint); needed "
+                                         "where the store holds several")
+    p.add_argument("--build", help="with --store: only runs of this MXNet build (the version the trainer reported)")
+    p.add_argument("--since", type=utc_date, help="with --store: only DAG runs measured on or after this date "
+                                                  "(YYYY-MM-DD, UTC)")
     p.add_argument("--threshold", type=float, default=0.8, help="efficiency to report the size it falls below at")
     p.add_argument("--throughput", type=float, help="samples/s wanted: the cheapest size that reaches it")
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
@@ -233,7 +308,7 @@ def build_parser():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command not in ("history", "import"):
+    if args.command not in ("history", "import", "scaling"):
         return args.func(args)
     from mxbench.store import StoreError
 

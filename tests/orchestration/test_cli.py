@@ -95,3 +95,29 @@ def test_scaling_prints_the_fit_projections_hold_out_and_cost(tmp_path, capsys, 
     monkeypatch.delenv("MXBENCH_PRICES")
     assert cli.main(["scaling", str(folder)]) == 0
     assert "not set" in capsys.readouterr().out
+
+
+def test_scaling_from_the_store_fits_every_stored_dag_run_and_refuses_two_machines(tmp_path, capsys, monkeypatch):
+    from mxbench import cli
+    from support.stored_runs import CPU_FP, OTHER_CPU_BOX, OTHER_FP, record_scaling_series
+
+    monkeypatch.delenv("MXBENCH_PRICES", raising=False)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    record_scaling_series(url, tmp_path, dag_runs=3)
+    assert cli.main(["scaling", "--store", "--url", url]) == 0
+    out = capsys.readouterr().out
+    assert "3 DAG runs of mxbench_benchmark, 2026-01-01 to 2026-01-03, 18 measured repeats" in out
+    assert f"machine {CPU_FP}" in out and "MXNet build 1.9.1" in out
+    assert "predicted from the others" in out and "PROJECTED" in out and "not set" in out
+    assert cli.main(["scaling", "--store", "--url", url, "--since", "2026-01-02"]) == 0
+    assert "2 DAG runs of mxbench_benchmark" in capsys.readouterr().out
+
+    record_scaling_series(url, tmp_path, dag_runs=1, environment=OTHER_CPU_BOX, first=3)
+    assert cli.main(["scaling", "--store", "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the stored runs measured 2 kinds of machine:") and CPU_FP in err and OTHER_FP in err
+    assert cli.main(["scaling", "--store", "--url", url, "--fingerprint", CPU_FP]) == 0
+    assert "3 DAG runs" in capsys.readouterr().out
+    assert cli.main(["scaling", "--store", "--url", url, "--dag-id", "mxbench_regression"]) == 1
+    assert "no measured runs stored" in capsys.readouterr().err
+    assert cli.main(["scaling"]) == 2

@@ -1,8 +1,9 @@
 """Seeded DAG-run folders and store fixtures, shared by the store's, the report's and the UI's tests."""
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from alembic import command
 
@@ -87,3 +88,28 @@ IMAGE_190 = "registry.example/mxbench-train:1.9.0"
 def upgrade_to(url, revision):
     with store.engine(url).begin() as connection:
         command.upgrade(store.alembic_config(connection), revision)
+
+
+# A planted step time (seconds) for the 1-, 2- and 4-worker CPU variants: compute + device link x (m-1)/m
+# (``results.scaling``'s first two terms; dist_sync on one host carries no network term)
+PLANTED_STEP = {"compute": 0.5, "device link": 0.2}
+SCALING_WORKERS = (1, 2, 4)
+
+
+def planted_speed(workers, batch=32, compute=0.5, link=0.2):
+    """The samples/s ``workers`` CPU workers at ``batch`` images each reach under the planted model."""
+    return workers * batch / (compute + link * (workers - 1) / workers)
+
+
+def record_scaling_series(url, root: Path, dag_runs=4, noise=0.02, seed=0, environment=CPU_BOX, first=0,
+                          link=0.2, ran=None, dag_id="mxbench_benchmark", repeats=2):
+    """Record ``dag_runs`` DAG runs (a day apart from ``T0`` + ``first`` days) of 1-, 2- and 4-worker
+    variants on ``local``, ``repeats`` each, at the planted speeds times lognormal ``noise``."""
+    rng = np.random.default_rng(seed)
+    for day in range(first, first + dag_runs):
+        runs = [(variant(f"cpu{w}-bs32", workers=w), "local", r, "ok",
+                 float(planted_speed(w, link=link) * np.exp(rng.normal(0, noise))), None)
+                for w in SCALING_WORKERS for r in range(1, repeats + 1)]
+        name = f"scaling-{environment['host']}-{day}"
+        folder = make_dag_dir(root, name, runs, started=T0 + timedelta(days=day), environment=environment, ran=ran)
+        store.record_dag_run(url, folder, dag_id=dag_id, run_id=name, trigger="manual")

@@ -117,13 +117,16 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 
 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
-                 editable: Iterable[str] = (), form_token: Optional[str] = None) -> str:
+                 editable: Iterable[str] = (), form_token: Optional[str] = None,
+                 sizes: Optional[pd.DataFrame] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
     rows; none: new) and, on the alerts of the DAGs in ``editable``, a form to set it that carries
     ``form_token``. A DAG run with a contended run (other work on its hosts) is counted beside its
-    series, and a flagged regression says how many of its runs were contended."""
+    series, and a flagged regression says how many of its runs were contended. With ``sizes``
+    (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
+    efficiency and cost per million images by MXNet build (``scaling_by_build``)."""
     title = "mxbench: benchmark history"
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
@@ -175,8 +178,27 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     sections = [("Throughput by variant and MXNet build", by_build),
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
                 (STEP_FINDER, step_table(history))]
+    sections[1:1] = scaling_by_build(history, sizes)
     page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
     return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
+
+
+def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame]) -> list:
+    """The history page's section of measured scaling efficiency and cost by MXNet build; none
+    without sizes or where no model was measured at more than one device count."""
+    from mxbench.report.scaling import BUILD_TABLE, build_table, prices_or_why
+    from mxbench.results.stored import efficiency_by_build, sized
+
+    if sizes is None or sizes.empty:
+        return []
+    efficiency = efficiency_by_build(sized(history, sizes))
+    if efficiency.empty:
+        return []
+    prices, why = prices_or_why()
+    heading = (f"{BUILD_TABLE} (efficiency: the median speed / (devices x the same build's 1-device median "
+               "speed, same launcher and machine), measured, not the scaling model's; cost from MXBENCH_PRICES"
+               + (f". {why}" if why else "") + ")")
+    return [(heading, build_table(efficiency, prices))]
 
 
 def with_triage(flagged: pd.DataFrame, alerts: Optional[pd.DataFrame]) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""The scaling model's section of the report and of ``mxbench scaling``: one set of tables for both.
+"""The scaling model's section of the report and of ``mxbench scaling``: one set of tables for both;
+and the history page's measured efficiency and cost by MXNet build (``build_table``).
 
 Per setup (launcher, depth, images per device) with at least ``MIN_SIZES`` distinct sizes
 measured: the fitted terms, the fit against the measured points (residuals), the projections at
@@ -42,10 +43,16 @@ def variants_of(request: dict) -> Dict[str, dict]:
 
 
 def models(runs: pd.DataFrame, request: dict, threshold: float = THRESHOLD, seed: int = 0) -> List[SetupModel]:
-    """Every setup with ``MIN_SIZES`` or more distinct sizes measured, fitted and projected."""
+    """Every setup of a DAG run with ``MIN_SIZES`` or more distinct sizes measured, fitted and projected."""
+    return fitted(runs, variants_of(request), threshold, seed)
+
+
+def fitted(runs: pd.DataFrame, variants: Dict[str, dict], threshold: float = THRESHOLD,
+           seed: int = 0) -> List[SetupModel]:
+    """``models`` of a runs table and its variants (by id): one DAG run's, or the results store's
+    over many (``results.stored.fit_inputs``)."""
     if runs.empty or "samples_per_sec" not in runs:
         return []
-    variants = variants_of(request)
     rows = runs.astype(object).where(runs.notna(), None).to_dict("records")
     found = []
     for key, points in scaling.setups(rows, variants).items():
@@ -195,3 +202,27 @@ def scaling_sections(runs: pd.DataFrame, request: dict, data: dict, figure, draw
         sections.append(("Cost of this DAG run (machine time of its runs; the harness's part: outside the trainer)"
                          + (f". {why}" if why else ""), spent))
     return sections
+
+
+BUILD_TABLE = "Scaling efficiency and cost by MXNet build"
+
+
+def build_table(efficiency: pd.DataFrame, prices: dict) -> pd.DataFrame:
+    """``results.stored.efficiency_by_build`` for people: per model, launcher, machine, build and
+    size, the DAG runs, the median speed, the efficiency against that build's 1-device variant
+    (measured, not the model's) and the cost per million images where ``prices`` has the launcher's."""
+    rows = []
+    for r in efficiency.to_dict("records"):
+        price = prices.get(str(r["launcher"]).removesuffix("-b"))
+        config = scaling.Config(int(r["devices"]), int(r["hosts"]))
+        eff = r["scaling_efficiency"]
+        rows.append({"ResNet depth": r["num_layers"], "images per device": r["batch_per_device"],
+                     "launcher": r["launcher"], "machine": r["environment"], "MXNet build": r["build"],
+                     "devices": r["devices"] if r["hosts"] <= 1 else f"{r['devices']} on {r['hosts']} machines",
+                     "variant": r["variant"], "DAG runs": r["dag_runs"],
+                     "samples/s (median of runs)": fmt(r["samples_per_sec"]),
+                     "efficiency vs 1 device": "no 1-device run of this build" if eff != eff or eff is None
+                     else fmt(eff, 1, pct=True),
+                     "cost / million images": money(cost.per_million_images(price, config, r["samples_per_sec"]),
+                                                    price)})
+    return pd.DataFrame(rows)

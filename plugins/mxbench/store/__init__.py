@@ -9,7 +9,7 @@ No Airflow here: the DAG passes in what it knows (run id, trigger, dates), the r
 the DAG run's folder as the pipeline leaves it after ``join_results``.
 
 Modules: ``errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
-migrations), ``recording`` (storing DAG runs), ``reading`` (history, baselines, A/A calibrations),
+migrations), ``recording`` (storing DAG runs), ``reading`` (history, variants' sizes, baselines, A/A calibrations),
 ``alerts`` (the triage state of regression alerts and its record), ``bisect_chains`` (which DAG runs
 belong to a bisect) and ``schema`` (the tables).
 Their public names are exported here.
@@ -51,6 +51,7 @@ from mxbench.store.reading import (
     dag_run_time,
     history,
     read_history,
+    read_sizes,
     what_ran,
 )
 from mxbench.store.recording import TRIGGERS, fingerprint, import_runs, record_dag_run
@@ -59,7 +60,8 @@ from mxbench.store.schema import metadata
 __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_without_password",
            "URL_ENV", "MIGRATIONS", "default_url", "url_of_connection", "engine_name", "engine", "alembic_config",
            "migrate", "ready_engine", "TRIGGERS", "fingerprint", "record_dag_run", "import_runs", "history",
-           "read_history", "baseline", "start_chain", "chain", "chain_started_by", "chains_over", "advance_chain",
+           "read_history", "read_sizes", "baseline", "start_chain", "chain", "chain_started_by", "chains_over",
+           "advance_chain",
            "params_digest", "claim", "ChainRefused",
            "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

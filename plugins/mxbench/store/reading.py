@@ -1,5 +1,6 @@
 """Reading the results store: every repeat's ``history``, the UI's ``read_history`` (which never
-migrates) and a regression check's ``baseline``; ``what_ran`` names the MXNet build a row ran."""
+migrates), what each DAG run's variants were (``read_sizes``, for the scaling views) and a
+regression check's ``baseline``; ``what_ran`` names the MXNet build a row ran."""
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -12,7 +13,7 @@ from mxbench import config
 from mxbench.store.database import engine, ready_engine
 from mxbench.store.errors import UNSHOWN, StoreError, first_line, without_password
 from mxbench.store.recording import utc_time
-from mxbench.store.schema import dag_runs, repeats
+from mxbench.store.schema import dag_runs, repeats, variants
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
@@ -105,6 +106,33 @@ def read_history(url: str) -> pd.DataFrame:
         columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
                    for c in HISTORY_COLUMNS]
         return _frame(connection, _history_query(columns=columns))
+
+
+SIZE_COLUMNS = [repeats.c.dag_id, repeats.c.dag_run.label("run_id"), repeats.c.variant, variants.c.devices,
+                variants.c.workers, variants.c.hosts, variants.c.gpus_per_worker, variants.c.batch_size,
+                variants.c.batch_per_device, variants.c.kvstore, variants.c.num_layers]
+
+
+def read_sizes(url: str) -> pd.DataFrame:
+    """What each stored DAG run's variants were, for the scaling views (``results.stored``): per
+    ``(dag_id, run_id, variant)``, the variants table's devices, workers, hosts, GPUs per worker,
+    batch sizes, kvstore and depth, and ``depth_override``, the DAG run's ``num_layers`` param (None:
+    none given). The variants table keeps each variant id's last recorded definition; a depth
+    override keeps the id, so a DAG run's own depth is its override where it gave one. A reader
+    (``reader``): never makes or upgrades the store; no rows where it is not there yet."""
+    columns = [c.name for c in SIZE_COLUMNS] + ["depth_override"]
+    with reader(url, "variants") as connection:
+        if connection is None:
+            return pd.DataFrame(columns=columns)
+        found = pd.DataFrame(connection.execute(sa.select(*SIZE_COLUMNS).distinct()
+                                                .join(variants, repeats.c.variant == variants.c.id)).mappings().all(),
+                             columns=columns[:-1])
+        # params is JSON (no equality on PostgreSQL: not in a DISTINCT), read apart
+        params = pd.DataFrame(connection.execute(sa.select(dag_runs.c.dag_id, dag_runs.c.run_id, dag_runs.c.params))
+                              .mappings().all(), columns=["dag_id", "run_id", "params"])
+    depth = params.assign(depth_override=[(p or {}).get("num_layers") if isinstance(p, dict) else None
+                                          for p in params["params"]]).drop(columns="params")
+    return found.merge(depth, on=["dag_id", "run_id"], how="left")
 
 
 def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Union[datetime, Tuple[str, str]],

@@ -9,7 +9,16 @@ import pandas as pd
 from mxbench import store
 from mxbench.regression.rule import judge_history
 from mxbench.report import history_page
-from support.stored_runs import IMAGE_190, VENV_190, make_dag_dir, ok_runs, variant
+from support.stored_runs import (
+    CPU_FP,
+    IMAGE_190,
+    VENV_190,
+    make_dag_dir,
+    ok_runs,
+    planted_speed,
+    record_scaling_series,
+    variant,
+)
 
 CV = 0.03
 
@@ -111,6 +120,61 @@ def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tm
         "1.9.1", "mxnet==1.9.0", VENV_190, "2"]
     assert by_build.loc["kubernetes", ["MXNet build", "asked for", "runtime"]].tolist() == [
         "1.9.0", "mxnet==1.9.0", IMAGE_190]
+
+
+def stored_page(url):
+    """The history page as the history route makes it, sizes included."""
+    rows = store.read_history(url)
+    judged = judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
+    return history_page(judged, "test", sizes=store.read_sizes(url))
+
+
+def efficiency_table(page):
+    return next((frame for frame in Tables(page).frames if "efficiency vs 1 device" in frame), None)
+
+
+def test_the_page_shows_scaling_efficiency_and_cost_by_build(tmp_path, monkeypatch):
+    """1-, 2- and 4-worker variants, two DAG runs of each of two builds, planted speeds (no noise):
+    build 1.9.1 spends twice 1.9.0's time on the device link. Efficiency against the same build's
+    1-worker speed; a cost only where the launcher has a price."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.delenv("MXBENCH_PRICES", raising=False)
+    for first, build, link in ((0, "1.9.0", 0.2), (2, "1.9.1", 0.4)):
+        record_scaling_series(url, tmp_path, dag_runs=2, noise=0, first=first, link=link,
+                              ran={"local": {"mxnet_asked": f"mxnet=={build}", "mxnet_reported": build}})
+    page = stored_page(url)
+    assert "Scaling efficiency and cost by MXNet build" in page
+    assert "No prices set (MXBENCH_PRICES): every cost is not set." in page
+    table = efficiency_table(page)
+    assert list(table["MXNet build"]) == ["1.9.0"] * 3 + ["1.9.1"] * 3
+    assert list(table["devices"]) == ["1", "2", "4"] * 2 and set(table["DAG runs"]) == {"2"}
+    assert set(table["ResNet depth"]) == {"8"} and set(table["images per device"]) == {"32"}
+    assert set(table["launcher"]) == {"local"} and set(table["machine"]) == {CPU_FP}
+    assert list(table["efficiency vs 1 device"]) == ["100.0%", "83.3%", "76.9%", "100.0%", "71.4%", "62.5%"]
+    assert list(table["samples/s (median of runs)"]) == [f"{planted_speed(w, link=link):,.1f}"
+                                                         for link in (0.2, 0.4) for w in (1, 2, 4)]
+    assert set(table["cost / million images"]) == {"not set"}
+
+    monkeypatch.setenv("MXBENCH_PRICES", '{"local": {"per_device_hour": 2.0, "currency": "EUR"}}')
+    table = efficiency_table(stored_page(url))
+    assert list(table["cost / million images"]) == [
+        f"{2.0 * w / (planted_speed(w, link=link) * 3600) * 1e6:,.2f} EUR" for link in (0.2, 0.4) for w in (1, 2, 4)]
+    assert table["cost / million images"].iloc[0] == "8.68 EUR"  # 2 EUR an hour at 64 images/s
+
+
+def test_no_efficiency_section_without_two_device_counts_or_a_one_device_run(tmp_path):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store.record_dag_run(url, make_dag_dir(tmp_path, "one", ok_runs()), dag_id="mxbench_benchmark", run_id="one",
+                         trigger="manual")
+    page = stored_page(url)
+    assert "Scaling efficiency" not in page and efficiency_table(page) is None
+    store.record_dag_run(url, make_dag_dir(tmp_path, "two", ok_runs(variant("cpu4-bs32", workers=4)),
+                                           started=pd.Timestamp("2026-01-02", tz="UTC")),
+                         dag_id="mxbench_benchmark", run_id="two", trigger="manual")
+    table = efficiency_table(stored_page(url))
+    assert list(table["devices"]) == ["2", "4"]
+    assert set(table["efficiency vs 1 device"]) == {"no 1-device run of this build"}
+    assert "Scaling efficiency" not in history_page(judge_history(seeded()), "test")  # no sizes: none
 
 
 def test_rows_without_a_machine_are_shown_not_dropped():

@@ -351,6 +351,26 @@ def test_reading_never_makes_or_upgrades_the_store(url, tmp_path):
         assert not sa.inspect(connection).has_table("repeats")
 
 
+
+def test_read_sizes_gives_each_dag_runs_variants_and_its_depth_override(url, tmp_path):
+    assert store.read_sizes(f"sqlite:///{tmp_path / 'none' / 'results.db'}").empty
+    assert not (tmp_path / "none").exists()
+    assert store.read_sizes(url).empty  # a database without tables yet: never made by a reader
+    four = variant("cpu4-bs32", workers=4)
+    store.record_dag_run(url, make_dag_dir(tmp_path, "plain", ok_runs() + ok_runs(four)), dag_id="mxbench_benchmark",
+                         run_id="plain", trigger="manual")
+    store.record_dag_run(url, make_dag_dir(tmp_path, "deeper", ok_runs(), started=T0 + timedelta(days=1),
+                                           params={"preset": "cpu-demo", "num_layers": 20}),
+                         dag_id="mxbench_benchmark", run_id="deeper", trigger="manual")
+    sizes = store.read_sizes(url).sort_values(["run_id", "variant"]).reset_index(drop=True)
+    assert list(zip(sizes["run_id"], sizes["variant"])) == [("deeper", "cpu2-bs32"), ("plain", "cpu2-bs32"),
+                                                            ("plain", "cpu4-bs32")]  # once per DAG run and variant
+    assert list(sizes["devices"]) == [2, 2, 4] and list(sizes["batch_per_device"]) == [32] * 3
+    assert list(sizes["kvstore"]) == ["dist_sync"] * 3 and list(sizes["hosts"]) == [1] * 3
+    assert list(sizes["depth_override"].astype(object).where(sizes["depth_override"].notna(), None)) == [
+        20, None, None]
+
+
 # --- the command line --------------------------------------------------------------------------
 
 def test_cli_import_then_history(url, tmp_path, monkeypatch, capsys):
