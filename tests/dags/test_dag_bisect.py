@@ -3,6 +3,7 @@ DAG run to DAG run through the conf they trigger with, find a planted step among
 manifest in at most 3 probes (the measuring tasks replaced by planted store rows)."""
 import copy
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -329,7 +330,7 @@ def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypat
     assert ran.loc[second.run_id, "commit"] == "fedcba9876" and set(ran["n"]) == {4}
 
 
-REGRESSION_RUN = SimpleNamespace(dag_id="mxbench_regression")
+REGRESSION_RUN = SimpleNamespace(dag_id="mxbench_regression", run_type="scheduled")
 
 
 def start_bisects(findings, params, run_id="scheduled__1"):
@@ -358,7 +359,15 @@ def test_a_regression_dag_run_starts_one_bisect_per_range_unless_triaged(manifes
     assert conf["repeats"] == 5 and "baseline_runs" not in conf and "confirm_rounds" not in conf
     assert re.fullmatch(r"bisect__cpu1-bs64__local__2026-10-01__2026-11-08__[0-9a-f]{8}", started["trigger_run_id"])
     assert re.fullmatch(r"[0-9a-f]{32}", conf["bisect_chain"])
-    assert start_bisects([FINDING], params, run_id="scheduled__2") == []  # the next night: started already
+    assert start_bisects([FINDING], params) == [started]  # a retry of the task: the same chain and run id
+    # its trigger failed, its first DAG run never began: the next night starts the range again
+    (again,) = start_bisects([FINDING], params, run_id="scheduled__2")
+    assert again["conf"]["bisect_chain"] != conf["bisect_chain"]
+    from mxbench.matrix.params import bisect_chain_params
+
+    store.claim(os.environ["MXBENCH_RESULTS_URL"], "mxbench_bisect", again["trigger_run_id"],
+                again["conf"]["bisect_chain"], bisect_chain_params(again["conf"]))  # its first DAG run began
+    assert start_bisects([FINDING], params, run_id="scheduled__3") == []  # the next night: started already
     acknowledged = {**FINDING, "triage": "acknowledged"}
     assert start_bisects([acknowledged], params) == []
     assert start_bisects([FINDING], {**params, "bisect": False}) == []
@@ -407,6 +416,7 @@ def first_decided(dag, monkeypatch, conf, speed=100.0):
     {"probe_build": "1.9.0"},  # the probe of their choice
     {"bisect_runs": [{"build": "1.6.0", "run_id": "manual__forged"}]},  # a reference of their choice
     {"repeats": 3},
+    {"max_repeats": 0, "aa_calibration": True},  # keys beyond the form, which the pipeline reads
 ])
 def test_a_probe_that_claims_a_chain_with_params_of_its_own_is_refused_before_it_measures(dag, manifest,
                                                                                           monkeypatch, change):
@@ -456,3 +466,33 @@ def test_two_dag_runs_with_the_chains_params_move_it_on_once(dag, manifest, monk
         bisect_tasks.decide.function(records[1], params=params, run_id="manual__copy",
                                      dag_run=SimpleNamespace(dag_id=dag.dag_id))
 
+
+
+def test_a_retried_decide_hands_the_same_next_dag_run_on_again(dag, manifest, monkeypatch):
+    """The worker died after decide moved the chain on: its retry names the same next DAG run with
+    the same conf, rather than being refused and leaving the chain stuck."""
+    conf = {"good_build": "1.6.0", "bad_build": "1.9.1", "launchers": ["kubernetes"]}
+    first = first_decided(dag, monkeypatch, conf)
+    params = form(dag, conf)
+    record = bisect_tasks.resolve_probe.function(params=params, run_id="manual__0",
+                                                 dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    again = bisect_tasks.decide.function(record, params=params, run_id="manual__0",
+                                         dag_run=SimpleNamespace(dag_id=dag.dag_id))
+    assert (again["next_run_id"], again["next_conf"]) == (first["next_run_id"], first["next_conf"])
+
+
+def test_a_manual_regression_runs_bisect_does_not_stand_for_the_nightlys(manifest):
+    """A trigger user of the regression DAG picks its settings; their bisect of a range does not stop
+    the scheduled DAG runs from bisecting it with theirs."""
+    from mxbench.matrix.params import bisect_chain_params
+
+    manual = SimpleNamespace(dag_id="mxbench_regression", run_type="manual")
+    from mxbench.airflow_glue import dag_tasks
+
+    (theirs,) = dag_tasks.bisects_to_start.function([FINDING], {"package": "mxnet==1.9.1"},
+                                                    params={**REGRESSION_PARAMS, "min_drop": 0.9},
+                                                    run_id="manual__x", dag_run=manual)
+    store.claim(os.environ["MXBENCH_RESULTS_URL"], "mxbench_bisect", theirs["trigger_run_id"],
+                theirs["conf"]["bisect_chain"], bisect_chain_params(theirs["conf"]))
+    (nightly,) = start_bisects([FINDING], REGRESSION_PARAMS)
+    assert nightly["conf"]["bisect_chain"] != theirs["conf"]["bisect_chain"]

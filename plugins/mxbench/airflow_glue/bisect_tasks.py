@@ -74,8 +74,6 @@ def resolve_probe(params=None, run_id=None, dag_run=None) -> dict:
 def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     """This bisect's DAG runs so far, judged; the next build to probe or the first bad build. The
     chain moves on to the next DAG run's params in the results store (``store.advance_chain``)."""
-    import secrets
-
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench import store
@@ -91,8 +89,8 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     url = connections.results_url(params)
     try:
         with store.errors_without_password(url):
-            chain_id = store.claim(url, dag_run.dag_id, run_id, params.get("bisect_chain", ""),
-                                   bisect_chain_params(params))
+            chain = store.claim(url, dag_run.dag_id, run_id, params.get("bisect_chain", ""),
+                                bisect_chain_params(params))
     except store.ChainRefused as exc:
         raise AirflowFailException(str(exc)) from None
     with store.errors_without_password(url):
@@ -106,22 +104,23 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     else:
         step = bisect.next_step(labels, probes)
     title = f"bisect of {variant} ({launcher}) from {labels[0]} to {labels[-1]}"
+    next_params = {**bisect_chain_params(params), "probe_build": step.next_build or "", "bisect_runs": runs}
+    with store.errors_without_password(url):
+        moved = store.advance_chain(url, chain["chain_id"], run_id, bisect_chain_params(params),
+                                    None if step.done else next_params, answered=bool(step.done and step.first_bad))
+    if not moved:  # a DAG run with the same params decided first: one chain never forks
+        raise AirflowFailException(f"bisect chain {chain['chain_id']}: another DAG run with these params decided "
+                                   "this step first; this one hands nothing on")
     print(f"mxbench: {title}, probe path:")
     for line in bisect.path_lines(step):
         print(f"  {line}")
     with dag_folder(dag_run, run_id, "decide", tables=True) as dag_dir:  # for the report
         write_json(DagRunFolder(dag_dir).bisect, {"title": title, "path": bisect.path_lines(step)})
-    next_params = {**bisect_chain_params(params), "probe_build": step.next_build or "", "bisect_runs": runs}
-    with store.errors_without_password(url):
-        moved = store.advance_chain(url, chain_id, bisect_chain_params(params), None if step.done else next_params)
-    if not moved:  # a DAG run with the same params decided first: one chain never forks
-        raise AirflowFailException(f"bisect chain {chain_id}: another DAG run with these params decided this step "
-                                   "first; this one hands nothing on")
     return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
             "message": step.message, "path": [p.__dict__ for p in step.path],
-            "next_conf": {**next_params, "bisect_chain": chain_id},
-            # unguessable, so that nobody makes it first; were it made first, the trigger fails, saying so
-            "next_run_id": f"{runs[0]['run_id']}__probe{len(runs)}__{secrets.token_hex(4)}"}
+            "next_conf": {**next_params, "bisect_chain": chain["chain_id"]},
+            # unguessable, and the same on a retry of this decide; were it made first, the trigger fails
+            "next_run_id": store.run_id_for(chain, f"{runs[0]['run_id']}__probe{len(runs)}", len(runs))}
 
 
 @task.short_circuit

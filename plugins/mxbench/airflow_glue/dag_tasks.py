@@ -28,6 +28,7 @@ def dag_folder(dag_run, run_id: str, task: str, **scope):
 
 RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run
 BISECT_DAG_ID = "mxbench_bisect"  # the DAG the regression DAG starts bisects of
+NIGHTLY_KINDS = ("scheduled", "backfill")  # DAG run types whose bisect chains stand for their range
 
 
 @task
@@ -257,11 +258,11 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
     """The mxbench_bisect DAG runs to start for this DAG run's regressions (``bisect.regression_bisects``;
     not those triaged as acknowledged or expected), each ``conf`` with this DAG run's measuring params
     and the id of a chain minted for it in the results store (``store.bisect_chains``), so that its
-    first DAG run proves it is this one's. A range this DAG already started a chain over is not
-    started again: a regression that lasts many nights starts one bisect of that range, not one a
-    night. The run id has a random part: nobody can make it first. None when ``bisect`` is off."""
-    import secrets
-
+    first DAG run proves it is this one's. A range a scheduled or backfill DAG run of this DAG
+    already bisects, or bisected to an answer, is not started again: a regression that lasts many
+    nights starts one bisect of that range, not one a night (a chain whose first DAG run never began,
+    or that ended without an answer, does not count). A retry of this task starts its own chains
+    again, under the same run ids, which have a part nobody can guess. None when ``bisect`` is off."""
     from mxbench import store
     from mxbench.airflow_glue import connections
     from mxbench.builds import manifest as builds
@@ -277,21 +278,25 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
                                                                "bad_build", "probe_build", "bisect_runs",
                                                                "bisect_chain")}
     url, starts = connections.results_url(params), []
+    kind = str(getattr(dag_run.run_type, "value", dag_run.run_type) or "manual")
     for conf in confs:
         conf = {**shared, **conf}
         described = (f"mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
                      f"{conf['good_build']} to {conf['bad_build']}")
         with store.errors_without_password(url):
-            if store.chains_over(url, BISECT_DAG_ID, dag_run.dag_id, conf["only_variants"][0], conf["launchers"][0],
-                                 conf["good_build"], conf["bad_build"]):
+            earlier = store.chains_over(url, BISECT_DAG_ID, dag_run.dag_id, conf["only_variants"][0],
+                                        conf["launchers"][0], conf["good_build"], conf["bad_build"])
+            mine = next((c for c in earlier if c["starter_run"] == run_id), None)  # a retry of this task
+            # only the nightly's own chains stand for a range: a manual DAG run's settings are its trigger user's
+            if mine is None and any(store.blocks_range(c) for c in earlier if c["starter_kind"] in NIGHTLY_KINDS):
                 print(f"mxbench: {described}: started before by {dag_run.dag_id}, not again")
                 continue
-            chain_id = store.start_chain(url, dag_id=BISECT_DAG_ID, starter=(dag_run.dag_id, run_id),
-                                         variant=conf["only_variants"][0], launcher=conf["launchers"][0],
-                                         good_build=conf["good_build"], bad_build=conf["bad_build"],
-                                         first_params=bisect_chain_params(conf))
+            chain = mine or store.chain(url, store.start_chain(
+                url, dag_id=BISECT_DAG_ID, starter=(dag_run.dag_id, run_id), starter_kind=kind,
+                variant=conf["only_variants"][0], launcher=conf["launchers"][0], good_build=conf["good_build"],
+                bad_build=conf["bad_build"], first_params=bisect_chain_params(conf)))
         print(f"mxbench: starting {described}")
-        starts.append({"conf": {**conf, "bisect_chain": chain_id},
-                       "trigger_run_id": f"{bisect.run_id_of(conf)}__{secrets.token_hex(4)}"})
+        starts.append({"conf": {**conf, "bisect_chain": chain["chain_id"]},
+                       "trigger_run_id": store.run_id_for(chain, bisect.run_id_of(conf), 0)})
     return starts
 

@@ -190,6 +190,9 @@ BISECT_PARAMS_SCHEMA: Dict[str, dict] = {
 def bisect_chain_params(params: Mapping) -> dict:
     """What a bisect chain's digest covers (``store.bisect_chains``): every param of the bisect's
     form but the chain's id, each as ``params`` sets it or else its default, so that a partial
-    conf (the regression DAG's) and the DAG run's full params it becomes digest alike."""
-    return {name: params.get(name, spec.get("default")) for name, spec in BISECT_PARAMS_SCHEMA.items()
-            if name != "bisect_chain"}
+    conf (the regression DAG's) and the DAG run's full params it becomes digest alike; and every
+    key the conf carries beyond the form (Airflow passes them all on, and the pipeline reads some,
+    e.g. ``max_repeats``), so that none can ride along unseen."""
+    return {**{name: value for name, value in params.items() if name not in BISECT_PARAMS_SCHEMA},
+            **{name: params.get(name, spec.get("default")) for name, spec in BISECT_PARAMS_SCHEMA.items()
+               if name != "bisect_chain"}}

@@ -213,8 +213,8 @@ def regression_bisects(findings: Sequence[dict], build: Optional[str], manifest:
 
 
 def run_id_of(conf: dict) -> str:
-    """The first DAG run id of a bisect that ``conf`` (``start_conf``'s) starts: its variant,
-    launcher and range, so that the same range is never bisected twice at once."""
+    """The readable part of the first DAG run id of a bisect that ``conf`` (``start_conf``'s)
+    starts: its variant, launcher and range (``store.run_id_for`` adds the part nobody can guess)."""
     return (f"bisect__{conf['only_variants'][0]}__{conf['launchers'][0]}__{conf['good_build']}__"
             f"{conf['bad_build']}")
 

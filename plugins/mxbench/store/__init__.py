@@ -25,11 +25,13 @@ from mxbench.store.alerts import (
 from mxbench.store.bisect_chains import (
     ChainRefused,
     advance_chain,
+    blocks_range,
     chain,
     chain_started_by,
     chains_over,
     claim,
     params_digest,
+    run_id_for,
     start_chain,
 )
 from mxbench.store.database import (
@@ -62,6 +64,6 @@ __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_with
            "migrate", "ready_engine", "TRIGGERS", "fingerprint", "record_dag_run", "import_runs", "history",
            "read_history", "read_sizes", "baseline", "start_chain", "chain", "chain_started_by", "chains_over",
            "advance_chain",
-           "params_digest", "claim", "ChainRefused",
+           "params_digest", "claim", "ChainRefused", "blocks_range", "run_id_for",
            "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

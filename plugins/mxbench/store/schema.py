@@ -188,8 +188,14 @@ bisect_chains = sa.Table(
     sa.Column("launcher", sa.String(50), nullable=False),
     sa.Column("good_build", sa.String(250), nullable=False),
     sa.Column("bad_build", sa.String(250), nullable=False),
+    sa.Column("starter_kind", sa.String(20), nullable=False),  # the starter's run type: manual, scheduled, ...
+    sa.Column("salt", sa.String(32), nullable=False),  # never shown: makes the chain's run ids unguessable
     sa.Column("decided", sa.Integer, nullable=False),  # DAG runs of the chain decided so far
     sa.Column("expected_params", sa.String(64)),  # sha256 of the next DAG run's params; NULL: done
+    sa.Column("claimed", sa.Boolean, nullable=False),  # a DAG run of the chain began
+    sa.Column("answered", sa.Boolean, nullable=False),  # done, naming the first bad build
+    sa.Column("last_decider", sa.String(250)),  # the run id that last moved it on, and from which params:
+    sa.Column("last_params", sa.String(64)),  # a retry of that DAG run's decide hands the same on again
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     # the regression DAG starts one bisect per range
