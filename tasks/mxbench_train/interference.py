@@ -14,13 +14,14 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from . import localhost
 
 PROC = Path("/proc")
 SYS_CPU = Path("/sys/devices/system/cpu")
 RUN_MARKER = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT")  # the same for every role of one distributed run
+POD_ENV = "MXBENCH_IN_POD"  # set by ``pod-role``: this process sees only its pod's processes, not its node's
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -40,9 +41,9 @@ def cpu_ticks(proc: Path = PROC) -> Optional[Dict[str, int]]:
     try:
         fields = (proc / "stat").read_text().splitlines()[0].split()
         values = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+        return {"total": sum(values), "steal": values[7]}
     except (OSError, ValueError, IndexError):
         return None
-    return {"total": sum(values), "steal": values[7]}
 
 
 def _run_marker(environ: Dict[str, str]) -> Optional[tuple]:
@@ -58,14 +59,28 @@ def _environ_of(pid: int) -> Dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def foreign_ticks(own_root: int, marker: Optional[tuple]) -> Dict[int, int]:
-    """CPU ticks so far of each process that is not this run's, by pid."""
-    own = {own_root, *localhost.descendants(own_root)}
+def ancestors(pid: int) -> List[int]:
+    """The processes above ``pid``: the launcher that started the run (an Airflow task, ``supervise``,
+    sshd): the harness, not a neighbour."""
+    found = []
+    stat = localhost.proc_stat(pid)
+    while stat is not None and stat.ppid > 1 and stat.ppid not in found:
+        found.append(stat.ppid)
+        stat = localhost.proc_stat(stat.ppid)
+    return found
+
+
+def foreign_ticks(own_root: int, marker: Optional[tuple]) -> Dict[Tuple[int, int], int]:
+    """CPU ticks so far of each process that is not this run's (nor its launcher, nor a kernel
+    thread), by (pid, start ticks): a pid reused during the span is another process."""
+    own = {own_root, *localhost.descendants(own_root), *ancestors(own_root)}
     ticks = {}
     for pid, stat in localhost.processes():
-        if pid in own or (marker is not None and _run_marker(_environ_of(pid)) == marker):
+        if pid in own or pid == 2 or stat.ppid == 2:  # kthreadd and its threads: the kernel's own work
             continue
-        ticks[pid] = stat.cpu_ticks
+        if marker is not None and _run_marker(_environ_of(pid)) == marker:
+            continue
+        ticks[(pid, stat.start_ticks)] = stat.cpu_ticks
     return ticks
 
 
@@ -97,19 +112,34 @@ def _load1() -> Optional[float]:
 
 
 class HostWatch:
-    """Start when training starts, ``stop()`` when it ends: the span's interference, a dict."""
+    """Start when training starts, ``stop()`` when it ends: the span's interference, a dict. Never
+    raises: what it could not read is said in ``unreadable``, and training goes on."""
 
     def __init__(self, gpus=(), own_root: Optional[int] = None):
         self.gpus, self.own_root = list(gpus), own_root or os.getpid()
         self.marker = _run_marker(dict(os.environ))
+        self.in_pod = bool(os.environ.get(POD_ENV))
+        self.failed: Optional[str] = None
 
     def start(self):
         self.started = time.monotonic()
-        self.pressure, self.cpu = pressure_total_us(), cpu_ticks()
-        self.foreign, self.throttle = foreign_ticks(self.own_root, self.marker), _throttle_count()
+        try:
+            self.pressure, self.cpu, self.throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
+            self.foreign = {} if self.in_pod else foreign_ticks(self.own_root, self.marker)
+            self.gpu_start = gpu_interference(self.gpus, self.own_root, self.marker) if self.gpus else {}
+        except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
+            self.failed = f"host watch failed at start: {type(exc).__name__}: {exc}"
         return self
 
     def stop(self) -> dict:
+        try:
+            return self._stop()
+        except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
+            return {"host": socket.gethostname(), "unreadable": [f"host watch failed: {type(exc).__name__}: {exc}"]}
+
+    def _stop(self) -> dict:
+        if self.failed:
+            return {"host": socket.gethostname(), "unreadable": [self.failed]}
         wall = time.monotonic() - self.started
         pressure, cpu, throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
         unreadable: List[str] = []
@@ -124,13 +154,19 @@ class HostWatch:
         else:
             total = cpu["total"] - self.cpu["total"]
             found["steal"] = round((cpu["steal"] - self.cpu["steal"]) / total, 4) if total > 0 else 0.0
-        found["foreign_cpu_s"] = round(self._foreign_seconds(), 3)
+        if self.in_pod:
+            unreadable.append("CPU used by other processes (a pod sees only its own processes, not its node's)")
+        else:
+            found["foreign_cpu_s"] = round(self._foreign_seconds(), 3)
         if throttle is not None and self.throttle is not None:
             found["cpu_throttled"] = throttle - self.throttle
         if found["cpu_mhz"] is None:
             unreadable.append("cpu frequency (no cpufreq)")
-        if self.gpus:
-            found.update(gpu_interference(self.gpus, self.own_root, self.marker))
+        if self.gpus:  # at both ends: a process that came and went is foreign all the same
+            ended = gpu_interference(self.gpus, self.own_root, self.marker)
+            seen = {p["pid"]: p for p in [*self.gpu_start.get("gpu_foreign_processes", []),
+                                          *ended.get("gpu_foreign_processes", [])]}
+            found.update(ended, gpu_foreign_processes=list(seen.values()))
         found["unreadable"] = unreadable
         return found
 
@@ -138,26 +174,37 @@ class HostWatch:
         """CPU seconds the processes outside the run used over the span: a process that started
         during it counts from zero, one that ended during it is missed (it can no longer be read)."""
         now = foreign_ticks(self.own_root, self.marker)
-        return sum(ticks - self.foreign.get(pid, 0) for pid, ticks in now.items() if ticks >= self.foreign.get(pid, 0)
-                   ) / TICKS
+        return sum(ticks - self.foreign.get(key, 0) for key, ticks in now.items()
+                   if ticks >= self.foreign.get(key, 0)) / TICKS
 
 
 def gpu_interference(gpus, own_root: int, marker: Optional[tuple]) -> dict:
-    """GPU compute processes that are not the run's, and each GPU's SM clock and active throttle reasons."""
+    """Compute processes on the run's GPUs that are not the run's, and each of those GPUs' SM clock
+    and active throttle reasons; a line nvidia-smi prints that does not parse is passed over."""
     from .telemetry import _nvidia_smi
 
-    out, why = _nvidia_smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
+    wanted = ",".join(str(g) for g in gpus)
+    uuids, why = _nvidia_smi("--query-gpu=uuid", "--format=csv,noheader", "-i", wanted)
+    if uuids is None:
+        return {"gpu_unreadable": why}
+    ours = {u.strip() for u in uuids.splitlines() if u.strip()}
+    out, why = _nvidia_smi("--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                           "--format=csv,noheader,nounits")
     if out is None:
         return {"gpu_unreadable": why}
     own = {own_root, *localhost.descendants(own_root)}
     foreign = []
     for line in out.strip().splitlines():
-        pid, name, memory = (part.strip() for part in line.split(",", 2))
-        if pid.isdigit() and int(pid) not in own and not (marker and _run_marker(_environ_of(int(pid))) == marker):
-            foreign.append({"pid": int(pid), "name": name, "memory_mib": memory})
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) < 4 or parts[0] not in ours or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid not in own and not (marker and _run_marker(_environ_of(pid)) == marker):
+            foreign.append({"pid": pid, "name": ",".join(parts[2:-1]), "memory_mib": parts[-1]})
     clocks, why = _nvidia_smi("--query-gpu=index,clocks.sm,clocks_throttle_reasons.active",
-                              "--format=csv,noheader,nounits", "-i", ",".join(str(g) for g in gpus))
+                              "--format=csv,noheader,nounits", "-i", wanted)
+    readings = [line.split(",") for line in (clocks or "").strip().splitlines()]
     return {"gpu_foreign_processes": foreign,
-            "gpu_clocks": [dict(zip(("index", "sm_mhz", "throttle_reasons"), (p.strip() for p in line.split(","))))
-                           for line in (clocks or "").strip().splitlines()],
+            "gpu_clocks": [dict(zip(("index", "sm_mhz", "throttle_reasons"), (p.strip() for p in parts)))
+                           for parts in readings if len(parts) == 3],
             **({"gpu_unreadable": why} if clocks is None else {})}

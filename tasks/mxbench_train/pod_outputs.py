@@ -23,6 +23,8 @@ import zlib
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from .interference import POD_ENV
+
 BEGIN = "=== mxbench outputs v1 begin ==="
 END = "=== mxbench outputs v1 end sha256="
 # the block, compressed: base64 makes it a third bigger, and the kubelet rotates a container's log
@@ -38,7 +40,8 @@ def run_role(outputs: str, argv: Sequence[str]) -> int:
     kubelet, or the stand-in, which signals the container's group) stops the role too."""
     Path(outputs).mkdir(parents=True, exist_ok=True)
     try:
-        child = subprocess.Popen(list(argv))
+        # the role's host watch must know it sees only the pod's processes, not its node's
+        child = subprocess.Popen(list(argv), env={**os.environ, POD_ENV: "1"})
     except OSError as exc:
         print(f"error: cannot start {argv[0]!r}: {exc.strerror}", file=sys.stderr, flush=True)
         return 127

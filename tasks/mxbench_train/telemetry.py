@@ -25,6 +25,8 @@ def _nvidia_smi(*args, timeout=PROBE_TIMEOUT_S):
         done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         return None, "nvidia-smi not found"
+    except OSError as exc:  # not executable, and the like: no usable GPU tool
+        return None, f"nvidia-smi cannot run: {exc.strerror or exc}"
     except subprocess.TimeoutExpired:
         return None, f"nvidia-smi {' '.join(args)} timed out"
     if done.returncode != 0:

@@ -14,11 +14,15 @@ BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 STAND_IN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
 
 
+HOGS = []  # the hogs a test started, killed after it
+
+
 def orphan_hog(seconds: float, env=None) -> int:
     """A process that burns a core and is nobody's descendant here (its shell exits at once): its pid."""
     out = subprocess.run(["sh", "-c", f'{sys.executable} -c "$BUSY" >/dev/null 2>&1 & echo $!'], env={
         **os.environ, **(env or {}), "BUSY": BUSY.format(s=seconds)}, capture_output=True, text=True, check=True)
-    return int(out.stdout)
+    HOGS.append(int(out.stdout))
+    return HOGS[-1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -44,8 +48,9 @@ def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypa
     tick = 1 / interference.TICKS
     assert found["foreign_cpu_s"] >= hog_used - 2 * tick
     assert found["wall_s"] >= 1.5 and found["cpus"] == os.cpu_count()
-    for key in ("cpu_pressure", "steal"):  # this machine has PSI and /proc/stat
-        assert 0 <= found[key] <= found["cpus"], found
+    for key, unread in (("cpu_pressure", "cpu pressure"), ("steal", "steal")):  # read, or said not to be
+        assert (0 <= found[key] <= found["cpus"]) if key in found else \
+            any(u.startswith(unread) for u in found["unreadable"]), found
 
 
 def test_a_process_of_the_same_distributed_run_is_the_runs_own(monkeypatch):
@@ -57,8 +62,9 @@ def test_a_process_of_the_same_distributed_run_is_the_runs_own(monkeypatch):
     stranger = orphan_hog(2.0, {"DMLC_PS_ROOT_PORT": "50000"})
     time.sleep(0.3)
     watch = interference.HostWatch()
-    foreign = interference.foreign_ticks(watch.own_root, watch.marker)
+    foreign = {pid for pid, _ in interference.foreign_ticks(watch.own_root, watch.marker)}
     assert stranger in foreign and sibling not in foreign
+    assert os.getppid() not in foreign  # the launcher above the worker is the harness, not a neighbour
 
 
 def test_what_cannot_be_read_is_named_and_the_rest_goes_on(monkeypatch, tmp_path):
@@ -92,7 +98,34 @@ def test_no_gpu_tool_is_said(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_leftover_hogs():
     yield
-    subprocess.run(["pkill", "-f", "end = time.time()"], check=False)
+    while HOGS:
+        try:
+            os.kill(HOGS.pop(), 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_in_a_pod_the_other_processes_are_said_unreadable_and_the_run_cannot_be_called_quiet(monkeypatch):
+    from mxbench.results import interference as results_interference
+
+    monkeypatch.setenv(interference.POD_ENV, "1")
+    found = interference.HostWatch().start().stop()
+    assert "foreign_cpu_s" not in found
+    assert "CPU used by other processes (a pod sees only its own processes, not its node's)" in found["unreadable"]
+    row = results_interference.summarise([{"event": "run_end", "host": found}])
+    assert row["contended"] is None and row["foreign_cores"] is None
+
+
+def test_a_failing_reading_never_costs_the_run(monkeypatch):
+    def broken(*args):
+        raise PermissionError("no /proc for you")
+
+    watch = interference.HostWatch().start()
+    monkeypatch.setattr(interference, "foreign_ticks", broken)
+    found = interference.HostWatch().start().stop()
+    assert found["unreadable"] == ["host watch failed at start: PermissionError: no /proc for you"]
+    monkeypatch.setattr(interference, "cpu_ticks", broken)
+    assert watch.stop()["unreadable"] == ["host watch failed: PermissionError: no /proc for you"]
 
 
 def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_path):
@@ -109,14 +142,13 @@ def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_p
                            "--data-val", cifar_rec / "cifar10_val.rec", "--log-dir", tmp_path)
         hog_used = cpu_seconds(hog)
     finally:
-        os.kill(hog, 9)
+        os.kill(HOGS.pop(), 9)
     assert done.returncode == 0, done.stderr[-2000:]
     events = [e for e in map(parse_event, (tmp_path / "rank0.log").read_text().splitlines()) if e]
     (end,) = [e for e in events if e["event"] == "run_end"]
     host = end["host"]
     # the hog ran before, during and after training, a busy loop against a trainer on two cores: a
     # fair share of a core is far above the contended threshold
-    assert host["foreign_cpu_s"] <= hog_used + host["wall_s"] * (os.cpu_count() or 1)
     row = results_interference.summarise(events)
     assert row["hosts"] == host["host"]
     assert row["foreign_cores"] == pytest.approx(host["foreign_cpu_s"] / host["wall_s"])

@@ -54,6 +54,7 @@ from mxbench.report.tables import (
     verdict_lines,
     with_build,
 )
+from mxbench.results.interference import flags
 from mxbench.run_folder import DagRunFolder, load_table, read_json, write_atomically
 from mxbench.stats.floors import rounds_needed
 
@@ -228,7 +229,7 @@ def run_order_table(runs: pd.DataFrame) -> pd.DataFrame:
         "run": ordered["key"], "launcher": ordered["launcher"], "status": ordered["status"],
         "started (UTC)": pd.to_datetime(ordered["started"], unit="s", utc=True).dt.strftime("%H:%M:%S"),
         "samples/s": ordered["samples_per_sec"].map(fmt),
-        **({"contended": ordered["contention"].fillna("").where(ordered["contended"].fillna(False).astype(bool), "")}
+        **({"contended": ordered["contention"].fillna("").where(flags(ordered["contended"]), "")}
            if "contended" in ordered else {})})
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from mxbench.report.plots import plot_history
 from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_build
+from mxbench.results.interference import flags
 
 
 def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
@@ -141,8 +142,7 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
     # each repeat's own build asked for; rows stored before the store kept it have their DAG run's
     ok = ok.assign(asked=ok["mxnet_asked"].astype(object).fillna(ok["mxnet_package"].astype(object)))
-    ok = ok.assign(contended=ok["contended"].astype(object).fillna(False).astype(bool) if "contended" in ok
-                   else False)
+    ok = ok.assign(contended=flags(ok["contended"]) if "contended" in ok else False)
     per_run = ok.groupby(["variant", "launcher", "environment", "build", "run_id", "dag_id"], as_index=False,
                          dropna=False).agg(
         when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),

@@ -9,6 +9,7 @@ from typing import Optional
 import pandas as pd
 
 from mxbench.regression.rule import dag_run_keys
+from mxbench.results.interference import flags
 from mxbench.run_folder import write_atomically
 
 # Okabe & Ito (2008): colours that stay distinct with the common kinds of colour-blindness
@@ -44,7 +45,7 @@ def plot_run_order(runs: pd.DataFrame, path: Path):
     for i, (launcher, group) in enumerate(ok.groupby("launcher", sort=False)):
         ax.plot(group.index + 1, group["samples_per_sec"], linestyle="none", marker=MARKERS[i % len(MARKERS)],
                 color=PALETTE[i % len(PALETTE)], label=launcher)
-    contended = ok[ok["contended"].fillna(False).astype(bool)] if "contended" in ok else ok.iloc[:0]
+    contended = ok[flags(ok["contended"])] if "contended" in ok else ok.iloc[:0]
     if not contended.empty:  # a ring around each run that had other work on its hosts
         ax.plot(contended.index + 1, contended["samples_per_sec"], linestyle="none", marker="o", markersize=14,
                 markerfacecolor="none", markeredgecolor="black", label="contended (other work on its hosts)")

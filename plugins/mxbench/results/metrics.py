@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 import pandas as pd
 
 from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
+from mxbench.results import interference
 from mxbench.results.parse import ParsedLog
 from mxbench.stats import family, verdict
 from mxbench.stats.floors import MIN_REPEATS, rounds_needed
@@ -205,7 +206,8 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
         for launcher, ref_name in pairs:
             contended = contended_rounds(every_run, launcher, ref_name)
             # rounds to re-measure them in: contended rounds are replaced by later ones (``stop_rule``)
-            replacing = bool(contended) and budget is not None and budget[1] > budget[0]
+            replacing = bool(contended) and budget is not None and replaced_in_budget(every_run, launcher, ref_name,
+                                                                                      contended, budget)
             judged = without_rounds(every_run, contended) if replacing else every_run
             measured_runs = without_rounds(group, contended) if replacing else group
             other = measured_runs.loc[measured_runs["launcher"] == launcher, "samples_per_sec"]
@@ -348,11 +350,26 @@ def paired_rounds(runs: pd.DataFrame, a: str, b: str, replaced: int = 0) -> Tupl
 
 def contended_rounds(runs: pd.DataFrame, a: str, b: str) -> List[int]:
     """The rounds (``repeat``) in which a run of ``a`` or ``b`` was contended: other work on its
-    hosts (``results.interference``)."""
+    hosts (``results.interference``). None when a measured run of either could not tell."""
     if "contended" not in runs:
         return []
-    legs = runs[runs["launcher"].isin([a, b])]
-    return sorted(set(legs.loc[legs["contended"].fillna(False).astype(bool), "repeat"].astype(int)))
+    legs = runs[runs["launcher"].isin([a, b]) & (runs["status"] == "ok")]
+    if legs["contended"].isna().any():  # a leg that could not tell (a pod): excluding only the other's rounds
+        return []  # would bias the pair, so neither leg's are
+    return sorted(set(legs.loc[interference.flags(legs["contended"]), "repeat"].astype(int)))
+
+
+def replaced_in_budget(runs: pd.DataFrame, a: str, b: str, contended: List[int],
+                       budget: Tuple[int, int, float]) -> bool:
+    """Whether every contended round of ``a`` and ``b`` was replaced: the quiet rounds that ran reach
+    what the quiet first stage planned (never fewer than ``repeats``), as ``stop_rule`` asks. Else the
+    budget ran out, and the contended rounds are judged as measured (``contended_note``)."""
+    first_n, most, target_gap = budget
+    quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
+    first_quiet = first_n - len([r for r in contended if r <= first_n])
+    if most <= first_n or quiet is None or first_quiet < MIN_REPEATS or len(quiet) < first_quiet:
+        return False
+    return len(quiet) >= max(planned(quiet, (first_quiet, most, target_gap)), first_n)
 
 
 def without_rounds(runs: pd.DataFrame, rounds: List[int]) -> pd.DataFrame:

@@ -3,8 +3,9 @@ whether an optional round (beyond ``repeats``) is still worth its time.
 
 Stein's two-stage rule (``verdict.rounds_planned``): the first ``repeats`` rounds' spread fixes
 how many rounds give every launcher pair of the variant an interval of ±``target_gap``/2; the
-rounds beyond that are skipped. Only the first stage decides, so every run of one round decides
-alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``). A pair
+rounds beyond that are skipped. Only the first stage's speeds decide, so every run of one round
+decides alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``);
+of the later rounds, only whether an ended one was contended counts (it is replaced). A pair
 that cannot be paired (a failed run, overlapping runs) gets the whole budget. A contended round
 (a run that had other work on its hosts, ``results.interference``), of the first stage or a later
 round that has ended, is left out of the plan and replaced by one more round, within the budget;
@@ -127,7 +128,8 @@ def _fetched(fetch_unit, key: str, scratch: Optional[Path]) -> bool:
         return True
     try:
         fetch_unit(key, scratch)
-    except (OSError, ValueError, MxbenchError):
+    except (OSError, ValueError, MxbenchError) as exc:
+        print(f"mxbench: {key} is not in the artifact store yet ({type(exc).__name__}): counted as not contended")
         return False
     return True
 

@@ -39,7 +39,7 @@ def test_the_conditions_line_names_the_contended_runs():
     assert interference.contended_line(runs.drop(columns=["contended"])) is None
 
 
-def rounds_table(n, slow_round=None, contended_round=None):
+def rounds_table(n, slow_round=None, contended_round=None, contended=()):
     """``n`` counterbalanced rounds of ssh (95% of local) and local; ``slow_round``'s ssh run at 70%."""
     rows, t = [], 0.0
     for r in range(1, n + 1):
@@ -49,7 +49,8 @@ def rounds_table(n, slow_round=None, contended_round=None):
             if launcher == "ssh" and r == slow_round:
                 speed *= 0.7 / 0.95
             rows.append({"variant": "v", "launcher": launcher, "repeat": r, "status": "ok", "samples_per_sec": speed,
-                         "started_at": t, "ended_at": t + 1, "contended": r == contended_round})
+                         "started_at": t, "ended_at": t + 1,
+                         "contended": r == contended_round or r in contended})
             t += 2
     return pd.DataFrame(rows)
 
@@ -63,3 +64,39 @@ def test_with_the_budget_spent_a_contended_round_stays_in_and_the_line_says_what
     assert note.startswith("1 of 8 rounds contended (other work on their hosts: round 4), judged as measured; "
                            "without them 95.")
     assert ", CI [" in note and note.endswith("slower")
+
+
+def test_a_contended_round_no_later_round_replaced_is_judged_as_measured_not_dropped():
+    """Budget 6 to 8, all 8 rounds ran, rounds 2, 7 and 8 contended: the replacements were contended
+    too and the budget is spent, 5 quiet rounds short of the 6 planned: the planned 6 are judged as
+    measured, round 2 among them (7 and 8 ran beyond this pair's plan)."""
+    from mxbench.results.metrics import launcher_ratios
+
+    (line,) = launcher_ratios(rounds_table(8, contended=(2, 7, 8)), budget=(6, 8, 0.05)).itertuples()
+    assert line.n == 6
+    assert "3 of 8 rounds contended (other work on their hosts: rounds 2, 7, 8), judged as measured" in line.verdict
+    assert "replaced" not in line.verdict and "replaced" not in line.stopping
+    # one contended round, replaced by round 7 within the plan of 6 quiet rounds: left out, said so
+    (line,) = launcher_ratios(rounds_table(8, contended=(2,)), budget=(6, 8, 0.05)).itertuples()
+    assert line.n == 6 and "left out of the verdict and replaced by later rounds" in line.verdict
+
+
+def test_what_a_host_sends_back_is_checked_not_trusted():
+    """A malformed reading (a hostile or broken host) is no number, never a crash; NaN hides nothing."""
+    bad = {"event": "run_end", "host": {"host": "x", "wall_s": "10", "foreign_cpu_s": float("nan"), "steal": "a lot",
+                                        "gpu_foreign_processes": 3, "unreadable": "all"}}
+    row = interference.summarise([bad, reading("b", foreign=5.0)])
+    assert row["foreign_cores"] == 0.5 and row["steal"] == 0.0 and row["gpu_foreign"] == 0
+    assert row["contended"] is True
+
+
+def test_a_pair_with_a_leg_that_could_not_tell_excludes_no_round():
+    """A pod cannot see its node: leaving out only the other leg's contended rounds would bias the
+    ratio, so no round is left out, and the line judges as measured."""
+    from mxbench.results.metrics import contended_rounds
+
+    runs = rounds_table(8, contended=(2,))
+    assert contended_rounds(runs, "ssh", "local") == [2]
+    runs["contended"] = runs["contended"].astype(object)
+    runs.loc[runs["launcher"] == "local", "contended"] = None
+    assert contended_rounds(runs, "ssh", "local") == []
