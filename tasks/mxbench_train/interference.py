@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from . import localhost
 
@@ -58,9 +58,9 @@ def _environ_of(pid: int) -> Dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def foreign_ticks(own_root: int, marker: Optional[tuple]) -> Dict[int, int]:
-    """CPU ticks so far of each process that is not this run's, by pid."""
-    own = {own_root, *localhost.descendants(own_root)}
+def foreign_ticks(own_root: int, marker: Optional[tuple], also_own: Iterable[int] = ()) -> Dict[int, int]:
+    """CPU ticks so far of each process that is not this run's (nor in ``also_own``), by pid."""
+    own = {own_root, *localhost.descendants(own_root), *also_own}
     ticks = {}
     for pid, stat in localhost.processes():
         if pid in own or (marker is not None and _run_marker(_environ_of(pid)) == marker):
