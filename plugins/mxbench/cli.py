@@ -9,6 +9,7 @@
     mxbench scaling RUN_DIR [--threshold T] [--throughput X] [--seed S]
     mxbench scaling --store [--url URL] [--dag-id D ...] [--launcher L] [--fingerprint F] [--build B]
                     [--since DATE] [--threshold T] [--throughput X] [--seed S]
+    mxbench doctor [--seconds S] [--root DIR]
 """
 import argparse
 import json
@@ -303,7 +304,20 @@ def build_parser():
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
     p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
     p.set_defaults(func=cmd_import)
+    p = sub.add_parser("doctor", help="what makes this machine a poor benchmark host (load, CPU governor and turbo, "
+                                      "swap, transparent huge pages, CPU pressure and steal, GPU processes, "
+                                      "persistence mode and clocks), each with its fix; changes nothing")
+    p.add_argument("--seconds", type=float, default=1.0, help="the window for CPU pressure and steal (default 1)")
+    p.add_argument("--root", default="/", help="read proc/ and sys/ under this folder (default /)")
+    p.set_defaults(func=cmd_doctor)
     return parser
+
+
+def cmd_doctor(args) -> int:
+    from mxbench.hosts import doctor
+
+    print(doctor.report(doctor.diagnose(Path(args.root), args.seconds)))
+    return 0
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,5 @@
-"""``python -m mxbench_train {train,serve,launch,supervise,pod-role,reap,probe,prepare-cifar10,synthetic-cifar10}``.
+"""``python -m mxbench_train {train,serve,launch,supervise,pod-role,reap,probe,quiet-probe,prepare-cifar10,
+synthetic-cifar10}``.
 
 Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
 """
@@ -8,7 +9,7 @@ import sys
 
 from .errors import MxbenchError
 
-USAGE = __doc__.splitlines()[0]
+USAGE = __doc__.split("\n\n")[0].replace("\n", "")  # the first paragraph, one line
 
 
 def cmd_launch(argv):
@@ -119,6 +120,31 @@ def cmd_probe(argv):
     return 0
 
 
+def cmd_quiet_probe(argv):
+    import json
+    import math
+
+    from .quiet import sample
+
+    def window(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not math.isfinite(value) or not 0 < value <= 60:
+            raise argparse.ArgumentTypeError(f"must be more than 0 and at most 60 seconds, not {text!r}")
+        return value
+
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train quiet-probe",
+                                     description="How busy this host is over a short window, as one JSON line: "
+                                                 "CPU pressure, steal, and the cores used by processes that are "
+                                                 "not this probe's (nor its ancestors': the SSH session)")
+    parser.add_argument("--seconds", type=window, default=2.0, help="the window, seconds (default 2)")
+    args = parser.parse_args(argv)
+    print(json.dumps(sample(args.seconds)))
+    return 0
+
+
 def cmd_prepare(argv):
     import json
 
@@ -192,7 +218,7 @@ def cmd_serve(_argv):
 
 COMMANDS = {"train": cmd_train, "serve": cmd_serve, "launch": cmd_launch,
             "supervise": cmd_supervise, "pod-role": cmd_pod_role, "reap": cmd_reap, "probe": cmd_probe,
-            "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
+            "quiet-probe": cmd_quiet_probe, "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
 
 
 def main(argv=None):

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from . import localhost
 
@@ -59,21 +59,10 @@ def _environ_of(pid: int) -> Dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def ancestors(pid: int) -> List[int]:
-    """The processes above ``pid``: the launcher that started the run (an Airflow task, ``supervise``,
-    sshd): the harness, not a neighbour."""
-    found = []
-    stat = localhost.proc_stat(pid)
-    while stat is not None and stat.ppid > 1 and stat.ppid not in found:
-        found.append(stat.ppid)
-        stat = localhost.proc_stat(stat.ppid)
-    return found
-
-
-def foreign_ticks(own_root: int, marker: Optional[tuple]) -> Dict[Tuple[int, int], int]:
-    """CPU ticks so far of each process that is not this run's (nor its launcher, nor a kernel
-    thread), by (pid, start ticks): a pid reused during the span is another process."""
-    own = {own_root, *localhost.descendants(own_root), *ancestors(own_root)}
+def foreign_ticks(own_root: int, marker: Optional[tuple], also_own: Iterable[int] = ()) -> Dict[Tuple[int, int], int]:
+    """CPU ticks so far of each process that is not this run's (nor its launcher above it, nor in
+    ``also_own``, nor a kernel thread), by (pid, start ticks): a pid reused meanwhile is another process."""
+    own = {own_root, *localhost.descendants(own_root), *localhost.ancestors(own_root), *also_own}
     ticks = {}
     for pid, stat in localhost.processes():
         if pid in own or pid == 2 or stat.ppid == 2:  # kthreadd and its threads: the kernel's own work

@@ -59,6 +59,24 @@ def proc_stat(pid) -> Optional[ProcStat]:
     return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]), int(fields[11]) + int(fields[12]))
 
 
+def name(pid) -> Optional[str]:
+    """The process's command name (``/proc/<pid>/comm``), None when it is gone or hidden."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def ancestors(pid: int) -> List[int]:
+    """The processes above ``pid`` by parent links, its parent first, up to init."""
+    found, stat = [], proc_stat(pid)
+    while stat is not None and stat.ppid > 0 and stat.ppid not in found:
+        found.append(stat.ppid)
+        stat = proc_stat(stat.ppid)
+    return found
+
+
 def start_ticks(pid) -> Optional[int]:
     stat = proc_stat(pid)
     return stat.start_ticks if stat else None

@@ -55,7 +55,8 @@ def run_path(run_id: str) -> str:
 
 
 def trigger(stack, admin, conf: dict) -> str:
-    answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin, {"logical_date": None, "conf": conf})
+    answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin, {"logical_date": None,
+                                                                   "conf": {"quiet_wait_s": 2, **conf}})
     assert answer.status == 200, answer.text
     return answer.json()["dag_run_id"]
 

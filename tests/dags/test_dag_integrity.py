@@ -163,3 +163,22 @@ def test_trigger_form_params_validate(dagbag):
         with pytest.raises(Exception, match="Invalid input|is not|less than|does not match"):
             params.update(bad)
             params.validate()
+
+
+def test_the_quiet_wait_is_a_bounded_param_of_every_form(dagbag):
+    from airflow.sdk.definitions.param import ParamsDict
+
+    for dag_id in ("mxbench_benchmark", "mxbench_regression", "mxbench_bisect"):
+        dag = dagbag.dags[dag_id]
+        assert dag.params["quiet_wait_s"] == 60, dag_id
+        for good in (0, 1800):
+            params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
+            params.update({"quiet_wait_s": good})
+            if dag_id == "mxbench_bisect":
+                params.update({"good_build": "1.9.0", "bad_build": "1.9.1"})
+            params.validate()
+        for bad in (-1, 1801, 2.5, "60"):
+            params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
+            with pytest.raises(Exception, match="Invalid input|is not|less than|greater than"):
+                params.update({"quiet_wait_s": bad})
+                params.validate()

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # dag.test() runs that train
 # could start before the first rounds end (and then runs); test_confirmation and the backfill
 # under the scheduler cover them
 CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_images": 1000, "baseline_runs": 3,
-        "confirm_rounds": 0}
+        "confirm_rounds": 0, "quiet_wait_s": 2}
 DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # a real Airflow stack and headless Chromium
 
 DAG = "mxbench_benchmark"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"], "repeats": 2, "epochs": 1,
-        "synthetic_images": 500, "notes": ["UI test run"]}
+        "synthetic_images": 500, "notes": ["UI test run"], "quiet_wait_s": 2}
 RUN_DEADLINE_S = 10 * 60
 # screenshots land here for CI to keep; MXBENCH_TEST_ARTIFACTS moves them
 ARTIFACTS = Path(os.environ.get("MXBENCH_TEST_ARTIFACTS", REPO / "test-artifacts"))

@@ -22,6 +22,7 @@ FLOORS = [
     {"artifacts"},
     {"launchers"},
     {"builds"},
+    {"hosts"},  # the quiet check and the doctor: judged with results' thresholds
     {"regression", "results"},
     {"matrix"},
     {"stats"},

@@ -98,7 +98,8 @@ class RunVariantOperator(BaseOperator):
                 run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
                        else f"{type(exc).__name__}: {exc}"}
         result = run_stage.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                   launcher_for=launcher_for, task=task)
+                                   launcher_for=launcher_for, task=task,
+                                   quiet_wait_s=params.get("quiet_wait_s") or 0)
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")

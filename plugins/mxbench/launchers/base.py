@@ -81,6 +81,10 @@ class Launcher(Protocol):
 
     def reap(self, run_dir) -> list: ...  # stop what an earlier, killed attempt left running
 
+    # each of the variant's hosts over ``seconds`` ({host: mxbench_train.quiet reading}), or an
+    # MxbenchError saying why they cannot be looked at (mxbench.hosts.quiet judges and waits)
+    def quiet_probe(self, variant: "Variant", seconds: float) -> Dict[str, dict]: ...
+
 
 # --- shared by the launchers -----------------------------------------------------------------
 

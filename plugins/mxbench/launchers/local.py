@@ -1,6 +1,6 @@
 """The local launcher: the role plan as processes on this machine (the embedded default)."""
 import json
-from typing import Optional
+from typing import Dict, Optional
 
 from mxbench import config
 from mxbench.builds.record import RunBuild
@@ -41,6 +41,15 @@ class LocalLauncher:
     @staticmethod
     def python_for(build: Optional[RunBuild]) -> str:
         return build.python if build is not None else config.train_env_python()
+
+    def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
+        """This machine over ``seconds`` (``mxbench_train.quiet.sample``), whatever loopback hosts the
+        variant has: ours are the run task, what it started and the processes above it (its task
+        supervisor, the Airflow worker or executor, up to init); every other process is foreign."""
+        from mxbench_train.quiet import sample
+
+        reading = sample(seconds)
+        return {reading["host"]: reading}
 
     def plan(self, variant: Variant, data_dir, run_dir, python: Optional[str] = None):
         hosts = loopback_hosts(variant.hosts)

@@ -119,6 +119,14 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                             "title": "Run deadline (minutes)",
                             "description": "A run still going after this is killed and reported as failed.",
                             "section": "What to run"},
+    "quiet_wait_s": {"default": 60, "type": "integer", "minimum": 0, "maximum": 1800,
+                     "title": "Wait for quiet hosts (seconds)",
+                     "description": "Before each run, look at its hosts (2 s at a time) until no other process "
+                                    "uses a quarter of a core and the hypervisor steals under 5%, for at most this "
+                                    "long; then the run starts, quiet or not. The run's meta.json and the runs "
+                                    "table say how long it waited and what it saw. Kubernetes nodes are not looked "
+                                    "at (a pod sees only its own /proc). 0: no check.",
+                     "section": "Machines"},
     "allow_unverified": {"default": False, "type": "boolean", "title": "Allow an unverified archive",
                          "description": "Accept a source whose MD5 is not the official archive's.",
                          "section": "Data"},

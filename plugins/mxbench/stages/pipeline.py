@@ -26,6 +26,7 @@ import pandas as pd
 from mxbench import config, launchers
 from mxbench.builds import caches
 from mxbench.builds.record import RunBuild
+from mxbench.hosts import quiet
 from mxbench.matrix.variants import (
     SYNTHETIC,
     Target,
@@ -240,7 +241,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
            "reused": False, "warnings": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
-           "worker": None, "try_number": None,
+           "worker": None, "try_number": None, "quiet_wait_s": None, "quiet": None,
            "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"])),
            **dict.fromkeys(interference.COLUMNS)}
     parsed = parse_run_logs(folder.logs())
@@ -251,7 +252,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     row.update(status=meta["status"], cause=meta.get("cause"), duration_s=meta.get("duration_s"),
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")),
-               worker=meta.get("worker"), try_number=meta.get("try_number"))
+               worker=meta.get("worker"), try_number=meta.get("try_number"),
+               **quiet.columns(meta.get("quiet")))
     ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
     row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))
     if meta["status"] == "skipped":  # an optional round, not needed: settled (stop_rule)

@@ -145,6 +145,21 @@ def test_target_asks_the_hosts(ssh_hosts, monkeypatch):
     assert (target.launcher, target.hosts, target.gpus_per_host, target.one_machine) == ("ssh", 2, 0, False)
 
 
+def test_the_quiet_check_looks_at_the_runs_hosts_over_their_connections(ssh_hosts, monkeypatch):
+    """Each of the variant's hosts runs quiet-probe over its connection, all in one window; the
+    launcher's connections are closed after."""
+    from mxbench.hosts import quiet
+
+    ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
+    readings = ssh.quiet_probe(TWO_HOSTS, 0.5)
+    assert sorted(readings) == list(CONN_IDS) and not ssh._clients
+    for reading in readings.values():
+        assert reading["window_s"] >= 0.5 and isinstance(reading["foreign_cores"], float)
+    assert list(ssh.quiet_probe(ONE_HOST, 0.5)) == [CONN_IDS[0]]
+    record = quiet.check(ssh, TWO_HOSTS, 1)
+    assert record["samples"] == 1 and sorted(record["readings"]) == list(CONN_IDS)
+
+
 def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_hosts, monkeypatch, cifar_rec,
                                                                         tmp_path, capsys):
     params = use_hosts(monkeypatch, ssh_hosts)

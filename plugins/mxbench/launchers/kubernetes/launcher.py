@@ -37,7 +37,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import Launched, StepTimes, cores_per_host, write_plan
@@ -157,6 +157,13 @@ class KubernetesLauncher:
                       host_network=self.settings.allow_host_network)
 
     # a run
+
+    def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
+        """Not looked at: a pod sees only its own ``/proc``, and nothing here reads a node's load
+        without running on it, so the record says so rather than guessing."""
+        from mxbench.hosts.quiet import NOT_CHECKED_K8S
+
+        raise MxbenchError(NOT_CHECKED_K8S)
 
     def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
         if build is not None and build.commit and image_for(self.settings, build) is None:

@@ -202,6 +202,11 @@ def probe_command(host: SshHost, address: Optional[str] = None, isolation: str =
                        *(["--address", address] if address else [])])
 
 
+def quiet_command(host: SshHost, seconds: float, isolation: str = "-P") -> str:
+    """How busy the host is over ``seconds`` (``mxbench_train.quiet``), as one JSON line."""
+    return shlex.join([host.python, isolation, "-m", "mxbench_train", "quiet-probe", "--seconds", f"{seconds:g}"])
+
+
 def reap_command(host: SshHost, remote_run_dir: str, isolation: str = "-P") -> str:
     return shlex.join([host.python, isolation, "-m", "mxbench_train", "reap", "--pids-dir",
                        posixpath.join(remote_run_dir, "pids")])

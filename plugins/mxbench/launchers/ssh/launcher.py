@@ -46,6 +46,7 @@ from mxbench.launchers.ssh.commands import (
     command_error,
     isolation_flag,
     probe_command,
+    quiet_command,
     reap_command,
     remote_data_dir,
     remove_command,
@@ -157,6 +158,18 @@ class SshLauncher:
                   for h in self.hosts if not h.checks_host_key]
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes.values()),
                       on_this_machine=bool(here), notes=tuple(notes))
+
+    def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
+        """The run's hosts (the first ``variant.hosts``) over the same ``seconds``, each by
+        ``python -m mxbench_train quiet-probe`` over its connection: {conn_id: reading}. Ours there
+        are the probe and its SSH session; every other process on the host is foreign."""
+        hosts = self.hosts[:variant.hosts]
+        try:
+            return self._on_each(hosts, lambda h: self._probe(
+                h, quiet_command(h, seconds, self._flag(h)), "looking at how busy the host is",
+                timeout=seconds + COMMAND_TIMEOUT_S))
+        finally:
+            self.close()
 
     def build_problem(self, build: Optional[RunBuild]) -> Optional[str]:
         """Why some host cannot run ``build`` (None: all can): see ``builds_problem``."""

@@ -1,0 +1,111 @@
+"""A quiet check before each run: wait, within a bound, until the run's hosts are quiet.
+
+Before a run starts, its launcher looks at each of the run's hosts for a short window
+(``SAMPLE_S``; ``mxbench_train.quiet.sample``: on the Airflow worker itself for ``local``, by
+``python -m mxbench_train quiet-probe`` over the run's SSH connections for ``ssh``). A host is
+**quiet** when the processes that are not ours used less than ``foreign_cores`` of a core and the
+hypervisor stole less than ``steal`` of the CPU over the window: the thresholds that mark a run
+contended (``results.interference``), so a run started on a quiet host would not have been marked
+contended by what ran before it. CPU pressure is recorded, not judged (it counts our own waits too).
+The check looks again until every host is quiet or the bound (``quiet_wait_s``) is spent, and never
+fails the run: the run's ``meta.json`` keeps ``quiet``: how long it waited, whether the hosts were
+quiet, the last reading of each host and why it stopped; the runs table has ``quiet_wait_s``.
+
+Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's), a
+launcher with no way to look, a bound of 0. Thresholds are the defaults for every host: the A/A
+calibrations in the results store measure the noise of speeds, not these signals, so they do not
+set them yet.
+"""
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, List, Optional
+
+from mxbench.results.interference import FOREIGN_CORES, STEAL
+from mxbench_train.errors import MxbenchError
+
+SAMPLE_S = 2.0  # one look at the hosts
+NOT_CHECKED_K8S = "a pod sees only its own /proc, not its node's"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    foreign_cores: float = FOREIGN_CORES
+    steal: float = STEAL
+    source: str = "defaults (results.interference; no A/A calibration sets them yet)"
+
+
+def noisy(reading: dict, thresholds: Thresholds = Thresholds()) -> List[str]:
+    """Why one host's reading is not quiet; [] when it is (a signal it could not read is no reason)."""
+    reasons = []
+    foreign = reading.get("foreign_cores")
+    if isinstance(foreign, (int, float)) and foreign >= thresholds.foreign_cores:
+        top = ", ".join(f"{p.get('name')} pid {p.get('pid')} {p.get('cores', 0):.2f}"
+                        for p in (reading.get("foreign_top") or [])[:3] if isinstance(p, dict))
+        reasons.append(f"other processes used {foreign:.2f} cores" + (f" ({top})" if top else ""))
+    steal = reading.get("steal")
+    if isinstance(steal, (int, float)) and steal >= thresholds.steal:
+        reasons.append(f"steal {steal:.0%}")
+    return reasons
+
+
+def not_checked(why: str, bound_s: float = 0) -> dict:
+    return {"quiet": None, "waited_s": 0.0, "samples": 0, "bound_s": bound_s, "readings": {},
+            "why": f"not checked: {why}"}
+
+
+Probe = Callable[[float], Dict[str, dict]]  # seconds -> {host: reading}
+
+
+def wait_quiet(probe: Probe, bound_s: float, thresholds: Thresholds = Thresholds(), sample_s: float = SAMPLE_S,
+               clock: Callable[[], float] = time.monotonic) -> dict:
+    """Look at the hosts (``probe``) until all are quiet or ``bound_s`` is spent; never raises.
+
+    The record: ``quiet`` (True, False, or None when not checked), ``waited_s``, ``samples``,
+    ``bound_s``, ``thresholds``, ``readings`` (each host's last one), ``noisy`` (each busy host's
+    reasons at the last look) and ``why`` in words."""
+    if bound_s <= 0:
+        return not_checked("quiet_wait_s is 0 (off)")
+    started, samples = clock(), 0
+    window = min(sample_s, bound_s)
+    readings: Dict[str, dict] = {}
+    busy: Dict[str, List[str]] = {}
+    while True:
+        try:
+            readings = probe(window)
+        except Exception as exc:  # a host that cannot be looked at: the run goes on, the record says why
+            record = not_checked(str(exc) if isinstance(exc, MxbenchError) else f"{type(exc).__name__}: {exc}",
+                                 bound_s)
+            return {**record, "waited_s": round(clock() - started, 3), "samples": samples, "readings": readings}
+        samples += 1
+        busy = {host: reasons for host, r in readings.items() if (reasons := noisy(r, thresholds))}
+        waited = clock() - started
+        if not busy or waited + window > bound_s:
+            break
+    if not busy:
+        why = (f"quiet at the first look ({window:g} s)" if samples == 1
+               else f"quiet after {samples} looks of {window:g} s")
+    else:
+        why = (f"not quiet after {waited:.0f} s (the bound is {bound_s:g} s), the run went on: "
+               + "; ".join(f"{host}: {', '.join(reasons)}" for host, reasons in sorted(busy.items())))
+    return {"quiet": not busy, "waited_s": round(waited, 3), "samples": samples, "bound_s": bound_s,
+            "thresholds": asdict(thresholds), "readings": readings, "noisy": busy, "why": why}
+
+
+def check(launcher, variant, bound_s: float, thresholds: Optional[Thresholds] = None, **kwargs) -> dict:
+    """The run's quiet check through its launcher's ``quiet_probe(variant, seconds)``; a launcher
+    without one is not checked. Never raises: the run goes on whatever this finds."""
+    probe = getattr(launcher, "quiet_probe", None)
+    if bound_s <= 0:
+        return not_checked("quiet_wait_s is 0 (off)")
+    if probe is None:
+        return not_checked(f"the {getattr(launcher, 'name', '?')} launcher cannot look at its hosts", bound_s)
+    return wait_quiet(lambda seconds: probe(variant, seconds), bound_s, thresholds or Thresholds(), **kwargs)
+
+
+def columns(record: Optional[dict]) -> dict:
+    """The runs table's columns of a run's quiet check (``meta.json``'s ``quiet``): ``quiet_wait_s``
+    (seconds waited before it started) and ``quiet`` (True, False, or None: not checked, or a run
+    from before the check)."""
+    if not isinstance(record, dict):
+        return {"quiet_wait_s": None, "quiet": None}
+    return {"quiet_wait_s": record.get("waited_s"), "quiet": record.get("quiet")}

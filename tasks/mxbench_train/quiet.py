@@ -1,0 +1,58 @@
+"""Is this host quiet enough to start a benchmark run? One short look (stdlib only).
+
+``sample(seconds)`` reads the host's counters, waits ``seconds`` and reads them again, with the
+readers ``interference.HostWatch`` uses over a run: CPU pressure (PSI ``some``), steal, and the CPU
+of the processes that are not ours, as cores on average over the window, with the busiest of them by
+pid and name. **Ours** is the process that samples, what it started, and the processes above it
+(on the Airflow worker: the run task, its task supervisor and the worker or executor that started
+it, up to init; on an SSH host: the probe and its SSH session). Everything else is foreign, other
+Airflow tasks running at once and a dag-processor's parse included: the run has not started yet,
+so whatever else computes now would compete with it. Judging is the orchestration's
+(``mxbench.hosts.quiet``): this only reads, and names what it cannot read.
+
+``python -m mxbench_train quiet-probe --seconds N`` prints one sample as one JSON line: what the
+SSH launcher runs on each host.
+"""
+import os
+import socket
+import time
+from typing import Iterable, List
+
+from . import interference, localhost
+
+TOP = 5  # the busiest foreign processes named in a sample
+
+
+def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> dict:
+    """One look at this host over ``seconds``: {host, window_s, cpus, load1, cpu_pressure, steal,
+    foreign_cores, foreign_top, unreadable}. ``own_root`` (default: this process) and its
+    descendants and ancestors are ours, and so is ``also_own``."""
+    own_root = own_root or os.getpid()
+    ours = {own_root, *localhost.ancestors(own_root), *also_own}
+    started = time.monotonic()
+    pressure, cpu = interference.pressure_total_us(), interference.cpu_ticks()
+    before = interference.foreign_ticks(own_root, None, ours)
+    time.sleep(max(0.0, seconds))
+    after = interference.foreign_ticks(own_root, None, ours)
+    pressure_end, cpu_end = interference.pressure_total_us(), interference.cpu_ticks()
+    window = time.monotonic() - started
+    unreadable: List[str] = []
+    found = {"host": socket.gethostname(), "window_s": round(window, 3), "cpus": os.cpu_count(),
+             "load1": interference._load1()}
+    if pressure is None or pressure_end is None:
+        unreadable.append("cpu pressure (no /proc/pressure/cpu)")
+    else:
+        found["cpu_pressure"] = round((pressure_end - pressure) / 1e6 / window, 4)
+    if cpu is None or cpu_end is None:
+        unreadable.append("steal (no /proc/stat)")
+    else:
+        total = cpu_end["total"] - cpu["total"]
+        found["steal"] = round((cpu_end["steal"] - cpu["steal"]) / total, 4) if total > 0 else 0.0
+    # a process that started in the window counts from zero; one that ended in it is missed
+    used = {key: ticks - before.get(key, 0) for key, ticks in after.items() if ticks > before.get(key, 0)}
+    cores = {pid: ticks / interference.TICKS / window for (pid, _), ticks in used.items()}
+    found["foreign_cores"] = round(sum(cores.values()), 3)
+    found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}
+                            for pid, c in sorted(cores.items(), key=lambda item: -item[1])[:TOP]]
+    found["unreadable"] = unreadable
+    return found

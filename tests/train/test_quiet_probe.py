@@ -1,0 +1,82 @@
+"""``python -m mxbench_train quiet-probe`` for real on this machine: one JSON line of the right shape,
+and a planted CPU hog outside the probe's tree is counted as foreign, by pid, and judged not quiet.
+What is asserted is what the probe computed from its readings, never how quiet this machine is."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_trainer
+from mxbench.hosts import quiet as quiet_check
+from mxbench_train import localhost, quiet
+
+BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+
+
+@pytest.fixture
+def hog():
+    """A process that burns a core and is nobody's descendant here (its shell exits at once): its
+    pid; killed by that pid at teardown."""
+    out = subprocess.run(["sh", "-c", f'{sys.executable} -c "$BUSY" >/dev/null 2>&1 & echo $!'],
+                         env={**os.environ, "BUSY": BUSY.format(s=60)}, capture_output=True, text=True, check=True)
+    pid = int(out.stdout)
+    yield pid
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def probe(seconds="1"):
+    done = run_trainer("quiet-probe", "--seconds", seconds, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    return json.loads(line)
+
+
+def test_the_probe_prints_one_json_line_of_the_readings():
+    found = probe("0.5")
+    assert set(found) >= {"host", "window_s", "cpus", "load1", "cpu_pressure", "steal", "foreign_cores",
+                          "foreign_top", "unreadable"}
+    assert found["window_s"] >= 0.5 and found["cpus"] == os.cpu_count() and found["unreadable"] == []
+    assert found["foreign_cores"] >= sum(p["cores"] for p in found["foreign_top"]) - 0.01
+    assert all(set(p) == {"pid", "name", "cores"} for p in found["foreign_top"])
+
+
+def test_a_planted_hog_is_foreign_and_makes_the_host_not_quiet(hog):
+    found = probe("1")
+    top = {p["pid"]: p for p in found["foreign_top"]}
+    assert localhost.is_running(hog)  # it burned through the window
+    # on a busy machine other processes may outrank it; it is listed when it is among the busiest
+    hog_cores = top[hog]["cores"] if hog in top else None
+    if hog_cores is None:
+        assert len(found["foreign_top"]) == quiet.TOP and min(p["cores"] for p in found["foreign_top"]) > 0
+        pytest.skip("five other processes outran the hog on this machine")
+    assert top[hog]["name"] == "python" or top[hog]["name"].startswith("python")
+    assert hog_cores > 0 and found["foreign_cores"] >= hog_cores
+    # judged with a threshold the hog's own share reaches: not quiet, and the hog is named
+    thresholds = quiet_check.Thresholds(foreign_cores=min(hog_cores, quiet_check.FOREIGN_CORES))
+    (reason,) = quiet_check.noisy(found, thresholds)
+    assert reason.startswith(f"other processes used {found['foreign_cores']:.2f} cores") and f"pid {hog}" in reason
+
+
+def test_the_probes_own_tree_and_ancestors_are_not_foreign(hog):
+    """In-process: this test process (an ancestor of nothing the probe sees) and its child are ours;
+    the orphaned hog is not."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY.format(s=5)])
+    try:
+        found = quiet.sample(0.5)
+    finally:
+        child.kill()
+        child.wait()
+    pids = {p["pid"] for p in found["foreign_top"]}
+    assert child.pid not in pids and os.getpid() not in pids and os.getppid() not in pids
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "61", "two"])
+def test_a_window_out_of_range_is_refused(seconds):
+    done = run_trainer("quiet-probe", "--seconds", seconds, timeout=60)
+    assert done.returncode == 2 and "--seconds" in done.stderr
