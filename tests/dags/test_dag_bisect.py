@@ -255,11 +255,8 @@ def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
     when = datetime(2026, 12, 1, tzinfo=timezone.utc)
     first_id = DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=when, run_after=when)
-    # the next probe's run id has a random part: the attacker is handed the one it will get
-    import secrets
-
-    token_hex = secrets.token_hex
-    monkeypatch.setattr(secrets, "token_hex", lambda n=32: "feedface" if n == 4 else token_hex(n))
+    # the next probe's run id has a part nobody can guess: the attacker is handed the one it will get
+    monkeypatch.setattr(store, "run_id_for", lambda row, prefix, step: f"{prefix}__feedface")
     theirs = {"good_build": "1.9.1", "bad_build": "89abcde", "probe_build": "1.9.1+89abcde",
               "bisect_runs": [{"build": "1.9.1", "run_id": first_id}], "min_drop": 0.9}
     with create_session() as session:
