@@ -51,7 +51,7 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     # a process that started in the window counts from zero; one that ended in it is missed
     used = {key: ticks - before.get(key, 0) for key, ticks in after.items() if ticks > before.get(key, 0)}
     cores = {pid: ticks / interference.TICKS / window for (pid, _), ticks in used.items()}
-    found["foreign_cores"] = round(sum(cores.values()), 3)
+    found["foreign_cores"] = round(float(sum(cores.values())), 3)
     found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}
                             for pid, c in sorted(cores.items(), key=lambda item: -item[1])[:TOP]]
     found["unreadable"] = unreadable
