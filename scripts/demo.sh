@@ -76,8 +76,9 @@ launchers = ["local"] + (["ssh"] if not ssh_skipped else []) + (["kubernetes"] i
 notes = [s for s in (ssh_skipped, k8s_skipped) if s] + given.pop("notes", [])
 # repeats given: exactly that many rounds, unless a budget is given too
 budget = {} if "repeats" in given else {"repeats": 6, "max_repeats": 7, "target_gap": 0.15}
+# the quiet check before each run: at most 6 s (three looks), so a busy machine adds at most 2 minutes
 print(json.dumps({"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": launchers, **budget,
-                  "epochs": 3, **given, "notes": notes}))
+                  "epochs": 3, "quiet_wait_s": 6, **given, "notes": notes}))
 PY
 )
 # the scheduler and the task processes it starts inherit the AIRFLOW_CONN_* exported above
