@@ -134,11 +134,9 @@ def join_results(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.airflow_glue import connections
     from mxbench.stages import pipeline
 
-    url = connections.results_url(params)
     with dag_folder(dag_run, run_id, "join_results", tables=True, all_units=True,
                     unit_files=(RunFolder.METRICS,)) as dag_dir:
-        pipeline.since_last(dag_dir, url, dag_run.dag_id, run_id)  # what changed since the previous DAG run
-        return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
+        return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, connections.results_url(params)))
 
 
 @task

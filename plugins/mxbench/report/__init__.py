@@ -124,9 +124,6 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         (out / FOREST).unlink(missing_ok=True)
     answer = answer_table(rows) if rows else headline_table(table)
     sections = [("Verdicts", verdict_lines(ratios))] if rows else []
-    since = since_last_table(load_table(folder.table("since_last")), load_table(folder.table("regression")))
-    if not since.empty:
-        sections.append((SINCE_LAST, since))
     sections.append(("Results", table))
     conv = load_table(folder.table("convergence"))
     if not conv.empty:  # the preset has a target accuracy: throughput is judged by time to it too
@@ -187,7 +184,6 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     lead = answer_block(answer, forest, "" if rows else NO_RATIO)
     page = render_page(title, [], sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE],
                        lead=lead, conditions=conds, details=details)
-    page = with_report_links(page, since)
     write_atomically(folder.report_html, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     return {"markdown": str(folder.report_markdown), "html": str(folder.report_html), "text": markdown_table(table)}
@@ -222,53 +218,6 @@ def headline_table(table: pd.DataFrame) -> pd.DataFrame:
     wanted = ["variant", "launcher", "devices (GPUs or CPU workers)", "samples/s (Speedometer)", "s/epoch",
               "scaling eff."]
     return table[[c for c in wanted if c in table]] if not table.empty else table
-
-
-SINCE_LAST = "Since last time: the previous DAG run of each series, and the regression baseline"
-
-
-def since_last_table(since: pd.DataFrame, regression: pd.DataFrame) -> pd.DataFrame:
-    """Each series' change against the previous DAG run of its setup (``pipeline.since_last``) and,
-    in the regression DAG, against its baseline (``tables/regression.csv``), each with its interval."""
-    if since.empty:
-        return pd.DataFrame()
-
-    def change(value, low, high) -> str:
-        if pd.isna(value):
-            return ""
-        interval = f" [{low:+.1%}, {high:+.1%}]" if pd.notna(low) and pd.notna(high) else ""
-        return f"{value:+.1%}{interval}"
-
-    rows = []
-    for row in since.itertuples():
-        line = {"variant": row.variant, "launcher": row.launcher, "samples/s now": fmt(row.median),
-                "previous DAG run": row.previous_run if pd.notna(row.previous_run) else (row.note or ""),
-                "samples/s then": fmt(row.previous_median),
-                "change (95% CI)": change(row.change, row.change_low, row.change_high),
-                "verdict": row.outcome if pd.notna(row.outcome) else ""}
-        if not regression.empty and "variant" in regression:
-            found = regression[(regression["variant"] == row.variant) & (regression["launcher"] == row.launcher)]
-            line["against the baseline (95% CI)"] = "" if found.empty else (
-                f"{change(found.iloc[0]['change'], found.iloc[0]['ci_low'], found.iloc[0]['ci_high'])} "
-                f"({found.iloc[0]['status']})").strip()
-        rows.append(line)
-    return pd.DataFrame(rows)
-
-
-def with_report_links(page: str, since: pd.DataFrame) -> str:
-    """The previous DAG runs' ids in ``page`` as links to their reports: relative to this report's
-    address in the UI (``.../report/<dag id>/<run id>``), so they open the same DAG's run beside it."""
-    import html
-    from urllib.parse import quote
-
-    if since.empty or "previous DAG run" not in since:
-        return page
-    for run_id in set(since["previous DAG run"]):
-        if run_id and not str(run_id).startswith(("no earlier", "not shown")):
-            cell = f"<td>{html.escape(str(run_id))}</td>"
-            link = f"<td><a href='./{quote(str(run_id), safe='')}'>{html.escape(str(run_id))}</a></td>"
-            page = page.replace(cell, link)
-    return page
 
 
 def run_order_table(runs: pd.DataFrame) -> pd.DataFrame:

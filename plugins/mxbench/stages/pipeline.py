@@ -34,7 +34,6 @@ from mxbench.matrix.variants import (
     expand_runs,
     leg,
     machine_sets,
-    measured_setup,
     stop_budget,
     variant_from_dict,
 )
@@ -43,7 +42,6 @@ from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratio
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
 from mxbench.stages.failures import clear_stage_failure, root_cause, stage_failed
-from mxbench.stats import verdict
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
@@ -348,56 +346,6 @@ def machines(dag_dir: Path) -> Dict[str, str]:
         if isinstance(environment, dict):
             found.setdefault(launcher, fingerprint(environment)[0])
     return found
-
-
-SINCE_LAST_COLUMNS = ["variant", "launcher", "machine", "median", "previous_run", "previous_measured_at",
-                      "previous_median", "change", "change_low", "change_high", "outcome", "note"]
-
-
-def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str) -> pd.DataFrame:
-    """``tables/since_last.csv``: beside each series of this DAG run (variant, launcher, kind of
-    machine), the previous DAG run of the same DAG that measured the same setup there
-    (``variants.measured_setup``), and this run's change against it with its interval
-    (``verdict.compare``). Never fails the caller: a store that cannot be read gives rows that say so."""
-    from mxbench import store
-    from mxbench.store.errors import first_line
-
-    folder = DagRunFolder(dag_dir)
-    runs, request = load_table(folder.table("runs")), read_json(folder.request, {}) or {}
-    fingerprints, params = machines(dag_dir), request.get("params") or {}
-    defined = {r["variant"]["id"]: r["variant"] for r in request.get("runs") or []}
-    ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()] if not runs.empty else runs
-    rows = []
-    for (variant, launcher), group in (ok.groupby(["variant", "launcher"], sort=False) if not ok.empty else []):
-        machine = fingerprints.get(launcher)
-        row = {"variant": variant, "launcher": launcher, "machine": machine,
-               "median": group["samples_per_sec"].median()}
-        try:
-            with store.errors_without_password(url):
-                earlier = store.history(url, variant=variant, launcher=launcher, fingerprint=machine,
-                                        dag_ids=[dag_id])
-        except Exception as exc:  # a database down, a driver missing: the report stands without it
-            rows.append({**row, "note": f"not shown: the results store could not be read ({type(exc).__name__}: "
-                                        f"{first_line(exc)})"})
-            continue
-        setup = measured_setup(defined[variant], params) if variant in defined else None
-        earlier = earlier[(earlier["run_id"] != run_id) & (earlier["status"] == "ok")
-                          & earlier["samples_per_sec"].notna() & (earlier["setup_key"] == setup)]
-        if earlier.empty:
-            rows.append({**row, "note": "no earlier DAG run of this setup on this machine"})
-            continue
-        last = earlier.sort_values("measured_at").iloc[-1]
-        previous = earlier.loc[earlier["run_id"] == last["run_id"], "samples_per_sec"]
-        compared = verdict.compare(group["samples_per_sec"], previous, "this DAG run", "the previous one")
-        low, high = compared.ci_low, compared.ci_high
-        rows.append({**row, "previous_run": last["run_id"], "previous_measured_at": last["measured_at"],
-                     "previous_median": previous.median(), "change": compared.ratio - 1,
-                     "change_low": None if low is None else low - 1,
-                     "change_high": None if high is None else high - 1,
-                     "outcome": compared.outcome, "note": ""})
-    table = pd.DataFrame(rows, columns=SINCE_LAST_COLUMNS)
-    table.to_csv(folder.table("since_last"), index=False)
-    return table
 
 
 def stored_aa_noise(dag_dir: Path, url: str) -> calibration.Stored:
