@@ -39,10 +39,11 @@ def task_log_href(dag_id: str, run_id: str, task_id: str, map_index: Optional[in
     return href + (f"?{urlencode({'try_number': int(try_number)})}" if try_number else "")
 
 
-def run_files_href(dag_id: str, run_id: str, key: str, file: Optional[str] = None) -> str:
-    """A run's files (``web``'s ``run-files``: its record and logs), or one of them (``run-file``)."""
+def run_files_href(dag_id: str, run_id: str, key: str, file: Optional[str] = None, base: str = MXBENCH) -> str:
+    """A run's files (``web``'s ``run-files``: its record and logs), or one of them (``run-file``);
+    ``base``: the way from the linking page to the plugin's app ("" from the app's own pages)."""
     query = {"dag_id": dag_id, "run_id": run_id, "run": key, **({"file": file} if file else {})}
-    return f"{MXBENCH}{'run-file' if file else 'run-files'}?{urlencode(query, quote_via=quote)}"
+    return f"{base}{'run-file' if file else 'run-files'}?{urlencode(query, quote_via=quote)}"
 
 
 def run_task(request: dict, key: str) -> Optional[Tuple[str, int]]:
