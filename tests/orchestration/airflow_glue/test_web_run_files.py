@@ -140,3 +140,32 @@ def test_with_object_storage_the_files_are_not_served_and_it_says_how_to_get_the
     monkeypatch.setenv("MXBENCH_ARTIFACTS", f"file://{tmp_path / 'bucket'}")
     answer = get(client, "run-files")
     assert answer.status_code == 404 and "mxbench fetch" in answer.text
+
+
+def test_the_reports_run_tables_link_each_failed_or_contended_run_and_only_those(tmp_path):
+    import pandas as pd
+
+    from mxbench import report
+    from support.stored_runs import make_dag_dir, ok_runs, variant
+
+    runs = ok_runs(speeds=(100.0, 60.0, 101.0)) + [(variant(), "local", 4, "failed", None, "boom")]
+    dag_dir = make_dag_dir(tmp_path, "busy", runs, run_id=RUN_ID)
+    request = json.loads((dag_dir / "request.json").read_text())
+    (dag_dir / "request.json").write_text(json.dumps({**request, "dag_id": DAG}))
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv").assign(
+        contended=[False, True, False, False], contention=[None, "other processes used 0.93 cores", None, None],
+        try_number=[1, 1, 1, 3], earlier_attempts=[0, 0, 0, 2], worker="w1")
+    table.to_csv(dag_dir / "tables" / "runs.csv", index=False)
+    report.build_report(dag_dir)
+    page = (dag_dir / "report" / "report.html").read_text()
+    order = page.split("<h2>Every run in the order it ran</h2>", 1)[1].split("<h2>", 1)[0]
+    linked = [row.split("</td>", 1)[0].strip() for row in order.split("<tr>")[2:] if "href=" in row]
+    assert linked == ["<td>cpu2-bs32__local__r2", "<td>cpu2-bs32__local__r4"]  # the contended and the failed
+    failed = page.split("<h2>Failed runs</h2>", 1)[1].split("<h2>", 1)[0]
+    assert ("href='../../../dags/mxbench_benchmark/runs/manual__2026-12-04T20%3A21%3A41%2B00%3A00/tasks/"
+            "local.run_variant/mapped/3?try_number=3'>task log (try 3)</a>") in failed
+    assert "run=cpu2-bs32__local__r4&amp;file=meta.json'>record</a>" in failed
+    # out of the first screen: nothing links before the run tables but the DAG runs compared
+    assert "run-file" not in page.split("<h2>Results</h2>", 1)[0]
+    md = (dag_dir / "report" / "report.md").read_text()
+    assert "task log: local.run_variant[3] try 3; record: cpu2-bs32__local__r4/meta.json" in md
