@@ -101,6 +101,10 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
     from mxbench import store
     from mxbench.stats.verdict import compare
 
+    if dag_id in store.PROBE_DAG_IDS:  # store.baseline never takes them: say why, not "none"
+        for row in rows:
+            row["note"] = "not compared: a bisect's DAG runs measure builds chosen on purpose, not the last one"
+        return
     before = _before(url, dag_id, run_id, runs)
     for row in rows:
         if row["setup"] is None:

@@ -124,3 +124,9 @@ def test_the_regression_baseline_change_and_its_newest_dag_run_are_shown(tmp_pat
 def test_report_links_quote_every_id_whole():
     assert links.report_href("d", "a/b?c#d e") == "../../report/d/a%2Fb%3Fc%23d%20e"
     assert links.report_href("d", "javascript:x").startswith("../../")
+
+
+def test_a_bisects_probe_is_not_compared_and_says_why(tmp_path, url):
+    probe = folder(tmp_path, "probe", NOW, T0, "probe__1", dag_id="mxbench_bisect")
+    (row,) = since_last(probe, url, "mxbench_bisect", "probe__1").to_dict("records")
+    assert row["note"].startswith("not compared: a bisect's DAG runs") and pd.isna(row["previous_run_id"])
