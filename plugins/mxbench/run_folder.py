@@ -101,7 +101,7 @@ class DagRunFolder:
         <key>/         one folder per run (``RunFolder``)
         attempts/      earlier attempts of a run, moved aside: ``attempts/<key>.<n>/`` (``stages.run``)
         tables/        tidy tables, ``tables/<name>.csv`` (runs, speed, epochs, summary, ratios, k8s_gap,
-                       aa_noise, convergence, regression, history) and ``tables/bisect.json``
+                       aa_noise, convergence, regression, history, since_last) and ``tables/bisect.json``
         report/        the report (``mxbench.report``)
 
     Each stage reads what the earlier ones wrote, so any stage can be rerun, and ``mxbench report``

@@ -176,11 +176,20 @@ def trigger_of(dag_run) -> str:
 
 
 @task(trigger_rule="all_done")  # a report of what there is, whatever failed before it
-def report(tables: dict, run_id=None, dag_run=None) -> dict:
+def report(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
+    """The report; its "Since last time" reads the results store now (``stages.since_last``), and says
+    why where it cannot."""
     from mxbench import artifacts
+    from mxbench.airflow_glue import connections
     from mxbench.report import build_report
+    from mxbench.stages.since_last import since_last
 
     with dag_folder(dag_run, run_id, "report", tables=True, all_units=True, unit_files=RUN_FILES_READ) as dag_dir:
+        try:
+            url, unreadable = connections.results_url(params), None
+        except Exception as exc:  # an unmarked or missing connection: the report stands without the store
+            url, unreadable = "", f"the results connection could not be read ({type(exc).__name__}: {exc})"
+        since_last(dag_dir, url, dag_run.dag_id, run_id, unreadable=unreadable)
         built = build_report(dag_dir)
         print(built.pop("text"))
         built = artifacts.published_paths(built, dag_dir, dag_run.dag_id, run_id)

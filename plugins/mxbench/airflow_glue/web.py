@@ -2,6 +2,8 @@
 (registered by ``plugins/mxbench_ui.py``).
 
     GET /mxbench/report/<dag id>/<run id>   that DAG run's report (the report task's report.html)
+    GET /mxbench/run-files?dag_id=&run_id=&run=        one run's record and logs, listed (the report's links)
+    GET /mxbench/run-file?dag_id=&run_id=&run=&file=   one of them, as plain text
     GET /mxbench/history                    throughput per variant over DAG runs and MXNet builds
     POST /mxbench/history/alerts            set a regression alert's triage state (``mxbench.regression.triage``)
 
@@ -10,9 +12,12 @@ login cookie -> 401 (an invalid one: 403, Airflow's own rule), no access -> 403.
 the file system only after Airflow's database has that DAG run, and only through
 ``config.existing_dag_run_dir`` (the pipeline's own mapping, which also finds a folder written
 under the name older versions gave it); the file must resolve inside
-``$MXBENCH_HOME/runs`` and belong to that DAG. With object storage as the artifact store
-(``MXBENCH_ARTIFACTS``), the report is read from there instead, under the same mapping, as its
-manifest lists it. The pages run no script: their Content-Security-Policy
+``$MXBENCH_HOME/runs`` and belong to that DAG. A run's files are served only for a run that its DAG
+run's request.json lists, and only its record (meta.json) and logs (``rank*.log``, ``roles/*.log``),
+each resolved inside that run's folder: no other name, no ``..``, no link out. With object storage
+as the artifact store (``MXBENCH_ARTIFACTS``), the report is read from there instead, under the
+same mapping, as its manifest lists it (a run's files are not served then: ``mxbench fetch``).
+The pages run no script: their Content-Security-Policy
 allows none, so nothing written into a report can act as the logged-in user.
 
 Triage is the one write: only users whom the auth manager lets edit the alert's DAG's runs
@@ -35,12 +40,12 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from fastapi import Depends, FastAPI, Form, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mxbench import config
-from mxbench.run_folder import DagRunFolder
+from mxbench.run_folder import DagRunFolder, RunFolder
 
 # Airflow's api-server modules are imported inside the functions: every Airflow process that
 # loads plugins (each task's, too) imports this module, and only the api-server needs them.
@@ -177,16 +182,110 @@ def report_file(dag_id: str, run_id: str) -> Optional[Path]:
     is not a file inside ``$MXBENCH_HOME/runs`` (a folder swapped for a link elsewhere, say), or the
     folder is another DAG's (run ids are unique per DAG only; folders made before request.json
     named their DAG are taken as they are)."""
+    folder = dag_run_folder(dag_id, run_id)
+    path = None if folder is None else DagRunFolder(folder).report_html.resolve()
+    runs = (config.home() / "runs").resolve()
+    return path if path is not None and runs in path.parents and path.is_file() else None
+
+
+def dag_run_folder(dag_id: str, run_id: str) -> Optional[Path]:
+    """The DAG run's folder, resolved, as ``report_file`` takes it: inside ``$MXBENCH_HOME/runs``
+    and not another DAG's; None otherwise."""
     runs = (config.home() / "runs").resolve()
     folder = config.existing_dag_run_dir(dag_id, run_id).resolve()
-    path = DagRunFolder(folder).report_html
-    if runs not in path.resolve().parents or not path.is_file():
+    if runs not in folder.parents:
         return None
     try:
         owner = json.loads(DagRunFolder(folder).request.read_text(encoding="utf-8")).get("dag_id")
     except (OSError, ValueError, AttributeError):
         owner = None
-    return path.resolve() if owner in (None, dag_id) else None
+    return folder if owner in (None, dag_id) else None
+
+
+def run_folder_of(dag_folder: Path, key: str) -> Optional[Path]:
+    """The folder of run ``key`` of a DAG run, resolved: only a run its request.json lists, and
+    only inside the DAG run's folder; None otherwise."""
+    try:
+        request = json.loads(DagRunFolder(dag_folder).request.read_text(encoding="utf-8"))
+        keys = {run.get("key") for run in request.get("runs") or []}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if key not in keys or key in ("", ".", "..") or "/" in key or "\\" in key:
+        return None
+    path = DagRunFolder(dag_folder).run(key).path.resolve()
+    return path if dag_folder in path.parents and path.is_dir() else None
+
+
+def run_evidence_files(run_dir: Path) -> list:
+    """What ``run-file`` serves of a run (``run_dir``: resolved), relative to its folder: its record,
+    then its logs."""
+    run = RunFolder(run_dir)
+    found = [run.meta] if run.meta.is_file() else []
+    found += sorted(run_dir.glob(RunFolder.WORKER_LOGS)) + run.role_logs()
+    # a link out (never made by a launcher) is not the run's
+    return [path.relative_to(run_dir).as_posix() for path in found
+            if run_dir in path.resolve().parents and path.resolve().is_file()]
+
+
+def evidence_file(run_dir: Path, name: str) -> Optional[Path]:
+    """``name`` in the run's folder when it is one ``run_evidence_files`` lists (no other name, no
+    ``..``, nothing that resolves outside the run's folder); None otherwise."""
+    if name not in run_evidence_files(run_dir):
+        return None
+    path = (run_dir / name).resolve()
+    return path if run_dir in path.parents and path.is_file() else None
+
+
+def readable_run(user, dag_id: str, run_id: str, key: str) -> Path:
+    """The run's folder for a reader of its files, checked as the report is: the auth manager
+    lets ``user`` read the DAG's runs (else 403), it is an mxbench DAG and Airflow has that DAG
+    run (else 404), and the run is one of its request's, in its folder (else 404)."""
+    from mxbench import artifacts
+    from mxbench_train.errors import MxbenchError
+
+    if not may_read(user, dag_id):
+        raise HTTPException(403, f"You may not read the runs of {dag_id}")
+    if dag_id not in REPORT_DAG_IDS:
+        raise HTTPException(404, f"{dag_id} is not an mxbench DAG: it has no runs to show")
+    if dag_run_state(dag_id, run_id) is None:
+        raise HTTPException(404, f"{dag_id} has no DAG run {run_id!r}")
+    try:
+        home = artifacts.Store().is_home
+    except (MxbenchError, OSError) as exc:
+        log.error("mxbench run files: the artifact store cannot be read: %s", exc)
+        raise HTTPException(503, "The artifact store cannot be read; the api-server's log says why") from None
+    if not home:
+        raise HTTPException(404, "With object storage as the artifact store, a run's files are not served here: "
+                                 "`mxbench fetch DAG_ID RUN_ID --to DIR` brings the DAG run's files")
+    dag_folder = dag_run_folder(dag_id, run_id)
+    run_dir = None if dag_folder is None else run_folder_of(dag_folder, key)
+    if run_dir is None:
+        raise HTTPException(404, f"DAG run {run_id} of {dag_id} has no run {key!r}")
+    return run_dir
+
+
+@app.get("/run-files", response_class=HTMLResponse)
+def run_files(dag_id: str, run_id: str, run: str, user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
+    """A run's record and logs, each a link to ``run-file``: a failed or contended run's evidence."""
+    import pandas as pd
+
+    from mxbench.report import render_page
+    from mxbench.report.links import Links, run_files_href
+
+    run_dir = readable_run(user, dag_id, run_id, run)
+    files = pd.DataFrame([{"file": Links(name, [(name, run_files_href(dag_id, run_id, run, name, base=""))]),
+                           "bytes": f"{(run_dir / name).stat().st_size:,}"} for name in run_evidence_files(run_dir)])
+    title = f"mxbench: run {run} of DAG run {run_id} ({dag_id})"
+    return HTMLResponse(render_page(title, [], [("Record and logs", files)], []))
+
+
+@app.get("/run-file")
+def run_file(dag_id: str, run_id: str, run: str, file: str, user: Annotated[Any, Depends(current_user)]):
+    """One of a run's files (``run_evidence_files``), as plain text."""
+    path = evidence_file(readable_run(user, dag_id, run_id, run), file)
+    if path is None:
+        raise HTTPException(404, f"Run {run} of DAG run {run_id} has no record or log {file!r}")
+    return FileResponse(path, media_type="text/plain; charset=utf-8")
 
 
 @app.get("/report/{dag_id}/{run_id:path}", response_class=HTMLResponse)

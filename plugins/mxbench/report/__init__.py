@@ -10,11 +10,12 @@ written whole (``run_folder.write_atomically``): the UI serves them while a repo
 rebuilding them.
 """
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import pandas as pd
 
 from mxbench.report.answer import answer_rows, answer_table, forest_svg
+from mxbench.report.links import Links, run_evidence
 from mxbench.report.notes import (
     conditions,
     data_line,
@@ -24,7 +25,7 @@ from mxbench.report.notes import (
     report_title,
     retried_notes,
 )
-from mxbench.report.pages import answer_block, history_page, render_page
+from mxbench.report.pages import answer_block, history_page, render_page, since_last_block
 from mxbench.report.plots import (
     has_curve,
     plot_accuracy,
@@ -37,6 +38,7 @@ from mxbench.report.plots import (
 )
 from mxbench.report.scaling import scaling_sections
 from mxbench.report.tables import (
+    SINCE_LAST,
     STEP_FINDER,
     aa_lines,
     aa_table,
@@ -49,6 +51,7 @@ from mxbench.report.tables import (
     markdown_table,
     mxnet_notices,
     ratio_table,
+    since_last_table,
     step_table,
     variant_notes,
     verdict_lines,
@@ -114,6 +117,9 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     # a round skipped as settled is no failure (stop_rule)
     failed = (runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]] if not runs.empty
               else pd.DataFrame())
+    if not failed.empty:  # each failed run's evidence, a click away
+        failed = failed.assign(evidence=[run_evidence(request, key, tried) for key, tried in zip(
+            failed["key"], runs.loc[failed.index, "try_number"] if "try_number" in runs else [None] * len(failed))])
     env = environment(dag_dir, runs)
     rows = answer_rows(ratios, lambda pair: pair_tags(request, data, pair)) if not ratios.empty else []
     target_gap = float((request.get("params") or {}).get("target_gap") or 0)
@@ -149,7 +155,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
     sections += history_sections(dag_dir, out, plots)
-    order = run_order_table(runs)
+    order = run_order_table(runs, request)
     if not order.empty:
         sections.append(("Every run in the order it ran", order))
     notices = mxnet_notices(dag_dir, runs)
@@ -168,6 +174,9 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append(markdown_body(answer) if not answer.empty or rows else "")
     if not rows:
         md.append(NO_RATIO + "\n")
+    since = since_last(folder, request)
+    if since is not None:
+        md.append(f"## {SINCE_LAST}\n\n{markdown_body(since)}")
     if conds:
         md.append("## Conditions\n\n" + "".join(f"- {c.short}\n" for c in conds))
     md.append(data_line(data) + "\n")
@@ -182,11 +191,24 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     write_atomically(folder.report_markdown, lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
     lead = answer_block(answer, forest, "" if rows else NO_RATIO)
+    if since is not None:
+        lead += since_last_block(since, SINCE_LAST)
     page = render_page(title, [], sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE],
                        lead=lead, conditions=conds, details=details)
     write_atomically(folder.report_html, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
     return {"markdown": str(folder.report_markdown), "html": str(folder.report_html), "text": markdown_table(table)}
+
+
+def since_last(folder: DagRunFolder, request: dict):
+    """The "Since last time" section (``tables/since_last.csv``, which the report task wrote from the
+    results store: ``stages.since_last``): a table, a sentence, or None for a folder without one."""
+    if not folder.table("since_last").is_file():
+        return None
+    table = load_table(folder.table("since_last"))
+    if table.empty:
+        return "No series measured: nothing to compare with an earlier DAG run."
+    return since_last_table(table, request.get("dag_id"))
 
 
 def draw_plots(out: Path, summary: pd.DataFrame, epochs: pd.DataFrame, runs: pd.DataFrame,
@@ -220,17 +242,23 @@ def headline_table(table: pd.DataFrame) -> pd.DataFrame:
     return table[[c for c in wanted if c in table]] if not table.empty else table
 
 
-def run_order_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The run-order plot's text equivalent: each run, when it started and its speed."""
+def run_order_table(runs: pd.DataFrame, request: Optional[dict] = None) -> pd.DataFrame:
+    """The run-order plot's text equivalent: each run, when it started and its speed; a failed or
+    contended run's evidence (``links.run_evidence``: its try's task log, record and logs)."""
     if runs.empty or "started_at" not in runs:
         return pd.DataFrame()
     ordered = runs.assign(started=pd.to_numeric(runs["started_at"], errors="coerce")).sort_values("started")
+    contended = flags(ordered["contended"]) if "contended" in ordered else pd.Series(False, index=ordered.index)
+    suspect = contended | ~ordered["status"].isin(["ok", "skipped"])
+    tries = ordered["try_number"] if "try_number" in ordered else pd.Series(None, index=ordered.index)
     return pd.DataFrame({
         "run": ordered["key"], "launcher": ordered["launcher"], "status": ordered["status"],
         "started (UTC)": pd.to_datetime(ordered["started"], unit="s", utc=True).dt.strftime("%H:%M:%S"),
         "samples/s": ordered["samples_per_sec"].map(fmt),
-        **({"contended": ordered["contention"].fillna("").where(flags(ordered["contended"]), "")}
-           if "contended" in ordered else {})})
+        **({"contended": ordered["contention"].astype(object).fillna("").where(contended, "")}
+           if "contended" in ordered else {}),
+        **({"evidence": [run_evidence(request or {}, key, tried) if flagged else ""
+                         for key, tried, flagged in zip(ordered["key"], tries, suspect)]} if suspect.any() else {})})
 
 
 def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
@@ -280,4 +308,4 @@ __all__ = ["build_report", "history_sections", "write_atomically", "render_page"
            "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
            "STEP_FINDER", "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history",
            "plot_ratios", "plot_run_order", "plot_scaling_fit", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO", "FOREST",
-           "conditions"]
+           "conditions", "Links", "run_evidence", "since_last_table", "SINCE_LAST"]

@@ -44,7 +44,7 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
         elif isinstance(frame, list):
             body = "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in frame) + "</ul>"
         else:
-            body = frame.to_html(index=False, escape=True, na_rep="n/a") if not frame.empty else "<p><i>none</i></p>"
+            body = table_html(frame) if not frame.empty else "<p><i>none</i></p>"
         parts.append(f"<h2>{html.escape(name)}</h2>{body}")
     if images:
         parts.append("<h2>Plots</h2>")
@@ -58,6 +58,29 @@ def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, 
                      + "".join(f"<li>{html.escape(line)}</li>" for line in details) + "</ul></details>")
     parts.append("</main></body></html>")
     return "".join(parts)
+
+
+def table_html(frame: pd.DataFrame, **options) -> str:
+    """A table, every cell escaped; a ``links.Links`` cell as its anchors (hrefs this package made)."""
+    from mxbench.report.links import Links
+
+    if not any(isinstance(value, Links) for column in frame.columns for value in frame[column]):
+        return frame.to_html(index=False, escape=True, na_rep="n/a", **options)
+    cells = frame.astype(object).map(lambda value: value.html() if isinstance(value, Links)
+                                     else "n/a" if _missing(value) else html.escape(str(value)))
+    return cells.rename(columns=lambda name: html.escape(str(name))).to_html(index=False, escape=False, **options)
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+
+
+def since_last_block(since, heading: str) -> str:
+    """The short section after the answer: each series against the previous DAG run of its setup
+    (a table, or a sentence saying why there is none)."""
+    body = f"<p>{html.escape(since)}</p>" if isinstance(since, str) else table_html(since)
+    return (f"<section id='since-last' aria-labelledby='since-last-heading'><h2 id='since-last-heading'>"
+            f"{html.escape(heading)}</h2>{body}</section>")
 
 
 def conditions_box(conditions) -> str:

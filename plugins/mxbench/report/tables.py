@@ -281,3 +281,54 @@ def convergence_table(conv: pd.DataFrame) -> pd.DataFrame:
             "reference": r["reference"],
         })
     return pd.DataFrame(rows)
+
+
+SINCE_LAST = "Since last time"
+
+
+def change_text(change, low, high, outcome=None) -> str:
+    """A change of speed with its 95% interval: "-3.2% [-5.0%, -1.1%], slower"."""
+    if pd.isna(change):
+        return "n/a"
+    said = f"{change:+.1%}"
+    said += f" [{low:+.1%}, {high:+.1%}]" if pd.notna(low) and pd.notna(high) else " (too few repeats for an interval)"
+    return said + (f", {outcome}" if text(outcome) else "")
+
+
+def since_last_table(since: pd.DataFrame, dag_id=None) -> pd.DataFrame:
+    """``tables/since_last.csv`` for people: per series this DAG run's speed, the previous DAG run of
+    the same setup and the change since (its interval, the launcher verdict's outcome), and, where
+    the regression check ran, the change against its baseline; each DAG run a link to its report."""
+    from mxbench.report.links import Links, report_href
+
+    def run_link(dag, run, label=None) -> Links:
+        plain = f"{dag}: {run}" if dag and dag != dag_id else str(run)
+        return Links(label or plain, [(label or plain, report_href(dag, run))])
+
+    rows = []
+    for row in since.to_dict("records"):
+        shown = {"series": f"{row['variant']} ({row['launcher']}) on {row['machine_class']}",
+                 "samples/s (median)": f"{fmt(row['samples_per_sec'])} ({whole(row['n'])} repeats)"}
+        if isinstance(row.get("previous_run_id"), str):
+            shown["previous DAG run"] = run_link(row["previous_dag_id"], row["previous_run_id"])
+            shown["change since [95% CI]"] = (change_text(row["change"], row["ci_low"], row["ci_high"], row["outcome"])
+                                              + (f"; {row['note']}" if text(row.get("note")) else ""))
+        else:
+            shown["previous DAG run"] = text(row.get("note")) or "n/a"
+            shown["change since [95% CI]"] = "n/a"
+        if "baseline_status" in since and since["baseline_status"].notna().any():
+            if text(row.get("baseline_status")):
+                said = change_text(row["baseline_change"], row["baseline_ci_low"], row["baseline_ci_high"],
+                                   row["baseline_status"])
+                runs = f"{whole(row['baseline_runs'])} DAG runs"
+                if isinstance(row.get("baseline_run_id"), str):
+                    link = run_link(row["baseline_dag_id"], row["baseline_run_id"])
+                    shown["against the regression baseline"] = Links(
+                        f"{said} ({runs}; newest {link.plain})",
+                        [(f"{said} ({runs}; newest: report)", link.anchors[0][1])])
+                else:
+                    shown["against the regression baseline"] = f"{said} ({runs})"
+            else:
+                shown["against the regression baseline"] = "not checked"
+        rows.append(shown)
+    return pd.DataFrame(rows)
