@@ -75,8 +75,9 @@ def test_the_report_leads_with_the_false_calls_and_shows_the_noise_floor(calibra
     _, dag_dir = calibrated
     md = (dag_dir / "report" / "report.md").read_text()
     sections = [line for line in md.splitlines() if line.startswith("## ")]
-    # the answer first, then the conditions; the verdicts and, right after them, the false calls
-    assert sections[:4] == ["## Answer", "## Conditions", "## Verdicts",
+    # the answer first, what changed since the previous DAG run, then the conditions; the verdicts and,
+    # right after them, the false calls
+    assert sections[:5] == ["## Answer", "## Since last time", "## Conditions", "## Verdicts",
                             "## A/A calibration: each launcher against itself"]
     assert "## A/A calibration: the noise floor" in sections
     assert "False calls: " in md and " of 1 A/A comparisons" in md and "Noise floor per run: cpu1-bs64 local: CV" in md
