@@ -18,14 +18,15 @@ import socket
 import time
 from typing import Iterable, List
 
-from . import interference, localhost
+from . import interference, localhost, telemetry
 
 TOP = 5  # the busiest foreign processes named in a sample
 
 
 def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> dict:
     """One look at this host over ``seconds``: {host, window_s, cpus, load1, cpu_pressure, steal,
-    foreign_cores, foreign_top, unreadable}. ``own_root`` (default: this process) and its
+    foreign_cores, foreign_top, unreadable, machine} (``machine``: the facts that name its kind, by
+    which the orchestration finds the thresholds to judge it with). ``own_root`` (default: this process) and its
     descendants and ancestors are ours, and so is ``also_own``."""
     own_root = own_root or os.getpid()
     ours = {own_root, *localhost.ancestors(own_root), *also_own}
@@ -55,4 +56,5 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}
                             for pid, c in sorted(cores.items(), key=lambda item: -item[1])[:TOP]]
     found["unreadable"] = unreadable
+    found["machine"] = telemetry.machine_facts()
     return found

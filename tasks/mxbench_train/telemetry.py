@@ -134,16 +134,19 @@ def gpu_environment():
     return {"available": True, "gpus": gpus, "driver": driver, "cuda": cuda.group(1) if cuda else None}
 
 
+def machine_facts():
+    """The facts that name the kind of machine (the store's fingerprint): CPU model and count, GPUs."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu": gpu_environment()}
+
+
 def environment(mxnet_module=None):
     """What the report needs to say where a number came from."""
     env = {
         "python": sys.version.split()[0],
         "host": socket.gethostname(),
         "platform": platform.platform(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **machine_facts(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "gpu": gpu_environment(),
     }
     if mxnet_module is not None:
         from mxnet.runtime import Features

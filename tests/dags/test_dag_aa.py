@@ -123,3 +123,22 @@ def test_the_store_keeps_the_calibration_and_a_later_run_shows_it(calibrated, ur
     assert text.startswith("A/A noise (the latest A/A calibration on this hardware): local CV ")
     assert f"(mxbench_benchmark/{run.run_id}, " in text and "false calls: " in text
     assert pd.read_csv(later / "tables" / "aa_noise.csv").empty  # no arms of its own
+
+
+def test_a_later_dag_run_judges_contention_with_the_thresholds_this_calibration_measured(calibrated, url):
+    """The calibration's runs read their hosts; a DAG run expanding after it on this hardware takes
+    its contention thresholds from them (``interference.from_aa`` over the stored runs)."""
+    from mxbench.results import interference
+    from mxbench.stages import pipeline
+
+    _, dag_dir = calibrated
+    fingerprint = json.loads((dag_dir / "stored.json").read_text())["fingerprints"]["local"]
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv")
+    assert runs["foreign_cores"].notna().all() and runs["steal"].notna().all()  # every run read its host
+    table = pipeline.contention_thresholds(url)
+    found = interference.Thresholds.from_dict(table[fingerprint])
+    expected = interference.from_aa(runs[["foreign_cores", "steal"]].to_dict("records"), calibrations=1)
+    assert found == expected
+    assert found.source == f"from {2 * ROUNDS} A/A runs on this hardware (1 calibration): 2x their 90th percentile"
+    # this DAG run expanded before it was stored: the defaults judged it, as its runs table says
+    assert set(runs["contention_thresholds"]) == {str(interference.DEFAULTS)}

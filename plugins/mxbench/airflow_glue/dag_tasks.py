@@ -52,7 +52,7 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
     from mxbench_train.redaction import redact
 
     try:  # an unmarked results connection is refused before anything runs, not after the runs
-        connections.results_url(params)
+        results_url = connections.results_url(params)
     except MxbenchError as exc:
         cause = dag_run_failures.stage_failed(dag_dir, "expand", exc)
         raise AirflowFailException(cause) from None
@@ -68,7 +68,8 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
         print(f"mxbench: {reason}")
     try:
         return pipeline.expand(dict(params), dag_dir, targets, unavailable,
-                               build=build, dag_id=dag_id, run_id=run_id, refused=refused)
+                               build=build, dag_id=dag_id, run_id=run_id, refused=refused,
+                               contention=pipeline.contention_thresholds(results_url))
     except VariantError as exc:
         raise AirflowFailException(str(exc)) from None  # no retry can fix a misfit
 

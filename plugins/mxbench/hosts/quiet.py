@@ -12,29 +12,21 @@ fails the run: the run's ``meta.json`` keeps ``quiet``: how long it waited, whet
 quiet, the last reading of each host and why it stopped; the runs table has ``quiet_wait_s``.
 
 Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's), a
-launcher with no way to look, a bound of 0. Thresholds are the defaults for every host: the A/A
-calibrations in the results store measure the noise of speeds, not these signals, so they do not
-set them yet.
+launcher with no way to look, a bound of 0. Each host is judged with its own kind of machine's
+thresholds (the probe reports the machine's facts; ``interference.thresholds_for`` finds them in
+the DAG run's table, the hardware's A/A calibrations' level or the defaults).
 """
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
-from mxbench.results.interference import FOREIGN_CORES, STEAL
+from mxbench.results.interference import DEFAULTS, Thresholds, thresholds_for
 from mxbench_train.errors import MxbenchError
 
 SAMPLE_S = 2.0  # one look at the hosts
 NOT_CHECKED_K8S = "a pod sees only its own /proc, not its node's"
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    foreign_cores: float = FOREIGN_CORES
-    steal: float = STEAL
-    source: str = "defaults (results.interference; no A/A calibration sets them yet)"
-
-
-def noisy(reading: dict, thresholds: Thresholds = Thresholds()) -> List[str]:
+def noisy(reading: dict, thresholds: Thresholds = DEFAULTS) -> List[str]:
     """Why one host's reading is not quiet; [] when it is (a signal it could not read is no reason)."""
     reasons = []
     foreign = reading.get("foreign_cores")
@@ -56,19 +48,21 @@ def not_checked(why: str, bound_s: float = 0) -> dict:
 Probe = Callable[[float], Dict[str, dict]]  # seconds -> {host: reading}
 
 
-def wait_quiet(probe: Probe, bound_s: float, thresholds: Thresholds = Thresholds(), sample_s: float = SAMPLE_S,
+def wait_quiet(probe: Probe, bound_s: float, table: Optional[Mapping] = None, sample_s: float = SAMPLE_S,
                clock: Callable[[], float] = time.monotonic) -> dict:
     """Look at the hosts (``probe``) until all are quiet or ``bound_s`` is spent; never raises.
+    ``table``: the DAG run's contention thresholds by kind of machine (``thresholds_for``).
 
     The record: ``quiet`` (True, False, or None when not checked), ``waited_s``, ``samples``,
-    ``bound_s``, ``thresholds``, ``readings`` (each host's last one), ``noisy`` (each busy host's
-    reasons at the last look) and ``why`` in words."""
+    ``bound_s``, ``thresholds`` (each host's), ``readings`` (each host's last one), ``noisy`` (each
+    busy host's reasons at the last look) and ``why`` in words."""
     if bound_s <= 0:
         return not_checked("quiet_wait_s is 0 (off)")
     started, samples = clock(), 0
     window = min(sample_s, bound_s)
     readings: Dict[str, dict] = {}
     busy: Dict[str, List[str]] = {}
+    thresholds: Dict[str, Thresholds] = {}
     while True:
         try:
             readings = probe(window)
@@ -77,7 +71,8 @@ def wait_quiet(probe: Probe, bound_s: float, thresholds: Thresholds = Thresholds
                                  bound_s)
             return {**record, "waited_s": round(clock() - started, 3), "samples": samples, "readings": readings}
         samples += 1
-        busy = {host: reasons for host, r in readings.items() if (reasons := noisy(r, thresholds))}
+        thresholds = {host: thresholds_for(table, r.get("machine")) for host, r in readings.items()}
+        busy = {host: reasons for host, r in readings.items() if (reasons := noisy(r, thresholds[host]))}
         waited = clock() - started
         if not busy or waited + window > bound_s:
             break
@@ -88,10 +83,11 @@ def wait_quiet(probe: Probe, bound_s: float, thresholds: Thresholds = Thresholds
         why = (f"not quiet after {waited:.0f} s (the bound is {bound_s:g} s), the run went on: "
                + "; ".join(f"{host}: {', '.join(reasons)}" for host, reasons in sorted(busy.items())))
     return {"quiet": not busy, "waited_s": round(waited, 3), "samples": samples, "bound_s": bound_s,
-            "thresholds": asdict(thresholds), "readings": readings, "noisy": busy, "why": why}
+            "thresholds": {host: t.as_dict() for host, t in thresholds.items()}, "readings": readings,
+            "noisy": busy, "why": why}
 
 
-def check(launcher, variant, bound_s: float, thresholds: Optional[Thresholds] = None, **kwargs) -> dict:
+def check(launcher, variant, bound_s: float, table: Optional[Mapping] = None, **kwargs) -> dict:
     """The run's quiet check through its launcher's ``quiet_probe(variant, seconds)``; a launcher
     without one is not checked. Never raises: the run goes on whatever this finds."""
     probe = getattr(launcher, "quiet_probe", None)
@@ -99,7 +95,7 @@ def check(launcher, variant, bound_s: float, thresholds: Optional[Thresholds] = 
         return not_checked("quiet_wait_s is 0 (off)")
     if probe is None:
         return not_checked(f"the {getattr(launcher, 'name', '?')} launcher cannot look at its hosts", bound_s)
-    return wait_quiet(lambda seconds: probe(variant, seconds), bound_s, thresholds or Thresholds(), **kwargs)
+    return wait_quiet(lambda seconds: probe(variant, seconds), bound_s, table, **kwargs)
 
 
 def columns(record: Optional[dict]) -> dict:

@@ -46,6 +46,12 @@ def conditions(dag_dir: Path) -> List[Condition]:
     contended = interference.contended_line(runs)
     if contended:
         found.append(Condition(contended.split(" had other work")[0] + " had other work on their hosts", contended))
+    judged_with = interference.thresholds_line(runs)
+    if judged_with and (contended or "(defaults" not in judged_with):  # only when it says something new
+        found.append(Condition(shorten(judged_with), judged_with))
+    waited = quiet_condition(runs, request, folder)
+    if waited:
+        found.append(waited)
     found += [Condition(shorten(f"Note: {note}"), f"NOTE: {note}")
               for note in request.get("params", {}).get("notes") or []]
     for reason in (request.get("unavailable") or {}).values():
@@ -78,6 +84,32 @@ def conditions(dag_dir: Path) -> List[Condition]:
             f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
             "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, not MXNet."))
     return found
+
+
+def quiet_condition(runs: pd.DataFrame, request: dict, folder: DagRunFolder) -> Optional[Condition]:
+    """The quiet check before the runs (``hosts.quiet``): how many started on quiet hosts, how long
+    they waited, which went on busy and why; None when no run was checked."""
+    if "quiet" not in runs or runs["quiet"].isna().all():
+        return None
+    checked = runs[runs["quiet"].notna()]
+    quiet = checked["quiet"].astype(str).str.lower() == "true"
+    waited = pd.to_numeric(checked["quiet_wait_s"], errors="coerce").fillna(0)
+    bound = (request.get("params") or {}).get("quiet_wait_s")
+    short = (f"Quiet check: {int(quiet.sum())} of {len(checked)} checked runs started on quiet hosts, "
+             f"after {waited.sum():.0f} s of waiting in all")
+    busy = checked.loc[~quiet, "key"].tolist()
+    whys = [f"{key}: {(read_json(folder.run(key).meta, {}) or {}).get('quiet', {}).get('why', '?')}" for key in busy]
+    unchecked = len(runs) - len(checked) - int((runs.get("status") == "skipped").sum())
+    detail = (f"QUIET CHECK: before each run, its hosts were looked at until they were quiet (other processes under "
+              f"the contention threshold) or {bound if bound is not None else '?'} s (quiet_wait_s) had passed; "
+              f"{int(quiet.sum())} of {len(checked)} checked runs started on quiet hosts, waiting "
+              f"{waited.sum():.0f} s in all (at most {waited.max():.0f} s).")
+    if busy:
+        short += f"; {len(busy)} went on busy"
+        detail += f" {len(busy)} went on busy hosts: " + "; ".join(whys) + "."
+    if unchecked > 0:
+        detail += f" {unchecked} run(s) were not checked (a pod sees only its own /proc, or the check was off)."
+    return Condition(shorten(short), detail)
 
 
 def provenance(dag_dir: Path) -> List[str]:

@@ -9,17 +9,101 @@ another process computed on its GPUs. CPU pressure alone does not mark a run: th
 wait for each other's cores (two workers on two cores), which is not a neighbour. A run one of
 whose hosts could not see the other processes (a pod sees only its own) is neither: ``contended``
 None, unless another signal marked it.
+
+The thresholds are the hardware's own where its A/A calibrations (``results.calibration``) read
+these signals: a run is contended when it saw more other work than nearly all of them did
+(``from_aa``: twice their 90th percentile, within bounds), so a node whose daemons always use a
+little CPU is not contended by them, and a dedicated box is held to its own quiet. Elsewhere, or
+before ``MIN_AA_RUNS`` A/A runs read a signal, the defaults. The DAG run looks them up once, when
+it expands (``contention_thresholds`` in ``request.json``), and every stage judges with that table.
 """
 import math
-from typing import TYPE_CHECKING, Iterable, List, Optional
+import statistics
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional
+
+from mxbench.results.machines import fingerprint
 
 if TYPE_CHECKING:
     import pandas as pd
 
 FOREIGN_CORES = 0.25  # cores' worth of CPU used by processes outside the run, on average over its span
 STEAL = 0.05  # share of CPU time the hypervisor gave to another guest
+MIN_AA_RUNS = 8  # A/A runs that read a signal before their level replaces its default
+AA_FACTOR = 2.0  # a run is contended beyond this many times the A/A runs' 90th percentile ...
+FOREIGN_BOUNDS = (0.05, 1.0)  # ... within these bounds: a hundredth of a core is no neighbour, a core always is
+STEAL_BOUNDS = (0.01, 0.20)
 COLUMNS = ("hosts", "cpu_pressure", "steal", "foreign_cores", "load1", "gpu_foreign", "contended", "contention",
-           "interference_unread")
+           "interference_unread", "contention_thresholds")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What marks a run contended on one kind of machine, and where the values came from."""
+    foreign_cores: float = FOREIGN_CORES
+    steal: float = STEAL
+    source: str = "defaults"
+
+    def __str__(self) -> str:
+        return f"other processes >= {self.foreign_cores:.2f} cores or steal >= {self.steal:.0%} ({self.source})"
+
+    @classmethod
+    def from_dict(cls, found) -> "Thresholds":
+        """A table entry (``as_dict``); anything that is not one gives the defaults."""
+        if not isinstance(found, Mapping):
+            return DEFAULTS
+        foreign, steal = _number(found.get("foreign_cores")), _number(found.get("steal"))
+        if foreign is None or steal is None or foreign <= 0 or steal <= 0:
+            return DEFAULTS
+        return cls(foreign, steal, str(found.get("source") or "the results store"))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULTS = Thresholds()
+
+
+def _level(values: List[float], bounds) -> Optional[float]:
+    """``AA_FACTOR`` times the 90th percentile of ``values``, within ``bounds``; None: too few."""
+    if len(values) < MIN_AA_RUNS:
+        return None
+    q90 = statistics.quantiles(values, n=10, method="inclusive")[-1]
+    return round(min(max(AA_FACTOR * q90, bounds[0]), bounds[1]), 3)
+
+
+def from_aa(runs: Iterable[Mapping], calibrations: int = 0) -> Thresholds:
+    """The thresholds of one kind of machine from its A/A calibrations' runs (each a mapping with
+    ``foreign_cores`` and ``steal``, None where unread); a signal fewer than ``MIN_AA_RUNS`` runs
+    read keeps its default, and the source says which."""
+    runs = list(runs)
+    foreign = [v for v in (_number(r.get("foreign_cores")) for r in runs) if v is not None]
+    steal = [v for v in (_number(r.get("steal")) for r in runs) if v is not None]
+    levels = {"foreign_cores": _level(foreign, FOREIGN_BOUNDS),
+              "steal": _level(steal, STEAL_BOUNDS)}
+    if all(v is None for v in levels.values()):
+        return Thresholds(source=f"defaults: {len(foreign)} A/A run(s) on this hardware read them, "
+                                 f"{MIN_AA_RUNS} needed")
+    of = f"{max(len(foreign), len(steal))} A/A runs on this hardware" + (
+        f" ({calibrations} calibration{'s' if calibrations != 1 else ''})" if calibrations else "")
+    kept = [name.replace("_", " ") for name, v in levels.items() if v is None]
+    return Thresholds(levels["foreign_cores"] if levels["foreign_cores"] is not None else FOREIGN_CORES,
+                      levels["steal"] if levels["steal"] is not None else STEAL,
+                      f"from {of}: {AA_FACTOR:g}x their 90th percentile"
+                      + (f"; {', '.join(kept)} default" if kept else ""))
+
+
+def thresholds_for(table: Optional[Mapping], machine: Optional[Mapping]) -> Thresholds:
+    """The thresholds for the machine whose facts are ``machine`` (a run's ``environment``, a quiet
+    probe's ``machine``) in ``table`` (``request.json``'s ``contention_thresholds``: fingerprint
+    -> ``Thresholds.as_dict``); the defaults for a machine the table lacks or facts unknown."""
+    if not table or not isinstance(machine, Mapping):
+        return DEFAULTS
+    try:
+        kind = fingerprint(dict(machine))[0]
+    except (AttributeError, TypeError, ValueError):  # what a host sends back is not trusted
+        return DEFAULTS
+    return Thresholds.from_dict(table.get(kind))
 
 
 def _number(value) -> Optional[float]:
@@ -50,8 +134,15 @@ def host_readings(events: Iterable[dict]) -> List[dict]:
     return [e["host"] for e in events if e.get("event") == "run_end" and isinstance(e.get("host"), dict)]
 
 
-def summarise(events: Iterable[dict], foreign_cores: float = FOREIGN_CORES, steal: float = STEAL) -> dict:
+def run_machine(events: Iterable[dict]) -> Optional[dict]:
+    """The machine a run measured on, as its trainer said (the ``run_start`` event's environment)."""
+    start = next((e for e in events if e.get("event") == "run_start"), {})
+    return start.get("environment") if isinstance(start.get("environment"), dict) else None
+
+
+def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict:
     """One runs-table row's interference columns (``COLUMNS``); all None when no worker said."""
+    events = list(events)
     readings = host_readings(events)
     if not readings:
         return {**dict.fromkeys(COLUMNS), "contended": None,
@@ -65,9 +156,9 @@ def summarise(events: Iterable[dict], foreign_cores: float = FOREIGN_CORES, stea
            "foreign_cores": worst_foreign, "load1": _worst(r.get("load1") for r in readings),
            "gpu_foreign": gpu_foreign}
     reasons = []
-    if worst_foreign is not None and worst_foreign >= foreign_cores:
+    if worst_foreign is not None and worst_foreign >= thresholds.foreign_cores:
         reasons.append(f"other processes used {worst_foreign:.2f} cores")
-    if worst_steal is not None and worst_steal >= steal:
+    if worst_steal is not None and worst_steal >= thresholds.steal:
         reasons.append(f"steal {worst_steal:.0%}")
     if gpu_foreign:
         reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
@@ -77,7 +168,7 @@ def summarise(events: Iterable[dict], foreign_cores: float = FOREIGN_CORES, stea
     blind = any(f is None for f in foreign)
     contended = True if reasons else (None if blind else False)
     return {**row, "contended": contended, "contention": "; ".join(reasons) or None,
-            "interference_unread": "; ".join(unread) or None}
+            "interference_unread": "; ".join(unread) or None, "contention_thresholds": str(thresholds)}
 
 
 def contended_line(runs) -> Optional[str]:
@@ -90,6 +181,16 @@ def contended_line(runs) -> Optional[str]:
         return None
     keys = ", ".join(f"{row.key} ({row.contention})" for row in marked.itertuples())
     return (f"Contended: {len(marked)} of {int(runs['contended'].notna().sum())} runs had other work on their hosts "
-            f"(at least {FOREIGN_CORES} of a core by other processes, or {STEAL:.0%} steal, or another GPU "
-            f"process): {keys}. Where the budget allowed, their rounds were replaced; each verdict line says "
-            "what it did with them.")
+            f"(beyond the thresholds in the line below, or another GPU process): {keys}. Where the budget "
+            "allowed, their rounds were replaced; each verdict line says what it did with them.")
+
+
+def thresholds_line(runs) -> Optional[str]:
+    """One line for the report's conditions: the thresholds the runs were judged with, each set
+    once (the hardware's own from its A/A calibrations, or the defaults), or None when no run said."""
+    if "contention_thresholds" not in runs:
+        return None
+    used = sorted({str(t) for t in runs["contention_thresholds"].dropna()})
+    if not used:
+        return None
+    return "Contended means: " + "; ".join(used) + "."

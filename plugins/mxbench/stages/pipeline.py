@@ -94,9 +94,10 @@ def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str
 
 def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None,
            dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None,
-           run_id: Optional[str] = None) -> List[dict]:
+           run_id: Optional[str] = None, contention: Optional[dict] = None) -> List[dict]:
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is, and the DAG run's
-    ``run_id``, which the report shows). ``build``: the
+    ``run_id``, which the report shows, and ``contention_thresholds``: ``contention``, the table
+    every stage judges contended runs with, ``contention_thresholds``). ``build``: the
     MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
     run carries it, and its launcher runs it (``builds.record.RunBuild``)."""
     unavailable = unavailable or {}
@@ -116,8 +117,35 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     write_json(DagRunFolder(dag_dir).request, {
         "dag_id": dag_id, "run_id": run_id, "params": recorded, "runs": runs, "build": build,
         "targets": {k: asdict(v) for k, v in targets.items()}, "unavailable": unavailable,
-        "machine_sets": {k: v for k, v in sets.items() if v}})
+        "machine_sets": {k: v for k, v in sets.items() if v}, "contention_thresholds": contention or {}})
     return runs
+
+
+def contention_thresholds(url: str) -> dict:
+    """Each kind of machine's contention thresholds from its latest A/A calibrations in the results
+    store (``interference.from_aa``): fingerprint -> ``Thresholds.as_dict``, looked up once when the
+    DAG run expands. Never fails the caller: a store that cannot be read gives no table (every
+    machine's defaults) and says why, without the URL's password."""
+    from mxbench import store
+    from mxbench.store.errors import first_line
+
+    try:
+        with store.errors_without_password(url):  # a driver's message may quote the URL
+            rows = store.aa_interference(url)
+    except Exception as exc:  # a database down, a driver missing: the defaults judge
+        print(f"mxbench: contention thresholds: the defaults, the results store could not be read "
+              f"({type(exc).__name__}: {first_line(exc)})")
+        return {}
+    table = {}
+    for machine, runs in rows.groupby("environment"):
+        calibrations = len(runs[["dag_id", "dag_run"]].drop_duplicates())
+        table[str(machine)] = interference.from_aa(runs.to_dict("records"), calibrations).as_dict()
+    return table
+
+
+def contention_table(dag_dir: Path) -> dict:
+    """The DAG run's contention thresholds (``request.json``; none in a folder from before them)."""
+    return (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds") or {}
 
 
 # --- prepare data ---------------------------------------------------------------------------
@@ -223,8 +251,10 @@ def role_notices(run_dir: Path):
     return p2p, notices
 
 
-def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None, launcher_for=None):
-    """(row for the runs table, tidy speed rows, tidy epoch rows) of one run."""
+def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None, launcher_for=None,
+              thresholds: Optional[dict] = None):
+    """(row for the runs table, tidy speed rows, tidy epoch rows) of one run; ``thresholds``: the
+    DAG run's contention thresholds (``contention_table``) its contended column is judged with."""
     folder = DagRunFolder(dag_dir).run(run["key"])
     run_dir = folder.path
     variant = variant_from_dict(run["variant"])
@@ -279,7 +309,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
             row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
                                                 "first_epoch_s", "warmup_excluded", "validation_accuracy")})
-            row.update(**gpu_usage(run_dir), **interference.summarise(parsed.events),
+            judged_with = interference.thresholds_for(thresholds, interference.run_machine(parsed.events))
+            row.update(**gpu_usage(run_dir), **interference.summarise(parsed.events, judged_with),
                        warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
@@ -299,7 +330,7 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
     images = (read_json(folder.data, {}) or {}).get("records", {}).get("train")
     rows, speeds, epochs = [], [], []
     for run in request["runs"]:
-        row, speed, epoch = parse_run(run, dag_dir, images, launcher_for)
+        row, speed, epoch = parse_run(run, dag_dir, images, launcher_for, request.get("contention_thresholds"))
         rows.append(row)
         speeds.append(speed)
         epochs.append(epoch)

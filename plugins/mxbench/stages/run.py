@@ -39,7 +39,7 @@ def check_enough_data(variant, records: int):
 
 
 def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None,
-            task: Optional[dict] = None, quiet_wait_s: float = 0, quiet_check=None) -> dict:
+            task: Optional[dict] = None, quiet_wait_s: float = 0) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
     A run that already succeeded is not run again (a retried or cleared task
@@ -48,9 +48,9 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     (a task killed by SIGKILL cannot clean up after itself), on every host.
     ``launcher_for(name)`` gives the launcher (default: ``launchers.get``); ``task``: the Airflow
     task's worker and try number, kept in ``meta.json``. Before the launcher starts the roles, the
-    run waits up to ``quiet_wait_s`` for its hosts to be quiet (``hosts.quiet.check``, or
-    ``quiet_check(launcher, variant, bound_s)``); ``meta.json`` keeps what it saw under ``quiet``,
-    and ``started_at`` is when the run began after that wait.
+    run waits up to ``quiet_wait_s`` for its hosts to be quiet (``hosts.quiet.check``, judged with
+    the DAG run's contention thresholds from ``request.json``); ``meta.json`` keeps what it saw
+    under ``quiet``, and ``started_at`` is when the run began after that wait.
     """
     folder = DagRunFolder(dag_dir).run(run["key"])
     run_dir = folder.path
@@ -86,7 +86,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
         build = RunBuild.from_dict(build_of(run, dag_dir))
-        meta["quiet"] = (quiet_check or quiet.check)(launcher, variant, quiet_wait_s)
+        thresholds = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds")
+        meta["quiet"] = quiet.check(launcher, variant, quiet_wait_s, thresholds)
         meta["started_at"] = time.time()  # the run itself begins now, after its quiet wait
         write_json(folder.meta, meta)
         local_python = build.python if build and run["launcher"] == "local" else None

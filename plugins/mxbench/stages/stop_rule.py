@@ -42,9 +42,10 @@ from mxbench.stats.verdict import rounds_planned
 from mxbench_train.errors import MxbenchError
 
 
-def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dict:
-    """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times and its
-    steady-state samples/s (the report's own figure, from the same parser)."""
+def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresholds: Optional[dict] = None) -> dict:
+    """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times, its
+    steady-state samples/s (the report's own figure, from the same parser) and whether it was
+    contended, judged with the DAG run's ``thresholds`` (``request.json``'s, as parse_logs will)."""
     folder = DagRunFolder(dag_dir).run(run["key"])
     meta = read_json(folder.meta) or {}
     row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
@@ -59,7 +60,8 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float]) -> dic
         else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
             row["environment"] = start.get("environment")
-            row["contended"] = interference.summarise(parsed.events)["contended"]
+            judged_with = interference.thresholds_for(thresholds, row["environment"])
+            row["contended"] = interference.summarise(parsed.events, judged_with)["contended"]
     return row
 
 
@@ -93,8 +95,9 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     try:
         for r in first if scratch else []:
             fetch_unit(r["key"], scratch)  # the first stage must be there; a later round may not be yet
-        rows = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in first])
-        ended = pd.DataFrame([measured(r, scratch or dag_dir, images) for r in later
+        thresholds = request.get("contention_thresholds")
+        rows = pd.DataFrame([measured(r, scratch or dag_dir, images, thresholds) for r in first])
+        ended = pd.DataFrame([measured(r, scratch or dag_dir, images, thresholds) for r in later
                               if _fetched(fetch_unit, r["key"], scratch)])
         if confirming(params):
             return confirmation_skip_reason(run, rows, machine_of(rows), baseline_for,
@@ -136,7 +139,7 @@ def _fetched(fetch_unit, key: str, scratch: Optional[Path]) -> bool:
 
 def machine_of(rows: pd.DataFrame) -> Optional[str]:
     """The store's fingerprint of the machine the first measured of ``rows`` (``measured``'s) ran on."""
-    from mxbench.store.recording import fingerprint
+    from mxbench.results.machines import fingerprint
 
     measured_on = [e for e in rows.get("environment", pd.Series(dtype=object)) if e]
     return fingerprint(measured_on[0])[0] if measured_on else None

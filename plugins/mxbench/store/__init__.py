@@ -49,6 +49,7 @@ from mxbench.store.errors import StoreError, errors_without_password, safe_error
 from mxbench.store.reading import (
     PROBE_DAG_IDS,
     aa_calibrations,
+    aa_interference,
     baseline,
     dag_run_time,
     history,
@@ -65,5 +66,5 @@ __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_with
            "read_history", "read_sizes", "baseline", "start_chain", "chain", "chain_started_by", "chains_over",
            "advance_chain",
            "params_digest", "claim", "ChainRefused", "blocks_range", "run_id_for",
-           "dag_run_time", "what_ran", "aa_calibrations", "metadata", "NoSuchAlert",
+           "dag_run_time", "what_ran", "aa_calibrations", "aa_interference", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

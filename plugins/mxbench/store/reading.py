@@ -1,6 +1,7 @@
 """Reading the results store: every repeat's ``history``, the UI's ``read_history`` (which never
 migrates), what each DAG run's variants were (``read_sizes``, for the scaling views) and a
-regression check's ``baseline``; ``what_ran`` names the MXNet build a row ran."""
+regression check's ``baseline``, the A/A calibrations (``aa_calibrations``) and what their runs saw of
+other work (``aa_interference``); ``what_ran`` names the MXNet build a row ran."""
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -211,3 +212,27 @@ def aa_calibrations(url: str, fingerprints: Iterable[str], latest: int = 20) -> 
              .order_by(dag_runs.c.measured_at, repeats.c.dag_id, repeats.c.dag_run, repeats.c.started_at))
     with ready_engine(url).connect() as connection:
         return pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
+
+
+AA_INTERFERENCE_COLUMNS = [repeats.c.environment, repeats.c.dag_id, repeats.c.dag_run.label("dag_run"),
+                           dag_runs.c.measured_at, repeats.c.foreign_cores, repeats.c.steal]
+
+
+def aa_interference(url: str, latest: int = 20) -> pd.DataFrame:
+    """What the measured runs of the ``latest`` A/A calibrations on each kind of machine saw of
+    other work (``foreign_cores``, ``steal``; revision 0009), newest first: what the contention
+    thresholds of that hardware are made of (``interference.from_aa``)."""
+    columns = [c.name for c in AA_INTERFERENCE_COLUMNS]
+    arm = repeats.alias("arm_b")  # a calibration: its DAG run measured an arm b
+    calibration = sa.exists().where(arm.c.launcher.like("%-b") & (arm.c.status == "ok")
+                                    & (arm.c.dag_id == repeats.c.dag_id) & (arm.c.dag_run == repeats.c.dag_run))
+    read = (repeats.c.foreign_cores.is_not(None) | repeats.c.steal.is_not(None))
+    query = (sa.select(*AA_INTERFERENCE_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+             .where(calibration & (repeats.c.status == "ok")
+                    & repeats.c.environment.is_not(None) & read)
+             .order_by(dag_runs.c.measured_at.desc(), repeats.c.run_key))
+    with ready_engine(url).connect() as connection:
+        rows = pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
+    # per kind of machine, its latest calibrations only: a machine's neighbours change over the months
+    newest = rows.drop_duplicates(["environment", "dag_id", "dag_run"]).groupby("environment").head(latest)
+    return rows.merge(newest[["environment", "dag_id", "dag_run"]], on=["environment", "dag_id", "dag_run"])

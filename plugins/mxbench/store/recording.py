@@ -1,11 +1,10 @@
 """Recording DAG runs in the results store: ``record_dag_run`` stores one from its folder,
-``import_runs`` folders made before the store existed; ``fingerprint`` names the kind of machine."""
-import hashlib
-import json
+``import_runs`` folders made before the store existed (``results.machines.fingerprint`` names the kind
+of machine its environments are keyed by)."""
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional
 
 import pandas as pd
 import sqlalchemy as sa
@@ -13,6 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from mxbench.matrix.variants import launcher_of, leg, measured_setup
 from mxbench.results import convergence
+from mxbench.results.machines import fingerprint
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 from mxbench.store.database import ready_engine
 from mxbench.store.errors import StoreError
@@ -26,21 +26,6 @@ MEASURES = ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch", "valida
 # runs.csv columns saying what a run ran on (revision 0004): read as text, or "1.10" would become 1.1
 RUN_BUILD_COLUMNS = ("mxnet_asked", "mxnet_reported", "runtime")
 KUBERNETES = "kubernetes"  # the launcher whose runs' runtime is an image
-
-
-def fingerprint(environment: dict) -> Tuple[str, dict]:
-    """(fingerprint, facts) of a run's ``environment`` (its metrics.json): the hardware a number
-    depends on. Host name, Python and MXNet are left out: two identical machines are one kind, and
-    the MXNet version is what a history compares."""
-    gpu = environment.get("gpu") or {}
-    names = [g.get("name") for g in gpu.get("gpus") or []] if gpu.get("available") else []
-    facts = {"gpu_model": " + ".join(sorted(set(filter(None, names)))) or None, "gpu_count": len(names),
-             "driver": gpu.get("driver") if names else None, "cuda": gpu.get("cuda") if names else None,
-             "cpu_model": environment.get("cpu_model"), "cpu_count": environment.get("cpu_count")}
-    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-    host_class = (f"gpu: {facts['gpu_count']}x {facts['gpu_model']}" if names
-                  else f"cpu: {facts['cpu_model'] or 'unknown'} x{facts['cpu_count'] or '?'}")
-    return digest, {**facts, "host_class": host_class}
 
 
 def db_value(value):

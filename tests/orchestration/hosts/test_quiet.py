@@ -5,6 +5,7 @@ import pytest
 
 from mxbench.hosts import quiet
 from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.results import interference
 from mxbench_train.errors import MxbenchError
 
 QUIET = {"foreign_cores": 0.05, "steal": 0.0, "cpu_pressure": 0.3, "foreign_top": []}
@@ -41,7 +42,26 @@ def test_quiet_after_three_looks_waits_and_records_it():
     assert probe.seen == [2.0, 2.0, 2.0]
     assert record["quiet"] is True and record["samples"] == 3 and record["waited_s"] == 6.0
     assert record["readings"] == {"h1": QUIET, "h2": QUIET} and record["noisy"] == {}
-    assert record["why"] == "quiet after 3 looks of 2 s" and record["thresholds"]["foreign_cores"] == 0.25
+    assert record["why"] == "quiet after 3 looks of 2 s"
+    assert record["thresholds"]["h1"] == interference.DEFAULTS.as_dict()  # no table: the defaults
+
+
+def test_each_host_is_judged_with_its_own_kind_of_machines_thresholds():
+    """The probe reports each host's machine facts; the DAG run's table (from A/A calibrations)
+    holds thresholds by fingerprint: a node whose daemons always use 0.3 cores is quiet at 0.3."""
+    from mxbench.results.machines import fingerprint
+
+    busy_node = {"cpu_model": "Xeon", "cpu_count": 96, "gpu": {"available": False}}
+    dedicated = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}}
+    table = {fingerprint(busy_node)[0]: {"foreign_cores": 0.6, "steal": 0.05, "source": "from 12 A/A runs"},
+             fingerprint(dedicated)[0]: {"foreign_cores": 0.05, "steal": 0.01, "source": "from 9 A/A runs"}}
+    looks = {"node": {**QUIET, "foreign_cores": 0.3, "machine": busy_node},
+             "box": {**QUIET, "foreign_cores": 0.08, "machine": dedicated},
+             "unknown": {**QUIET, "foreign_cores": 0.2, "machine": {"cpu_model": "other"}}}
+    record = quiet.wait_quiet(scripted(Clock(), looks), 4, table)
+    assert record["quiet"] is False and list(record["noisy"]) == ["box"]  # 0.08 >= its 0.05; 0.3 < 0.6
+    assert record["thresholds"]["node"]["foreign_cores"] == 0.6 and record["thresholds"]["box"]["steal"] == 0.01
+    assert record["thresholds"]["unknown"] == interference.DEFAULTS.as_dict()  # 0.2 < the default 0.25
 
 
 def test_never_quiet_spends_the_bound_records_why_and_the_run_goes_on():
@@ -66,7 +86,7 @@ def test_steal_counts_pressure_does_not_and_unread_signals_are_no_reason():
     assert quiet.noisy({**QUIET, "steal": 0.08}) == ["steal 8%"]
     assert quiet.noisy({**QUIET, "cpu_pressure": 0.95}) == []
     assert quiet.noisy({"unreadable": ["steal (no /proc/stat)"], "foreign_cores": 0.0}) == []
-    assert quiet.noisy({**QUIET, "foreign_cores": 0.3}, quiet.Thresholds(foreign_cores=0.5)) == []
+    assert quiet.noisy({**QUIET, "foreign_cores": 0.3}, interference.Thresholds(foreign_cores=0.5)) == []
 
 
 def test_off_not_lookable_and_failing_probes_are_recorded_never_raised():
@@ -133,3 +153,42 @@ def test_a_run_waits_before_its_launcher_starts_and_meta_and_runs_table_keep_it(
     assert events[1][2] <= meta["started_at"] <= events[2][2]  # the run began after its wait
     row, _, _ = pipeline.parse_run(run, tmp_path)
     assert row["quiet"] is True and row["quiet_wait_s"] == meta["quiet"]["waited_s"]
+
+
+def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_with(tmp_path):
+    """expand writes the table to request.json; the run's quiet check reads it there: 0.1 of a core
+    is busy for a box whose A/A runs saw next to nothing, quiet under the defaults."""
+    import json
+    from types import SimpleNamespace
+
+    from mxbench.launchers import Launched
+    from mxbench.matrix.variants import Target
+    from mxbench.results.machines import fingerprint
+    from mxbench.stages import pipeline
+    from mxbench.stages import run as run_stage
+
+    box = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}}
+    strict = interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
+
+    class Probed:
+        name = "local"
+
+        def reap(self, run_dir):
+            return []
+
+        def quiet_probe(self, variant, seconds):
+            return {"here": {**QUIET, "foreign_cores": 0.1, "machine": box}}
+
+        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+            return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
+
+    for name, table, busy in (("strict", {fingerprint(box)[0]: strict.as_dict()}, True), ("defaults", {}, False)):
+        dag_dir = tmp_path / name
+        (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
+                                 {"local": Target("local", 1, 0)}, contention=table)
+        assert json.loads((dag_dir / "request.json").read_text())["contention_thresholds"] == table
+        run_stage.run_one(run, dag_dir, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+                          lambda _: Probed(), quiet_wait_s=0.5)
+        record = json.loads((dag_dir / run["key"] / "meta.json").read_text())["quiet"]
+        assert record["quiet"] is not busy
+        assert record["thresholds"]["here"] == (strict if busy else interference.DEFAULTS).as_dict()

@@ -166,3 +166,31 @@ def test_contended_runs_are_one_condition_line_and_marked_in_the_run_order(tmp_p
     (busy,) = [row for row in order.splitlines() if "__r2 " in row]
     assert "other processes used 0.93 cores" in busy
     assert (dag_dir / "report" / "run_order.png").is_file() and out
+
+
+def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tmp_path):
+    """The thresholds the runs were judged with (here the hardware's own, from A/A runs) and the quiet
+    check before each run: how many started on quiet hosts, the waiting, which went on busy and why."""
+    from mxbench.results import interference
+    from mxbench.run_folder import write_json
+
+    dag_dir = make_dag_dir(tmp_path, "checked", ok_runs(speeds=(100.0, 99.0, 101.0)),
+                           params={"preset": "cpu-demo", "repeats": 3, "quiet_wait_s": 60})
+    own = str(interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)"))
+    runs_csv = dag_dir / "tables" / "runs.csv"
+    runs = pd.read_csv(runs_csv).assign(contended=False, contention_thresholds=own, quiet=[True, True, False],
+                                        quiet_wait_s=[2.0, 14.0, 60.5])
+    runs.to_csv(runs_csv, index=False)
+    busy_key = runs["key"].iloc[2]
+    why = "not quiet after 60 s (the bound is 60 s), the run went on: box: other processes used 1.02 cores"
+    write_json(dag_dir / busy_key / "meta.json", {"quiet": {"quiet": False, "why": why}})
+    lines = {c.short.split(":")[0]: c for c in notes.conditions(dag_dir)}
+    assert lines["Contended means"].detail == f"Contended means: {own}."
+    checked = lines["Quiet check"]
+    assert checked.short == "Quiet check: 2 of 3 checked runs started on quiet hosts, after 76 s of waiting in all; " \
+                            "1 went on busy"
+    assert f"{busy_key}: {why}" in checked.detail and "or 60 s (quiet_wait_s) had passed" in checked.detail
+    # under the defaults, with nothing contended and nothing checked, neither line
+    pd.read_csv(runs_csv).assign(contention_thresholds=str(interference.DEFAULTS), quiet=None).to_csv(
+        runs_csv, index=False)
+    assert not {"Contended means", "Quiet check"} & {c.short.split(":")[0] for c in notes.conditions(dag_dir)}

@@ -1,5 +1,8 @@
-"""A run's interference, folded from its workers' readings, and how the report says it."""
+"""A run's interference, folded from its workers' readings, the thresholds that judge it (the
+defaults, or the hardware's own from its A/A calibrations), and how the report says it."""
+import numpy as np
 import pandas as pd
+import pytest
 
 from mxbench.results import interference
 
@@ -100,3 +103,66 @@ def test_a_pair_with_a_leg_that_could_not_tell_excludes_no_round():
     runs["contended"] = runs["contended"].astype(object)
     runs.loc[runs["launcher"] == "local", "contended"] = None
     assert contended_rounds(runs, "ssh", "local") == []
+
+
+def test_too_few_aa_runs_keep_the_defaults_and_say_so():
+    few = [{"foreign_cores": 0.01, "steal": 0.0}] * (interference.MIN_AA_RUNS - 1)
+    found = interference.from_aa(few, calibrations=1)
+    assert (found.foreign_cores, found.steal) == (interference.FOREIGN_CORES, interference.STEAL)
+    needed = interference.MIN_AA_RUNS
+    assert found.source == f"defaults: {len(few)} A/A run(s) on this hardware read them, {needed} needed"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_enough_aa_runs_set_twice_their_90th_percentile_within_bounds(seed):
+    rng = np.random.default_rng(seed)
+    foreign = rng.uniform(0.1, 0.3, 12)  # a node whose daemons always use a little CPU
+    steal = rng.uniform(0.0, 0.002, 12)  # next to no steal: the lower bound holds
+    runs = [{"foreign_cores": f, "steal": s} for f, s in zip(foreign, steal)] + [{"foreign_cores": None}]
+    found = interference.from_aa(runs, calibrations=2)
+    assert found.foreign_cores == pytest.approx(2 * np.percentile(foreign, 90), abs=1e-3)  # numpy's linear one
+    assert found.steal == interference.STEAL_BOUNDS[0]
+    assert found.source == "from 12 A/A runs on this hardware (2 calibrations): 2x their 90th percentile"
+    busy = interference.from_aa([{"foreign_cores": 1.5, "steal": 0.5}] * 10)
+    assert (busy.foreign_cores, busy.steal) == (interference.FOREIGN_BOUNDS[1], interference.STEAL_BOUNDS[1])
+
+
+def test_a_signal_no_aa_run_read_keeps_its_default():
+    found = interference.from_aa([{"foreign_cores": 0.02, "steal": None}] * 10, calibrations=1)
+    assert found.foreign_cores == interference.FOREIGN_BOUNDS[0] and found.steal == interference.STEAL
+    assert found.source.endswith("; steal default")
+
+
+def test_the_table_is_looked_up_by_the_machines_fingerprint_and_bad_entries_give_the_defaults():
+    from mxbench.results.machines import fingerprint
+
+    box = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}, "host": "box-1"}
+    own = interference.Thresholds(0.06, 0.01, "from 9 A/A runs")
+    table = {fingerprint(box)[0]: own.as_dict()}
+    assert interference.thresholds_for(table, {**box, "host": "box-2"}) == own  # another box of the same kind
+    assert interference.thresholds_for(table, {**box, "cpu_count": 4}) is interference.DEFAULTS
+    assert interference.thresholds_for(table, None) is interference.DEFAULTS
+    assert interference.thresholds_for(None, box) is interference.DEFAULTS
+    for bad in ("0.06", {"foreign_cores": "x", "steal": 0.01}, {"foreign_cores": -1, "steal": 0.01}, {}):
+        assert interference.thresholds_for({fingerprint(box)[0]: bad}, box) is interference.DEFAULTS
+    for forged in ({"gpu": "nvidia"}, {"gpu": {"available": True, "gpus": 3}}, {"cpu_count": {1, 2}}):
+        assert interference.thresholds_for(table, {**box, **forged}) is interference.DEFAULTS  # a host's word
+
+
+def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
+    events = [reading(foreign=1.0)]  # 0.1 cores over 10 s
+    assert interference.summarise(events)["contended"] is False
+    strict = interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware")
+    row = interference.summarise(events, strict)
+    assert row["contended"] is True and row["contention"] == "other processes used 0.10 cores"
+    assert row["contention_thresholds"] == (
+        "other processes >= 0.06 cores or steal >= 1% (from 9 A/A runs on this hardware)")
+    runs = pd.DataFrame({"key": ["a", "b"], "contention_thresholds": [row["contention_thresholds"], None]})
+    assert interference.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
+    assert interference.thresholds_line(runs.drop(columns=["contention_thresholds"])) is None
+
+
+def test_the_run_start_event_names_the_machine():
+    box = {"cpu_model": "EPYC", "cpu_count": 2}
+    assert interference.run_machine([{"event": "run_start", "environment": box}, reading()]) == box
+    assert interference.run_machine([reading()]) is None

@@ -288,3 +288,35 @@ def test_a_contended_replacement_round_is_itself_replaced_within_the_budget(tmp_
         ran(dag_dir, run, 1000.0 * (0.95 if run["launcher"] == "ssh" else 1.0), 500.0 + 10 * t)
     contend(dag_dir, round_of(runs, 7)[0])
     assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+
+
+def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_alike(tmp_path):
+    """0.1 of a core beside round 3: under the defaults (0.25) no contention, round 7 is skipped;
+    with this hardware's A/A thresholds in request.json (0.06) the round is contended, round 7 runs
+    in its place, and the runs table says so with the thresholds it was judged with."""
+    from mxbench.results import interference
+    from mxbench.results.machines import fingerprint
+    from mxbench.run_folder import read_json
+    from mxbench_train.events import format_event
+
+    box = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}}
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    hogged = round_of(runs, 3)[1]
+    log = dag_dir / hogged["key"] / "rank0.log"
+    log.write_text(format_event("run_start", rank=0, environment=box) + "\n" + log.read_text())
+    contend(dag_dir, hogged, foreign_cores=0.1)
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir).startswith("round 7 of cpu1-bs64 skipped")
+
+    strict = interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
+    request = read_json(dag_dir / "request.json")
+    write_json(dag_dir / "request.json", {**request, "contention_thresholds": {fingerprint(box)[0]: strict.as_dict()}})
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None  # round 3 is replaced
+    for run in runs[len(round_of(runs, 1)) * 6:]:
+        record_skip(run, dag_dir, "not run in this test")
+    pipeline.parse_all(dag_dir)
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert bool(table.loc[hogged["key"], "contended"]) and table.loc[hogged["key"], "contention"] == (
+        "other processes used 0.10 cores")
+    assert table.loc[hogged["key"], "contention_thresholds"] == str(strict)
+    # the others, whose trainers did not say their machine, keep the defaults
+    assert set(table["contention_thresholds"].dropna()) == {str(strict), str(interference.DEFAULTS)}

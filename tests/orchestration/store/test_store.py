@@ -681,3 +681,47 @@ def test_a_runs_interference_is_stored_and_the_history_page_counts_contended_dag
     assert "<th>contended DAG runs</th>" in page
     counts = re.findall(r"<td>(\d+)</td>\s*</tr>", page)
     assert counts and counts[-1] == "1"  # one of the two DAG runs of the series had a contended run
+
+
+def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibrations(url, tmp_path, capsys):
+    """``aa_interference``: the measured runs of DAG runs with an arm b, per kind of machine, its
+    latest calibrations only; ``pipeline.contention_thresholds`` makes the table a DAG run judges with."""
+    import numpy as np
+
+    from mxbench.results import interference
+    from mxbench.stages import pipeline
+
+    def planted(name, launchers, foreign, environment=CPU_BOX, day=0, steal=0.0):
+        dag_dir = make_dag_dir(tmp_path, name, ok_runs(launchers=launchers, speeds=[100.0] * 4),
+                               environment=environment, started=T0 + timedelta(days=day))
+        runs_csv = dag_dir / "tables" / "runs.csv"
+        pd.read_csv(runs_csv).assign(foreign_cores=foreign, steal=steal).to_csv(runs_csv, index=False)
+        store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id=name, trigger="manual", build={},
+                             logical_date=T0 + timedelta(days=day))
+
+    rng = np.random.default_rng(7)
+    seen = {day: rng.uniform(0.05, 0.2, 8) for day in range(3)}
+    for day, foreign in seen.items():  # three calibrations on the CPU box, 8 runs each
+        planted(f"aa{day}", ("local", "local-b"), foreign, day=day)
+    planted("not-aa", ("local", "ssh"), [3.0] * 8, day=5)  # no arm b: no calibration, whatever it saw
+    unread = [None] * 4  # runs from before interference was measured read nothing
+    planted("other-aa", ("local", "local-b"), [0.01] * 4 + unread, environment=OTHER_CPU_BOX, day=6,
+            steal=[0.0] * 4 + unread)
+
+    rows = store.aa_interference(url)
+    assert set(rows["environment"]) == {CPU_FP, OTHER_FP} and "not-aa" not in set(rows["dag_run"])
+    assert len(rows[rows["environment"] == CPU_FP]) == 24 and len(rows[rows["environment"] == OTHER_FP]) == 4
+    latest = store.aa_interference(url, latest=2)  # each machine's two newest calibrations
+    assert set(latest.loc[latest["environment"] == CPU_FP, "dag_run"]) == {"aa1", "aa2"}
+
+    table = pipeline.contention_thresholds(url)
+    cpu = interference.Thresholds.from_dict(table[CPU_FP])
+    assert cpu.foreign_cores == pytest.approx(2 * np.percentile(np.concatenate(list(seen.values())), 90), abs=1e-3)
+    assert cpu.source == "from 24 A/A runs on this hardware (3 calibrations): 2x their 90th percentile"
+    other = interference.Thresholds.from_dict(table[OTHER_FP])  # 4 runs read it: too few
+    assert (other.foreign_cores, other.steal) == (interference.FOREIGN_CORES, interference.STEAL)
+    assert other.source.startswith("defaults: 4 A/A run(s)")
+    # a store that cannot be read: no table (the defaults judge), said without the password
+    assert pipeline.contention_thresholds("postgresql+psycopg2://mxbench:s3cret@127.0.0.1:1/results") == {}
+    out = capsys.readouterr().out
+    assert "contention thresholds: the defaults, the results store could not be read" in out and "s3cret" not in out
