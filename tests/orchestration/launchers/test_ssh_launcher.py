@@ -149,12 +149,17 @@ def test_the_quiet_check_looks_at_the_runs_hosts_over_their_connections(ssh_host
     """Each of the variant's hosts runs quiet-probe over its connection, all in one window; the
     launcher's connections are closed after."""
     from mxbench.hosts import quiet
+    from mxbench.results.machines import fingerprint
+    from mxbench_train import telemetry
 
     ssh = launcher(use_hosts(monkeypatch, ssh_hosts))
     readings = ssh.quiet_probe(TWO_HOSTS, 0.5)
     assert sorted(readings) == list(CONN_IDS) and not ssh._clients
+    here = fingerprint(telemetry.machine_facts())[0]  # the loopback hosts are this machine
     for reading in readings.values():
         assert reading["window_s"] >= 0.5 and isinstance(reading["foreign_cores"], float)
+        # its machine facts name the kind of machine as the trainer's environment does: its thresholds' key
+        assert fingerprint(reading["machine"])[0] == here
     assert list(ssh.quiet_probe(ONE_HOST, 0.5)) == [CONN_IDS[0]]
     record = quiet.check(ssh, TWO_HOSTS, 1)
     assert record["samples"] == 1 and sorted(record["readings"]) == list(CONN_IDS)
