@@ -15,12 +15,14 @@ SSH launcher runs on each host.
 """
 import os
 import socket
+import threading
 import time
 from typing import Iterable, List
 
 from . import interference, localhost, telemetry
 
 TOP = 5  # the busiest foreign processes named in a sample
+FACTS_GRACE_S = 2.0  # how long past its window a look waits for the machine facts (nvidia-smi)
 
 
 def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> dict:
@@ -30,6 +32,10 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     descendants and ancestors are ours, and so is ``also_own``."""
     own_root = own_root or os.getpid()
     ours = {own_root, *localhost.ancestors(own_root), *also_own}
+    # the machine's facts (nvidia-smi may take a second) are read while the window passes, not after
+    facts: dict = {}
+    reader = threading.Thread(target=lambda: facts.update(telemetry.machine_facts()), daemon=True)
+    reader.start()
     started = time.monotonic()
     pressure, cpu = interference.pressure_total_us(), interference.cpu_ticks()
     before = interference.foreign_ticks(own_root, None, ours)
@@ -55,6 +61,9 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     found["foreign_cores"] = round(float(sum(cores.values())), 3)
     found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}
                             for pid, c in sorted(cores.items(), key=lambda item: -item[1])[:TOP]]
+    reader.join(FACTS_GRACE_S)
+    if reader.is_alive():  # no facts, no kind of machine: judged by the default thresholds
+        unreadable.append(f"machine facts (nvidia-smi did not answer within {FACTS_GRACE_S:g} s of the window)")
+    found["machine"] = None if reader.is_alive() else facts
     found["unreadable"] = unreadable
-    found["machine"] = telemetry.machine_facts()
     return found

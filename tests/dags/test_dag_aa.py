@@ -136,7 +136,8 @@ def test_a_later_dag_run_judges_contention_with_the_thresholds_this_calibration_
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert runs["foreign_cores"].notna().all() and runs["steal"].notna().all()  # every run read its host
     table = pipeline.contention_thresholds(url)
-    found = interference.Thresholds.from_dict(table[fingerprint])
+    assert list(table) == [interference.table_key(fingerprint, "local")]  # both arms are the local launcher
+    found = interference.Thresholds.from_dict(table[interference.table_key(fingerprint, "local")])
     expected = interference.from_aa(runs[["foreign_cores", "steal"]].to_dict("records"), calibrations=1)
     assert found == expected
     assert found.source == f"from {2 * ROUNDS} A/A runs on this hardware (1 calibration): 2x their 90th percentile"

@@ -6,13 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import run_trainer
 from mxbench.hosts import quiet as quiet_check
 from mxbench.results import interference
-from mxbench_train import localhost, quiet
+from mxbench.results.machines import fingerprint
+from mxbench_train import localhost, quiet, telemetry
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
@@ -43,6 +45,8 @@ def test_the_probe_prints_one_json_line_of_the_readings():
     assert set(found) >= {"host", "window_s", "cpus", "load1", "cpu_pressure", "steal", "foreign_cores",
                           "foreign_top", "unreadable"}
     assert found["window_s"] >= 0.5 and found["cpus"] == os.cpu_count() and found["unreadable"] == []
+    # the facts that name the kind of machine, as the trainer's environment names it: its thresholds' key
+    assert fingerprint(found["machine"])[0] == fingerprint(telemetry.machine_facts())[0]
     assert found["foreign_cores"] >= sum(p["cores"] for p in found["foreign_top"]) - 0.01
     assert all(set(p) == {"pid", "name", "cores"} for p in found["foreign_top"])
 
@@ -81,3 +85,23 @@ def test_the_probes_own_tree_and_ancestors_are_not_foreign(hog):
 def test_a_window_out_of_range_is_refused(seconds):
     done = run_trainer("quiet-probe", "--seconds", seconds, timeout=60)
     assert done.returncode == 2 and "--seconds" in done.stderr
+
+
+def test_the_machine_facts_are_read_during_the_window_and_a_hung_nvidia_smi_is_named(tmp_path, monkeypatch):
+    """nvidia-smi takes a second: hidden in the window. One that hangs: the look ends a grace after
+    its window, without the facts (so the default thresholds judge the host), and says why."""
+    slow = tmp_path / "nvidia-smi"
+    slow.write_text("#!/bin/sh\nsleep \"$NVIDIA_SMI_SLEEP\"\nexit 1\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NVIDIA_SMI_SLEEP", "0.5")
+    started = time.monotonic()
+    found = quiet.sample(1.0)
+    assert time.monotonic() - started < 1.0 + 0.5 * 2  # its call overlapped the window
+    assert found["machine"]["gpu"]["available"] is False and found["unreadable"] == []
+    monkeypatch.setenv("NVIDIA_SMI_SLEEP", "30")
+    monkeypatch.setattr(quiet, "FACTS_GRACE_S", 0.2)
+    started = time.monotonic()
+    found = quiet.sample(0.3)
+    assert time.monotonic() - started < 0.3 + 0.2 + 1.0 and found["machine"] is None
+    assert found["unreadable"] == ["machine facts (nvidia-smi did not answer within 0.2 s of the window)"]

@@ -48,10 +48,19 @@ def not_checked(why: str, bound_s: float = 0) -> dict:
 Probe = Callable[[float], Dict[str, dict]]  # seconds -> {host: reading}
 
 
+def _readings(found) -> Dict[str, dict]:
+    """A probe's {host: reading}, each reading a dict: what a host sends back is not trusted."""
+    if not isinstance(found, dict):
+        raise MxbenchError(f"the hosts' readings are not a JSON object but {type(found).__name__}")
+    return {str(host): r if isinstance(r, dict) else {"unreadable": [f"its reading is {type(r).__name__}"]}
+            for host, r in found.items()}
+
+
 def wait_quiet(probe: Probe, bound_s: float, table: Optional[Mapping] = None, sample_s: float = SAMPLE_S,
-               clock: Callable[[], float] = time.monotonic) -> dict:
+               clock: Callable[[], float] = time.monotonic, launcher: str = "local") -> dict:
     """Look at the hosts (``probe``) until all are quiet or ``bound_s`` is spent; never raises.
-    ``table``: the DAG run's contention thresholds by kind of machine (``thresholds_for``).
+    ``table``: the DAG run's contention thresholds by kind of machine and ``launcher``
+    (``thresholds_for``).
 
     The record: ``quiet`` (True, False, or None when not checked), ``waited_s``, ``samples``,
     ``bound_s``, ``thresholds`` (each host's), ``readings`` (each host's last one), ``noisy`` (each
@@ -65,13 +74,13 @@ def wait_quiet(probe: Probe, bound_s: float, table: Optional[Mapping] = None, sa
     thresholds: Dict[str, Thresholds] = {}
     while True:
         try:
-            readings = probe(window)
+            readings = _readings(probe(window))
         except Exception as exc:  # a host that cannot be looked at: the run goes on, the record says why
             record = not_checked(str(exc) if isinstance(exc, MxbenchError) else f"{type(exc).__name__}: {exc}",
                                  bound_s)
             return {**record, "waited_s": round(clock() - started, 3), "samples": samples, "readings": readings}
         samples += 1
-        thresholds = {host: thresholds_for(table, r.get("machine")) for host, r in readings.items()}
+        thresholds = {host: thresholds_for(table, r.get("machine"), launcher) for host, r in readings.items()}
         busy = {host: reasons for host, r in readings.items() if (reasons := noisy(r, thresholds[host]))}
         waited = clock() - started
         if not busy or waited + window > bound_s:
@@ -95,7 +104,8 @@ def check(launcher, variant, bound_s: float, table: Optional[Mapping] = None, **
         return not_checked("quiet_wait_s is 0 (off)")
     if probe is None:
         return not_checked(f"the {getattr(launcher, 'name', '?')} launcher cannot look at its hosts", bound_s)
-    return wait_quiet(lambda seconds: probe(variant, seconds), bound_s, table, **kwargs)
+    return wait_quiet(lambda seconds: probe(variant, seconds), bound_s, table,
+                      launcher=getattr(launcher, "name", "local"), **kwargs)
 
 
 def columns(record: Optional[dict]) -> dict:

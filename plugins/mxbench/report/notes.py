@@ -100,15 +100,17 @@ def quiet_condition(runs: pd.DataFrame, request: dict, folder: DagRunFolder) -> 
     busy = checked.loc[~quiet, "key"].tolist()
     whys = [f"{key}: {(read_json(folder.run(key).meta, {}) or {}).get('quiet', {}).get('why', '?')}" for key in busy]
     unchecked = len(runs) - len(checked) - int((runs.get("status") == "skipped").sum())
-    detail = (f"QUIET CHECK: before each run, its hosts were looked at until they were quiet (other processes under "
-              f"the contention threshold) or {bound if bound is not None else '?'} s (quiet_wait_s) had passed; "
+    detail = (f"QUIET CHECK: before each run, its hosts were looked at until they were quiet (the CPU other "
+              f"processes used and the steal under the contention thresholds) or "
+              f"{bound if bound is not None else '?'} s (quiet_wait_s) had passed; "
               f"{int(quiet.sum())} of {len(checked)} checked runs started on quiet hosts, waiting "
               f"{waited.sum():.0f} s in all (at most {waited.max():.0f} s).")
     if busy:
         short += f"; {len(busy)} went on busy"
         detail += f" {len(busy)} went on busy hosts: " + "; ".join(whys) + "."
     if unchecked > 0:
-        detail += f" {unchecked} run(s) were not checked (a pod sees only its own /proc, or the check was off)."
+        detail += (f" {unchecked} run(s) were not checked: a pod sees only its own /proc, the check was off, its "
+                   "hosts could not be looked at, or the run failed before it.")
     return Condition(shorten(short), detail)
 
 

@@ -10,11 +10,11 @@ wait for each other's cores (two workers on two cores), which is not a neighbour
 whose hosts could not see the other processes (a pod sees only its own) is neither: ``contended``
 None, unless another signal marked it.
 
-The thresholds are the hardware's own where its A/A calibrations (``results.calibration``) read
-these signals: a run is contended when it saw more other work than nearly all of them did
-(``from_aa``: twice their 90th percentile, within bounds), so a node whose daemons always use a
-little CPU is not contended by them, and a dedicated box is held to its own quiet. Elsewhere, or
-before ``MIN_AA_RUNS`` A/A runs read a signal, the defaults. The DAG run looks them up once, when
+The thresholds are the hardware's own, per launcher, where its A/A calibrations
+(``results.calibration``) read these signals: a run is contended when it saw more other work than
+nearly all of them did (``from_aa``: twice their 90th percentile, within bounds), so a node whose
+daemons always use a little CPU is not contended by them, and a dedicated box is held to its own
+quiet. Elsewhere, or before ``MIN_AA_RUNS`` A/A runs read a signal, the defaults. The DAG run looks them up once, when
 it expands (``contention_thresholds`` in ``request.json``), and every stage judges with that table.
 """
 import math
@@ -45,7 +45,7 @@ class Thresholds:
     source: str = "defaults"
 
     def __str__(self) -> str:
-        return f"other processes >= {self.foreign_cores:.2f} cores or steal >= {self.steal:.0%} ({self.source})"
+        return f"other processes >= {self.foreign_cores:.3g} cores or steal >= {self.steal:.1%} ({self.source})"
 
     @classmethod
     def from_dict(cls, found) -> "Thresholds":
@@ -93,17 +93,25 @@ def from_aa(runs: Iterable[Mapping], calibrations: int = 0) -> Thresholds:
                       + (f"; {', '.join(kept)} default" if kept else ""))
 
 
-def thresholds_for(table: Optional[Mapping], machine: Optional[Mapping]) -> Thresholds:
-    """The thresholds for the machine whose facts are ``machine`` (a run's ``environment``, a quiet
-    probe's ``machine``) in ``table`` (``request.json``'s ``contention_thresholds``: fingerprint
-    -> ``Thresholds.as_dict``); the defaults for a machine the table lacks or facts unknown."""
+def table_key(machine_kind: str, launcher: str) -> str:
+    """A contention table's key: a kind of machine (its fingerprint) under one launcher. Launchers
+    see different neighbours on the same hardware (on the Airflow worker, Airflow's own processes;
+    in a pod, none of its node's), so each has its own thresholds; an A/A arm b is its launcher."""
+    return f"{launcher.removesuffix('-b')}@{machine_kind}"
+
+
+def thresholds_for(table: Optional[Mapping], machine: Optional[Mapping], launcher: str) -> Thresholds:
+    """The thresholds for ``launcher``'s runs on the machine whose facts are ``machine`` (a run's
+    ``environment``, a quiet probe's ``machine``) in ``table`` (``request.json``'s
+    ``contention_thresholds``: ``table_key`` -> ``Thresholds.as_dict``); the defaults for a machine
+    and launcher the table lacks, or facts unknown."""
     if not table or not isinstance(machine, Mapping):
         return DEFAULTS
     try:
         kind = fingerprint(dict(machine))[0]
     except (AttributeError, TypeError, ValueError):  # what a host sends back is not trusted
         return DEFAULTS
-    return Thresholds.from_dict(table.get(kind))
+    return Thresholds.from_dict(table.get(table_key(kind, launcher)))
 
 
 def _number(value) -> Optional[float]:

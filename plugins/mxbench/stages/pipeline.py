@@ -122,9 +122,10 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
 
 
 def contention_thresholds(url: str) -> dict:
-    """Each kind of machine's contention thresholds from its latest A/A calibrations in the results
-    store (``interference.from_aa``): fingerprint -> ``Thresholds.as_dict``, looked up once when the
-    DAG run expands. Never fails the caller: a store that cannot be read gives no table (every
+    """Each kind of machine's contention thresholds under each launcher from its latest A/A
+    calibrations in the results store (``interference.from_aa``): ``interference.table_key`` ->
+    ``Thresholds.as_dict``, looked up once when the DAG run expands; it reads, never makes or
+    upgrades the store. Never fails the caller: a store that cannot be read gives no table (every
     machine's defaults) and says why, without the URL's password."""
     from mxbench import store
     from mxbench.store.errors import first_line
@@ -137,9 +138,10 @@ def contention_thresholds(url: str) -> dict:
               f"({type(exc).__name__}: {first_line(exc)})")
         return {}
     table = {}
-    for machine, runs in rows.groupby("environment"):
+    for (machine, launcher), runs in rows.groupby(["environment", "launcher"]):
         calibrations = len(runs[["dag_id", "dag_run"]].drop_duplicates())
-        table[str(machine)] = interference.from_aa(runs.to_dict("records"), calibrations).as_dict()
+        table[interference.table_key(str(machine), str(launcher))] = interference.from_aa(
+            runs.to_dict("records"), calibrations).as_dict()
     return table
 
 
@@ -309,7 +311,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
             row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
                                                 "first_epoch_s", "warmup_excluded", "validation_accuracy")})
-            judged_with = interference.thresholds_for(thresholds, interference.run_machine(parsed.events))
+            judged_with = interference.thresholds_for(thresholds, interference.run_machine(parsed.events),
+                                                      run["launcher"])
             row.update(**gpu_usage(run_dir), **interference.summarise(parsed.events, judged_with),
                        warnings="; ".join(warnings) or None)
             if metrics["p2p"]:

@@ -60,7 +60,7 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresh
         else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
             start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
             row["environment"] = start.get("environment")
-            judged_with = interference.thresholds_for(thresholds, row["environment"])
+            judged_with = interference.thresholds_for(thresholds, row["environment"], run["launcher"])
             row["contended"] = interference.summarise(parsed.events, judged_with)["contended"]
     return row
 

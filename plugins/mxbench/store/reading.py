@@ -214,25 +214,32 @@ def aa_calibrations(url: str, fingerprints: Iterable[str], latest: int = 20) -> 
         return pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
 
 
-AA_INTERFERENCE_COLUMNS = [repeats.c.environment, repeats.c.dag_id, repeats.c.dag_run.label("dag_run"),
-                           dag_runs.c.measured_at, repeats.c.foreign_cores, repeats.c.steal]
+AA_INTERFERENCE_COLUMNS = [repeats.c.environment, repeats.c.launcher, repeats.c.dag_id,
+                           repeats.c.dag_run.label("dag_run"), dag_runs.c.measured_at, repeats.c.foreign_cores,
+                           repeats.c.steal]
 
 
 def aa_interference(url: str, latest: int = 20) -> pd.DataFrame:
-    """What the measured runs of the ``latest`` A/A calibrations on each kind of machine saw of
-    other work (``foreign_cores``, ``steal``; revision 0009), newest first: what the contention
-    thresholds of that hardware are made of (``interference.from_aa``)."""
+    """What the measured runs of the ``latest`` A/A calibrations on each kind of machine and under
+    each launcher saw of other work (``foreign_cores``, ``steal``; revision 0009), newest first:
+    what the contention thresholds of that hardware are made of (``interference.from_aa``). A
+    reader (``reader``): a store not there yet, or from before revision 0009, has no rows."""
     columns = [c.name for c in AA_INTERFERENCE_COLUMNS]
-    arm = repeats.alias("arm_b")  # a calibration: its DAG run measured an arm b
-    calibration = sa.exists().where(arm.c.launcher.like("%-b") & (arm.c.status == "ok")
-                                    & (arm.c.dag_id == repeats.c.dag_id) & (arm.c.dag_run == repeats.c.dag_run))
-    read = (repeats.c.foreign_cores.is_not(None) | repeats.c.steal.is_not(None))
-    query = (sa.select(*AA_INTERFERENCE_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
-             .where(calibration & (repeats.c.status == "ok")
-                    & repeats.c.environment.is_not(None) & read)
-             .order_by(dag_runs.c.measured_at.desc(), repeats.c.run_key))
-    with ready_engine(url).connect() as connection:
+    with reader(url, "repeats") as connection:
+        if connection is None or "foreign_cores" not in {c["name"] for c in
+                                                         sa.inspect(connection).get_columns("repeats")}:
+            return pd.DataFrame(columns=columns)
+        arm = repeats.alias("arm_b")  # a calibration: its DAG run measured an arm b
+        calibration = sa.exists().where(arm.c.launcher.like("%-b") & (arm.c.status == "ok")
+                                        & (arm.c.dag_id == repeats.c.dag_id) & (arm.c.dag_run == repeats.c.dag_run))
+        read = (repeats.c.foreign_cores.is_not(None) | repeats.c.steal.is_not(None))
+        query = (sa.select(*AA_INTERFERENCE_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
+                 .where(calibration & (repeats.c.status == "ok") & repeats.c.environment.is_not(None) & read)
+                 .order_by(dag_runs.c.measured_at.desc(), repeats.c.run_key))
         rows = pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
-    # per kind of machine, its latest calibrations only: a machine's neighbours change over the months
-    newest = rows.drop_duplicates(["environment", "dag_id", "dag_run"]).groupby("environment").head(latest)
-    return rows.merge(newest[["environment", "dag_id", "dag_run"]], on=["environment", "dag_id", "dag_run"])
+    # an arm b is its launcher: local and local-b ran alike
+    rows["launcher"] = rows["launcher"].str.removesuffix("-b")
+    # per kind of machine and launcher, its latest calibrations only: neighbours change over the months
+    kinds = ["environment", "launcher"]
+    newest = rows.drop_duplicates([*kinds, "dag_id", "dag_run"]).groupby(kinds).head(latest)
+    return rows.merge(newest[[*kinds, "dag_id", "dag_run"]], on=[*kinds, "dag_id", "dag_run"])

@@ -53,12 +53,14 @@ def test_each_host_is_judged_with_its_own_kind_of_machines_thresholds():
 
     busy_node = {"cpu_model": "Xeon", "cpu_count": 96, "gpu": {"available": False}}
     dedicated = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}}
-    table = {fingerprint(busy_node)[0]: {"foreign_cores": 0.6, "steal": 0.05, "source": "from 12 A/A runs"},
-             fingerprint(dedicated)[0]: {"foreign_cores": 0.05, "steal": 0.01, "source": "from 9 A/A runs"}}
+    key = interference.table_key
+    table = {key(fingerprint(busy_node)[0], "ssh"): {"foreign_cores": 0.6, "steal": 0.05, "source": "12 A/A runs"},
+             key(fingerprint(dedicated)[0], "ssh"): {"foreign_cores": 0.05, "steal": 0.01, "source": "9 A/A runs"},
+             key(fingerprint(busy_node)[0], "local"): {"foreign_cores": 0.1, "steal": 0.05, "source": "local's"}}
     looks = {"node": {**QUIET, "foreign_cores": 0.3, "machine": busy_node},
              "box": {**QUIET, "foreign_cores": 0.08, "machine": dedicated},
              "unknown": {**QUIET, "foreign_cores": 0.2, "machine": {"cpu_model": "other"}}}
-    record = quiet.wait_quiet(scripted(Clock(), looks), 4, table)
+    record = quiet.wait_quiet(scripted(Clock(), looks), 4, table, launcher="ssh")
     assert record["quiet"] is False and list(record["noisy"]) == ["box"]  # 0.08 >= its 0.05; 0.3 < 0.6
     assert record["thresholds"]["node"]["foreign_cores"] == 0.6 and record["thresholds"]["box"]["steal"] == 0.01
     assert record["thresholds"]["unknown"] == interference.DEFAULTS.as_dict()  # 0.2 < the default 0.25
@@ -182,7 +184,9 @@ def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_
         def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
 
-    for name, table, busy in (("strict", {fingerprint(box)[0]: strict.as_dict()}, True), ("defaults", {}, False)):
+    strict_local = {interference.table_key(fingerprint(box)[0], "local"): strict.as_dict()}
+    strict_ssh = {interference.table_key(fingerprint(box)[0], "ssh"): strict.as_dict()}
+    for name, table, busy in (("strict", strict_local, True), ("defaults", {}, False), ("ssh's", strict_ssh, False)):
         dag_dir = tmp_path / name
         (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
                                  {"local": Target("local", 1, 0)}, contention=table)
@@ -191,4 +195,4 @@ def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_
                           lambda _: Probed(), quiet_wait_s=0.5)
         record = json.loads((dag_dir / run["key"] / "meta.json").read_text())["quiet"]
         assert record["quiet"] is not busy
-        assert record["thresholds"]["here"] == (strict if busy else interference.DEFAULTS).as_dict()
+        assert record["thresholds"]["here"] == (strict if busy else interference.DEFAULTS).as_dict(), name

@@ -138,15 +138,19 @@ def test_the_table_is_looked_up_by_the_machines_fingerprint_and_bad_entries_give
 
     box = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}, "host": "box-1"}
     own = interference.Thresholds(0.06, 0.01, "from 9 A/A runs")
-    table = {fingerprint(box)[0]: own.as_dict()}
-    assert interference.thresholds_for(table, {**box, "host": "box-2"}) == own  # another box of the same kind
-    assert interference.thresholds_for(table, {**box, "cpu_count": 4}) is interference.DEFAULTS
-    assert interference.thresholds_for(table, None) is interference.DEFAULTS
-    assert interference.thresholds_for(None, box) is interference.DEFAULTS
+    table = {interference.table_key(fingerprint(box)[0], "ssh"): own.as_dict()}
+    assert interference.table_key("f00", "ssh-b") == interference.table_key("f00", "ssh")  # an arm b is its launcher
+    assert interference.thresholds_for(table, {**box, "host": "box-2"}, "ssh") == own  # another box of the same kind
+    assert interference.thresholds_for(table, {**box, "host": "box-2"}, "ssh-b") == own
+    assert interference.thresholds_for(table, box, "local") is interference.DEFAULTS  # another launcher's neighbours
+    assert interference.thresholds_for(table, {**box, "cpu_count": 4}, "ssh") is interference.DEFAULTS
+    assert interference.thresholds_for(table, None, "ssh") is interference.DEFAULTS
+    assert interference.thresholds_for(None, box, "ssh") is interference.DEFAULTS
     for bad in ("0.06", {"foreign_cores": "x", "steal": 0.01}, {"foreign_cores": -1, "steal": 0.01}, {}):
-        assert interference.thresholds_for({fingerprint(box)[0]: bad}, box) is interference.DEFAULTS
+        assert interference.thresholds_for({interference.table_key(fingerprint(box)[0], "ssh"): bad}, box,
+                                           "ssh") is interference.DEFAULTS
     for forged in ({"gpu": "nvidia"}, {"gpu": {"available": True, "gpus": 3}}, {"cpu_count": {1, 2}}):
-        assert interference.thresholds_for(table, {**box, **forged}) is interference.DEFAULTS  # a host's word
+        assert interference.thresholds_for(table, {**box, **forged}, "ssh") is interference.DEFAULTS  # a host's word
 
 
 def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
@@ -156,7 +160,7 @@ def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
     row = interference.summarise(events, strict)
     assert row["contended"] is True and row["contention"] == "other processes used 0.10 cores"
     assert row["contention_thresholds"] == (
-        "other processes >= 0.06 cores or steal >= 1% (from 9 A/A runs on this hardware)")
+        "other processes >= 0.06 cores or steal >= 1.0% (from 9 A/A runs on this hardware)")
     runs = pd.DataFrame({"key": ["a", "b"], "contention_thresholds": [row["contention_thresholds"], None]})
     assert interference.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
     assert interference.thresholds_line(runs.drop(columns=["contention_thresholds"])) is None

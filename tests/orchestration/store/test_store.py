@@ -711,17 +711,30 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
     rows = store.aa_interference(url)
     assert set(rows["environment"]) == {CPU_FP, OTHER_FP} and "not-aa" not in set(rows["dag_run"])
     assert len(rows[rows["environment"] == CPU_FP]) == 24 and len(rows[rows["environment"] == OTHER_FP]) == 4
+    assert set(rows["launcher"]) == {"local"}  # an arm b is its launcher
     latest = store.aa_interference(url, latest=2)  # each machine's two newest calibrations
     assert set(latest.loc[latest["environment"] == CPU_FP, "dag_run"]) == {"aa1", "aa2"}
 
     table = pipeline.contention_thresholds(url)
-    cpu = interference.Thresholds.from_dict(table[CPU_FP])
+    assert set(table) == {interference.table_key(CPU_FP, "local"), interference.table_key(OTHER_FP, "local")}
+    cpu = interference.Thresholds.from_dict(table[interference.table_key(CPU_FP, "local")])
     assert cpu.foreign_cores == pytest.approx(2 * np.percentile(np.concatenate(list(seen.values())), 90), abs=1e-3)
     assert cpu.source == "from 24 A/A runs on this hardware (3 calibrations): 2x their 90th percentile"
-    other = interference.Thresholds.from_dict(table[OTHER_FP])  # 4 runs read it: too few
+    other = interference.Thresholds.from_dict(table[interference.table_key(OTHER_FP, "local")])  # 4 runs: too few
     assert (other.foreign_cores, other.steal) == (interference.FOREIGN_CORES, interference.STEAL)
     assert other.source.startswith("defaults: 4 A/A run(s)")
     # a store that cannot be read: no table (the defaults judge), said without the password
     assert pipeline.contention_thresholds("postgresql+psycopg2://mxbench:s3cret@127.0.0.1:1/results") == {}
     out = capsys.readouterr().out
     assert "contention thresholds: the defaults, the results store could not be read" in out and "s3cret" not in out
+
+
+def test_reading_the_aa_interference_never_makes_or_upgrades_the_store(tmp_path):
+    """Read at expand time: a store not there yet, or from before revision 0009, gives no rows."""
+    missing = tmp_path / "none.db"
+    assert store.aa_interference(f"sqlite:///{missing}").empty and not missing.exists()
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade_to(old, "0008")
+    assert store.aa_interference(old).empty
+    with store.engine(old).connect() as connection:
+        assert "foreign_cores" not in {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
