@@ -235,6 +235,7 @@ def test_every_contended_round_is_left_out_and_replaced_within_the_budget(replac
         assert len(seen["quiet"]) == max(seen["planned"], REPLACED["repeats"])
         assert row["verdict"].endswith(f". {len(contended)} contended round(s) (other work on their hosts: {rounds}) "
                                        "left out of the verdict and replaced by later rounds, within the budget")
+        assert row["stopping"].startswith(f"stopped after {len(seen['quiet'])} rounds")  # the rounds judged
         assert f"; {len(contended)} contended round(s) replaced" in row["stopping"]
     else:  # the budget ran out: judged as measured, and the line names them
         assert f"rounds contended (other work on their hosts: round{'s' if len(contended) > 1 else ''} {rounds}), " \
