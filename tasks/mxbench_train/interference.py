@@ -5,7 +5,8 @@ neighbour from a noisy method.
 span: CPU pressure (PSI ``some``: the share of time a runnable task waited for a CPU), steal (the
 hypervisor gave the CPU to another guest), the CPU seconds of processes outside this run (a process
 is the run's when it is this worker's descendant or shares its ``DMLC_PS_ROOT_URI``/``PORT``: the
-run's scheduler, servers and other workers on the host), the load average, and where readable CPU
+run's scheduler, servers and other workers on the host, with the short-lived processes they ran),
+the load average, and where readable CPU
 frequency and thermal throttling; on GPUs, compute processes that are not the run's, SM clock and
 active throttle reasons. A signal it cannot read (no PSI, a pod that sees its own ``/proc`` only)
 is named in ``unreadable`` and the rest goes on. The worker's ``run_end`` event carries the result.
@@ -59,9 +60,13 @@ def _environ_of(pid: int) -> Dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def foreign_ticks(own_root: int, marker: Optional[tuple], also_own: Iterable[int] = ()) -> Dict[Tuple[int, int], int]:
+def foreign_ticks(own_root: int, marker: Optional[tuple], also_own: Iterable[int] = (),
+                  parents: Optional[Dict[Tuple[int, int], int]] = None) -> Dict[Tuple[int, int], int]:
     """CPU ticks so far of each process that is not this run's (nor its launcher above it, nor in
-    ``also_own``, nor a kernel thread), by (pid, start ticks): a pid reused meanwhile is another process."""
+    ``also_own``, nor a kernel thread), by (pid, start ticks): a pid reused meanwhile is another process.
+    A process's ticks include those of its ended children it waited for: a test suite's or a build's
+    short-lived processes show in the process that runs them. ``parents``, when given, gets each
+    one's parent pid (for ``used_ticks``)."""
     own = {own_root, *localhost.descendants(own_root), *localhost.ancestors(own_root), *also_own}
     ticks = {}
     for pid, stat in localhost.processes():
@@ -69,8 +74,33 @@ def foreign_ticks(own_root: int, marker: Optional[tuple], also_own: Iterable[int
             continue
         if marker is not None and _run_marker(_environ_of(pid)) == marker:
             continue
-        ticks[(pid, stat.start_ticks)] = stat.cpu_ticks
+        ticks[(pid, stat.start_ticks)] = stat.cpu_ticks + stat.children_ticks
+        if parents is not None:
+            parents[(pid, stat.start_ticks)] = stat.ppid
     return ticks
+
+
+def used_ticks(before: Dict[Tuple[int, int], int], after: Dict[Tuple[int, int], int],
+               parents: Dict[Tuple[int, int], int]) -> Dict[Tuple[int, int], int]:
+    """The ticks each foreign process used between two ``foreign_ticks`` readings, by (pid, start ticks).
+    One that started in between counts from zero. One that ended in between is counted by the nearest
+    process above it (by ``parents``, before's) that is foreign and still there, which waited for it;
+    its ticks before the span are taken off that one, as they were counted already. One whose time went
+    to one of ours, or to init (its parent ended first), is missed."""
+    used = {key: ticks - before.get(key, 0) for key, ticks in after.items()}
+    before_keys = {key[0]: key for key in before}
+    for key in before.keys() - after.keys():
+        pid, seen = parents.get(key), set()
+        while pid is not None and pid not in seen:
+            seen.add(pid)
+            holder = before_keys.get(pid)
+            if holder is None:  # ours, or gone before the span: its time is not counted here
+                break
+            if holder in after:
+                used[holder] -= before[key]
+                break
+            pid = parents.get(holder)
+    return {key: ticks for key, ticks in used.items() if ticks > 0}
 
 
 def _cpu_mhz() -> Optional[float]:
@@ -114,7 +144,8 @@ class HostWatch:
         self.started = time.monotonic()
         try:
             self.pressure, self.cpu, self.throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
-            self.foreign = {} if self.in_pod else foreign_ticks(self.own_root, self.marker)
+            self.parents: Dict[Tuple[int, int], int] = {}
+            self.foreign = {} if self.in_pod else foreign_ticks(self.own_root, self.marker, (), self.parents)
             self.gpu_start = gpu_interference(self.gpus, self.own_root, self.marker) if self.gpus else {}
         except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
             self.failed = f"host watch failed at start: {type(exc).__name__}: {exc}"
@@ -160,11 +191,8 @@ class HostWatch:
         return found
 
     def _foreign_seconds(self) -> float:
-        """CPU seconds the processes outside the run used over the span: a process that started
-        during it counts from zero, one that ended during it is missed (it can no longer be read)."""
-        now = foreign_ticks(self.own_root, self.marker)
-        return sum(ticks - self.foreign.get(key, 0) for key, ticks in now.items()
-                   if ticks >= self.foreign.get(key, 0)) / TICKS
+        """CPU seconds the processes outside the run used over the span (``used_ticks``)."""
+        return sum(used_ticks(self.foreign, foreign_ticks(self.own_root, self.marker), self.parents).values()) / TICKS
 
 
 def gpu_interference(gpus, own_root: int, marker: Optional[tuple]) -> dict:

@@ -14,6 +14,7 @@ class ProcStat(NamedTuple):
     pgrp: int
     start_ticks: int  # clock ticks after boot: tells a process from a later one given its pid
     cpu_ticks: int = 0  # user + system CPU time so far, clock ticks
+    children_ticks: int = 0  # user + system CPU time of its ended children that it waited for, clock ticks
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,14 +50,16 @@ def pid_scope() -> str:
 
 
 def proc_stat(pid) -> Optional[ProcStat]:
-    """Fields 3, 4, 5, 22 and 14 + 15 of proc(5)'s ``/proc/<pid>/stat``; None when there is no such process."""
+    """Fields 3, 4, 5, 22, 14 + 15 and 16 + 17 of proc(5)'s ``/proc/<pid>/stat``; None when there is no such
+    process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except (OSError, ValueError):
         return None
     fields = data[data.rindex(")") + 2:].split()  # the name before ")" may hold spaces and parens
-    return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]), int(fields[11]) + int(fields[12]))
+    return ProcStat(fields[0], int(fields[1]), int(fields[2]), int(fields[19]), int(fields[11]) + int(fields[12]),
+                    int(fields[13]) + int(fields[14]))
 
 
 def name(pid) -> Optional[str]:

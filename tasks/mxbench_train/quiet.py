@@ -38,7 +38,8 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     reader.start()
     started = time.monotonic()
     pressure, cpu = interference.pressure_total_us(), interference.cpu_ticks()
-    before = interference.foreign_ticks(own_root, None, ours)
+    parents: dict = {}
+    before = interference.foreign_ticks(own_root, None, ours, parents)
     time.sleep(max(0.0, seconds))
     after = interference.foreign_ticks(own_root, None, ours)
     pressure_end, cpu_end = interference.pressure_total_us(), interference.cpu_ticks()
@@ -55,8 +56,8 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     else:
         total = cpu_end["total"] - cpu["total"]
         found["steal"] = round((cpu_end["steal"] - cpu["steal"]) / total, 4) if total > 0 else 0.0
-    # a process that started in the window counts from zero; one that ended in it is missed
-    used = {key: ticks - before.get(key, 0) for key, ticks in after.items() if ticks > before.get(key, 0)}
+    # a process that started in the window counts from zero; one that ended in it, in the process that waited for it
+    used = interference.used_ticks(before, after, parents)
     cores = {pid: ticks / interference.TICKS / window for (pid, _), ticks in used.items()}
     found["foreign_cores"] = round(float(sum(cores.values())), 3)
     found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}

@@ -67,6 +67,48 @@ def test_a_process_of_the_same_distributed_run_is_the_runs_own(monkeypatch):
     assert os.getppid() not in foreign  # the launcher above the worker is the harness, not a neighbour
 
 
+SHORT = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.3: pass"  # 0.3 s of CPU
+SHORT_LIVED = f"""import subprocess, sys, time
+end = time.time() + {{s}}
+while time.time() < end:  # one short process after another, each waited for: a test suite, a build
+    subprocess.run([sys.executable, "-c", "{SHORT}"])
+"""
+
+
+def test_short_lived_processes_of_a_foreign_one_are_seen(monkeypatch):
+    """A foreign process that runs short processes one after another (a test suite) burns a core though
+    none of them lives through the span: their CPU shows in the process that waited for them."""
+    monkeypatch.delenv("DMLC_PS_ROOT_URI", raising=False)
+    out = subprocess.run(["sh", "-c", f'{sys.executable} -c "$CODE" >/dev/null 2>&1 & echo $!'], capture_output=True,
+                         env={**os.environ, "CODE": SHORT_LIVED.format(s=5)}, text=True, check=True)
+    HOGS.append(int(out.stdout))  # nobody's descendant here
+    time.sleep(0.5)
+    watch = interference.HostWatch().start()
+    before = localhost.proc_stat(HOGS[-1])
+    time.sleep(2.5)
+    after = localhost.proc_stat(HOGS[-1])
+    found = watch.stop()
+    assert before and after and after.children_ticks > before.children_ticks  # its children ended and were waited for
+    # each child lives 0.3 s of CPU at most, yet the span sees most of 2.5 s of one core (before the fix:
+    # only the one child alive at the end, 0.3 s at most), and never more than the host had
+    assert 1.0 <= found["foreign_cpu_s"] <= found["wall_s"] * found["cpus"], found
+
+
+def test_an_ended_process_counts_once_in_the_foreign_one_that_waited_for_it():
+    """``used_ticks``: a child that ended in the span had ticks before it, already in ``before``; its
+    parent's children's ticks now hold them again, so they are taken off. Through a parent that ended
+    too, up to the nearest one still there; a process whose parent is ours is not the foreign ones'."""
+    parent, child, grandchild, new, orphan = (10, 1), (11, 1), (12, 1), (13, 1), (14, 1)
+    before = {parent: 100, child: 30, grandchild: 20, orphan: 50}
+    parents = {parent: 1, child: 10, grandchild: 11, orphan: 99}  # pid 99 is ours (not in before)
+    # child and grandchild ended: the grandchild's 25 ticks in all went to the child, the child's 40 + 25 to
+    # the parent, which itself used 10 more; a new process used 5; the orphan ended, its time is gone
+    after = {parent: 100 + 10 + 40 + 25, new: 5}
+    used = interference.used_ticks(before, after, parents)
+    assert used == {parent: 10 + (40 - 30) + (25 - 20), new: 5}
+    assert interference.used_ticks(before, {parent: 100}, parents) == {}  # nothing used: never negative
+
+
 def test_what_cannot_be_read_is_named_and_the_rest_goes_on(monkeypatch, tmp_path):
     (tmp_path / "stat").write_text("cpu  100 0 50 800 0 0 0 50 0 0\n")
     monkeypatch.setattr(interference, "PROC", tmp_path)  # a pod without PSI

@@ -299,7 +299,11 @@ def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int
                 f"stage, too few to plan from")
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
     if replaced:  # contended rounds, left out: as many more ran in their place, within the budget
-        total = min(most - replaced, max(total, repeats))
+        plan, total = total, min(most - replaced, max(total, repeats))
+        head = f"stopped after {plan} rounds"
+        if total > plan and reason.startswith(head):  # fewer quiet first rounds plan fewer, but never below repeats
+            reason = f"stopped after {total} rounds (at least the {repeats} asked for; {plan} planned)" + \
+                reason[len(head):]
         reason += f"; {replaced} contended round(s) replaced"
     if len(rounds) < total:
         return f"{reason} ({len(rounds)} of them ran)"

@@ -266,6 +266,21 @@ def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_re
     assert line.stopping.endswith("; 1 contended round(s) replaced")
 
 
+def test_a_replaced_rounds_stopping_line_counts_the_rounds_judged_not_fewer(tmp_path):
+    """5 quiet first rounds plan 5, but a verdict is judged on at least ``repeats`` (6) quiet rounds:
+    the stopping line says 6, as the verdict's "6 rounds paired" does, not "stopped after 5 rounds"."""
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
+    contend(dag_dir, round_of(runs, 3)[1])
+    record_skip(round_of(runs, 8)[0], dag_dir, "settled")
+    record_skip(round_of(runs, 8)[1], dag_dir, "settled")
+    pipeline.parse_all(dag_dir)
+    (line,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.10)).itertuples()
+    assert line.n == 6
+    assert line.stopping.startswith("stopped after 6 rounds (at least the 6 asked for; 5 planned): the first 5 "
+                                    "rounds' spread gives ±"), line.stopping
+    assert line.stopping.endswith("; 1 contended round(s) replaced")
+
+
 def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it_did_is_said(tmp_path):
     params = {**PARAMS, "max_repeats": 6}
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params=params)
