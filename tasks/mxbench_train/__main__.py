@@ -209,10 +209,10 @@ def cmd_mxnet_check(argv):
                                                         "(e.g. CUDA,CUDNN,NCCL,DIST_KVSTORE,OPENCV,OPENMP)")
     parser.add_argument("--archs", default="", help='GPU archs that must have kernels, as MXNET_CUDA_ARCH ("8.0;9.0")')
     args = parser.parse_args(argv)
-    from .elf import ElfError, fatbin_archs, installed_libmxnet, names, required_archs, section
-
     import mxnet
     from mxnet.runtime import Features
+
+    from .elf import ElfError, fatbin_archs, installed_libmxnet, names, required_archs, section
 
     features = Features()
     enabled = [name for name in features if features.is_enabled(name)]
