@@ -505,6 +505,10 @@ def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_pa
     ("::a9fe:a9fe", "169.254.169.254"),  # IPv4-compatible (::169.254.169.254)
     ("::7f00:1", "127.0.0.1"),
     ("::ffff:a00:1", "10.0.0.1"),  # IPv4-mapped
+    ("::ffff:0:a9fe:a9fe", "169.254.169.254"),  # SIIT's IPv4-translated form (::ffff:0:a.b.c.d)
+    ("::ffff:0:7f00:1", "127.0.0.1"),
+    ("fec0::1", None),  # site-local (deprecated, RFC 3879): private to a site, ipaddress calls it global
+    ("feff:ffff::1", None),
 ])
 def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(tmp_path, monkeypatch, address, reached):
     """A name resolving to an IPv6 address that a NAT64 translator, a 6to4 relay or the IPv4 stack
@@ -520,7 +524,8 @@ def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(tmp_path, mo
         assert f"(IPv4 {reached})" in str(refused.value)
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8"])
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8",
+                                     "::ffff:0:808:808"])
 def test_an_address_that_reaches_a_public_one_is_allowed(tmp_path, monkeypatch, address):
     import socket
 
