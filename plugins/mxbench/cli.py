@@ -13,6 +13,7 @@
 """
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -176,7 +177,7 @@ def scaling_of_store(args) -> int:
     from mxbench.results import stored
 
     url = args.url or store.default_url()
-    rows = store.history(url, launcher=args.launcher, fingerprint=args.fingerprint, dag_ids=args.dag_id)
+    rows = store.read_history(url, launcher=args.launcher, fingerprint=args.fingerprint, dag_ids=args.dag_id)
     rows = rows[~rows["dag_id"].isin(store.PROBE_DAG_IDS)] if not args.dag_id else rows
     if args.since:
         rows = rows[pd.to_datetime(rows["measured_at"], utc=True) >= args.since]
@@ -212,7 +213,7 @@ def scaling_of_store(args) -> int:
 def cmd_history(args) -> int:
     from mxbench import store
 
-    found = store.history(args.url or store.default_url(), args.variant, args.launcher, args.fingerprint)
+    found = store.read_history(args.url or store.default_url(), args.variant, args.launcher, args.fingerprint)
     if found.empty:
         print(f"error: no results for variant {args.variant}", file=sys.stderr)
         return 1
@@ -239,6 +240,28 @@ def cmd_import(args) -> int:
             print(f"{result['dag_id']}/{result['run_id']}: {result['repeats']} repeats recorded "
                   f"(machine {result['fingerprint'] or 'unknown'})")
     return 0
+
+
+def seed(text: str) -> int:
+    """A bootstrap's seed, as numpy takes it: a whole number 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number 0 or more")
+    return value
+
+
+def positive(text: str) -> float:
+    """A rate wanted (samples/s): a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number above 0")
+    return value
 
 
 def utc_date(text: str) -> pd.Timestamp:
@@ -288,8 +311,8 @@ def build_parser():
     p.add_argument("--since", type=utc_date, help="with --store: only DAG runs measured on or after this date "
                                                   "(YYYY-MM-DD, UTC)")
     p.add_argument("--threshold", type=float, default=0.8, help="efficiency to report the size it falls below at")
-    p.add_argument("--throughput", type=float, help="samples/s wanted: the cheapest size that reaches it")
-    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    p.add_argument("--throughput", type=positive, help="samples/s wanted: the cheapest size that reaches it")
+    p.add_argument("--seed", type=seed, default=0, help="the bootstrap's seed (0 or more)")
     p.set_defaults(func=cmd_scaling)
     p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store), with "
                                        "the build asked for (mxnet_package), the one that ran (build: the version "

@@ -87,27 +87,43 @@ def legacy_owner(legacy: Path):
 
 PRICES_ENV = "MXBENCH_PRICES"
 PRICE_UNITS = {"per_device_hour": "device", "per_machine_hour": "machine"}
+# more an hour than any machine costs, in any currency: a typo (or 1e400, read as infinity, which
+# would make the largest size the "cheapest")
+MAX_PRICE_PER_HOUR = 1e9
 
 
 def prices(environ=os.environ) -> dict:
     """The deployer's prices, by launcher: ``MXBENCH_PRICES``, JSON such as
     ``{"ssh": {"per_machine_hour": 12.0, "currency": "EUR"}, "kubernetes": {"per_device_hour": 2.5}}``.
-    A launcher missing here has no price: its costs are "not set", never guessed.
+    A launcher missing here has no price: its costs are "not set", never guessed. A price is a JSON
+    number from 0 to ``MAX_PRICE_PER_HOUR`` (not true, not a string, not infinity); anything else
+    is a ValueError naming the launcher and the cause.
     Returns launcher -> {"per_hour", "unit" (device or machine), "currency"}."""
+    from mxbench_train import json_input
+
     raw = environ.get(PRICES_ENV)
     if not raw:
         return {}
+    shape = (f"{PRICES_ENV} must be a JSON object of launcher -> {{\"per_device_hour\": number}} or "
+             f"{{\"per_machine_hour\": number}} (one of them, and an optional \"currency\")")
     try:
-        given = json.loads(raw)
-        found = {}
-        for launcher, price in given.items():
-            (key, value), = [(k, v) for k, v in price.items() if k in PRICE_UNITS]
-            if not float(value) >= 0:
-                raise ValueError
-            found[str(launcher)] = {"per_hour": float(value), "unit": PRICE_UNITS[key],
-                                    "currency": str(price.get("currency", ""))}
-    except (ValueError, TypeError, AttributeError):
-        raise ValueError(f"{PRICES_ENV} must be a JSON object of launcher -> {{\"per_device_hour\": number}} or "
-                         f"{{\"per_machine_hour\": number}} (one of them, and an optional \"currency\"), "
-                         f"got {raw!r}") from None
+        given = json_input.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{shape}; it is not JSON: {exc}") from None
+    if not isinstance(given, dict):
+        raise ValueError(f"{shape}, got {raw[:100]!r}")
+    found = {}
+    for launcher, price in given.items():
+        units = [key for key in price if key in PRICE_UNITS] if isinstance(price, dict) else []
+        if len(units) != 1:
+            raise ValueError(f"{shape}; {launcher!r} has {json.dumps(price)[:100]}")
+        value = price[units[0]]
+        # bool is an int to Python; NaN fails every comparison
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_PRICE_PER_HOUR:
+            raise ValueError(f"{PRICES_ENV}: {launcher}'s {units[0]} must be a number from 0 to "
+                             f"{MAX_PRICE_PER_HOUR:g}, got {json.dumps(value)[:100]}")
+        currency = price.get("currency", "")
+        if not isinstance(currency, str):
+            raise ValueError(f"{PRICES_ENV}: {launcher}'s currency must be a string, got {json.dumps(currency)[:100]}")
+        found[str(launcher)] = {"per_hour": float(value), "unit": PRICE_UNITS[units[0]], "currency": currency}
     return found

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mxbench_train import json_input
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -206,7 +208,7 @@ def write_json(path: Path, data) -> None:
 def read_json(path: Path, default=None):
     """The file's JSON, or ``default`` when it is missing or unreadable."""
     try:
-        return json.loads(Path(path).read_text())
+        return json_input.loads(Path(path).read_text())
     except (OSError, ValueError):
         return default
 

@@ -69,7 +69,9 @@ def _empty_array(cls, shape, dtype_code):
     __setstate__ then fills from the pickle's own bytes, so its size is bounded by the batch's.
     Any other shape would allocate whatever a crafted batch asks for."""
     if cls is not np.ndarray or tuple(shape) != (0,) or dtype_code not in (b"b", "b"):
-        raise MxbenchError(f"an array reconstruction with shape {shape!r} and type {dtype_code!r}, "
+        # numbers only: anything else the pickle holds is its content, never quoted
+        numbers = isinstance(shape, tuple) and all(type(n) is int for n in shape)
+        raise MxbenchError(f"an array reconstruction with shape {shape if numbers else '(not numbers)'}, "
                            "which no CIFAR-10 batch holds")
     return _reconstruct(cls, shape, dtype_code)
 
@@ -101,8 +103,11 @@ class BatchUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         found = BATCH_GLOBALS.get((module, name))
         if found is None:
-            raise MxbenchError(f"CIFAR-10 source {self.source}: {self.name} refers to {f'{module}.{name}'!r}, "
-                               f"which no CIFAR-10 batch holds; refused without running it")
+            # the global is not quoted: its module and name are the file's first two lines when it
+            # starts with pickle's GLOBAL opcode, and the file may be a worker's secret hard-linked here
+            raise MxbenchError(f"CIFAR-10 source {self.source}: {self.name} refers to a Python global that no "
+                               "CIFAR-10 batch holds (a crafted pickle's way to run code); refused without "
+                               "running it")
         return found
 
 

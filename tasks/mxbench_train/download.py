@@ -79,17 +79,20 @@ class RefusedAddress(OSError):
 
 
 # IPv6 prefixes whose last 32 bits are an IPv4 address that a translator reaches: NAT64's
-# well-known prefix and the deprecated IPv4-compatible form. (6to4 and IPv4-mapped: ipaddress.)
-_IPV4_IN_LAST_32_BITS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
-# NAT64's local-use prefix: not globally reachable (IANA), and where its IPv4 address sits is the
-# operator's choice (RFC 6052 allows /48 to /96), so it is refused like a private address.
-_NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+# well-known prefix, SIIT's IPv4-translated form (::ffff:0:a.b.c.d, RFC 2765) and the deprecated
+# IPv4-compatible form. (6to4 and IPv4-mapped: ipaddress.)
+_IPV4_IN_LAST_32_BITS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::ffff:0:0:0/96"),
+                         ipaddress.ip_network("::/96"))
+# Refused like a private address, whatever ipaddress says of them: NAT64's local-use prefix (not
+# globally reachable, IANA; where its IPv4 address sits is the operator's choice, RFC 6052 allows
+# /48 to /96), and site-local addresses (deprecated by RFC 3879, yet routed inside a site).
+_NOT_PUBLIC_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("fec0::/10"))
 
 
 def reached_address(address):
     """The address a connection to ``address`` reaches, for the public-address rule: the IPv4
-    address inside an IPv4-mapped, 6to4, NAT64 or IPv4-compatible IPv6 address; ``address`` itself
-    otherwise."""
+    address inside an IPv4-mapped, SIIT, 6to4, NAT64 or IPv4-compatible IPv6 address; ``address``
+    itself otherwise."""
     if address.version == 4:
         return address
     if address.ipv4_mapped or address.sixtofour:
@@ -101,7 +104,7 @@ def reached_address(address):
 
 def is_public(address) -> bool:
     """Whether a download may reach ``address`` without the host being listed by an administrator."""
-    if address.version == 6 and address in _NAT64_LOCAL_USE:
+    if address.version == 6 and any(address in network for network in _NOT_PUBLIC_V6):
         return False
     reached = reached_address(address)
     return reached.is_global and not reached.is_multicast

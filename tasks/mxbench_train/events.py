@@ -6,6 +6,8 @@ timestamps) because readers look for the marker anywhere in the line.
 """
 import json
 
+from . import json_input
+
 MARKER = ":::MXBENCH "
 
 
@@ -19,7 +21,7 @@ def parse_event(line):
     if at < 0:
         return None
     try:
-        record = json.loads(line[at + len(MARKER):])
+        record = json_input.loads(line[at + len(MARKER):])
     except ValueError:
         return None
     return record if isinstance(record, dict) and "event" in record else None

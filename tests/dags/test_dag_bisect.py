@@ -327,7 +327,7 @@ def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypat
     assert ran.loc[second.run_id, "commit"] == "fedcba9876" and set(ran["n"]) == {4}
 
 
-REGRESSION_RUN = SimpleNamespace(dag_id="mxbench_regression", run_type="scheduled")
+REGRESSION_RUN = SimpleNamespace(dag_id="mxbench_regression", run_type="scheduled", conf={})
 
 
 def start_bisects(findings, params, run_id="scheduled__1"):
@@ -483,7 +483,7 @@ def test_a_manual_regression_runs_bisect_does_not_stand_for_the_nightlys(manifes
     the scheduled DAG runs from bisecting it with theirs."""
     from mxbench.matrix.params import bisect_chain_params
 
-    manual = SimpleNamespace(dag_id="mxbench_regression", run_type="manual")
+    manual = SimpleNamespace(dag_id="mxbench_regression", run_type="manual", conf={"min_drop": 0.9})
     from mxbench.airflow_glue import dag_tasks
 
     (theirs,) = dag_tasks.bisects_to_start.function([FINDING], {"package": "mxnet==1.9.1"},
@@ -493,3 +493,36 @@ def test_a_manual_regression_runs_bisect_does_not_stand_for_the_nightlys(manifes
                 theirs["conf"]["bisect_chain"], bisect_chain_params(theirs["conf"]))
     (nightly,) = start_bisects([FINDING], REGRESSION_PARAMS)
     assert nightly["conf"]["bisect_chain"] != theirs["conf"]["bisect_chain"]
+
+
+@pytest.mark.parametrize("run_type", ["backfill", "scheduled"])
+def test_a_regression_run_with_a_conf_of_its_own_does_not_stand_for_the_nightlys(manifest, run_type):
+    """Whoever may trigger the regression DAG can create a backfill with a conf of their own
+    (``airflow backfill create --dag-run-conf``, or reprocessing a scheduled DAG run, which keeps
+    its run id): its bisect of a range, begun, does not stop the nightly from bisecting that range
+    with its own settings, nor does it take over a chain the nightly's DAG run of that id minted."""
+    from mxbench.airflow_glue import dag_tasks
+    from mxbench.matrix.params import bisect_chain_params
+
+    url = os.environ["MXBENCH_RESULTS_URL"]
+    conf = {"min_drop": 0.9}
+    theirs_run = SimpleNamespace(dag_id="mxbench_regression", run_type=run_type, conf=conf)
+    (theirs,) = dag_tasks.bisects_to_start.function([FINDING], {"package": "mxnet==1.9.1"},
+                                                    params={**REGRESSION_PARAMS, **conf},
+                                                    run_id="backfill__x", dag_run=theirs_run)
+    store.claim(url, "mxbench_bisect", theirs["trigger_run_id"], theirs["conf"]["bisect_chain"],
+                bisect_chain_params(theirs["conf"]))  # their bisect's first DAG run began
+    (nightly,) = start_bisects([FINDING], REGRESSION_PARAMS, run_id="scheduled__1")
+    assert nightly["conf"]["bisect_chain"] != theirs["conf"]["bisect_chain"]
+    store.claim(url, "mxbench_bisect", nightly["trigger_run_id"], nightly["conf"]["bisect_chain"],
+                bisect_chain_params(nightly["conf"]))
+    # the nightly's DAG run scheduled__1 reprocessed by a backfill with their conf (same run id): not
+    # a retry that hands on the nightly's chain, and the range is the nightly's
+    assert dag_tasks.bisects_to_start.function([FINDING], {"package": "mxnet==1.9.1"},
+                                               params={**REGRESSION_PARAMS, **conf},
+                                               run_id="scheduled__1", dag_run=theirs_run) == []
+    assert start_bisects([FINDING], REGRESSION_PARAMS, run_id="scheduled__2") == []  # the nightly's stands
+    # a backfill without a conf is the nightly's own: its chain stands for the range
+    assert dag_tasks.bisects_to_start.function(
+        [FINDING], {"package": "mxnet==1.9.1"}, params=REGRESSION_PARAMS, run_id="backfill__y",
+        dag_run=SimpleNamespace(dag_id="mxbench_regression", run_type="backfill", conf={})) == []

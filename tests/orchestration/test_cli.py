@@ -121,3 +121,46 @@ def test_scaling_from_the_store_fits_every_stored_dag_run_and_refuses_two_machin
     assert cli.main(["scaling", "--store", "--url", url, "--dag-id", "mxbench_regression"]) == 1
     assert "no measured runs stored" in capsys.readouterr().err
     assert cli.main(["scaling"]) == 2
+
+
+def scaling_folder(tmp_path):
+    from support.stored_runs import make_dag_dir, variant
+
+    speeds = {1: (100.0, 101.0), 2: (180.0, 182.0), 4: (300.0, 303.0)}
+    return make_dag_dir(tmp_path, "run", [(variant(f"cpu{n}w-bs32", workers=n), "local", r, "ok", s, None)
+                                          for n in speeds for r, s in enumerate(speeds[n], 1)])
+
+
+@pytest.mark.parametrize("option, value, cause", [
+    ("--seed", "-1", "must be a whole number 0 or more"),
+    ("--seed", "1.5", "must be a whole number 0 or more"),
+    ("--throughput", "-5", "must be a number above 0"),
+    ("--throughput", "0", "must be a number above 0"),
+    ("--throughput", "inf", "must be a number above 0"),
+    ("--throughput", "nan", "must be a number above 0"),
+])
+def test_scaling_refuses_a_bad_seed_or_throughput_in_one_line(tmp_path, option, value, cause):
+    done = mxbench("scaling", scaling_folder(tmp_path), option, value)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"argument {option}: {value!r} {cause}" in done.stderr
+
+
+def test_scaling_says_what_is_wrong_with_deeply_nested_json_prices_or_records(tmp_path, monkeypatch):
+    folder = scaling_folder(tmp_path)
+    nested = "[" * 50_000 + "]" * 50_000  # past the JSON parser's recursion limit
+    done = subprocess.run([MXBENCH, "scaling", str(folder)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "MXBENCH_PRICES": nested})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "MXBENCH_PRICES must be a JSON object" in done.stdout and "nested too deeply" in done.stdout
+    (folder / "request.json").write_text(nested)  # a record nested too deeply reads as unreadable
+    done = mxbench("scaling", folder)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", [["scaling", "--store"], ["history", "cpu2-bs32"]])
+def test_reading_a_store_at_a_mistyped_url_creates_nothing(tmp_path, command):
+    typo = tmp_path / "no such folder" / "resutls.db"
+    done = mxbench(*command, "--url", f"sqlite:///{typo}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: no ")
+    assert not typo.exists() and not typo.parent.exists()

@@ -26,9 +26,39 @@ def test_every_url_in_a_longer_text_is_redacted(text, expected):
     assert "s3cret" not in redact(text)
 
 
-@pytest.mark.parametrize("text", ["mxnet==1.9.1", "/data/cifar-10?token=local-path", "user:pass@host is no URL",
-                                  "", "numpy<1.24; python_version < '3.12'"])
-def test_text_without_a_url_comes_back_as_it_is(text):
+@pytest.mark.parametrize("text, expected", [
+    # a password with what a URL should have encoded: / # " or a space
+    ("https://bob:pa/ss@host.example/c.tgz failed", "https://host.example/c.tgz failed"),
+    ("https://bob:pa#ss@host.example/c.tgz", "https://host.example/c.tgz"),
+    ('from "https://bob:pa"ss@host.example/c.tgz"', 'from "https://host.example/c.tgz"'),
+    ("'https://bob:my pass phrase@host.example/c.tgz': 403", "'https://host.example/c.tgz': 403"),
+    ("https://bob:p/a#s s\"@host.example:8443/c.tgz", "https://host.example:8443/c.tgz"),
+    # query keys for a password, short ones too
+    ("https://h.example/c.tgz?pw=s3cret&pass=s3cret&pwd=s3cret&passphrase=s3cret&v=2",
+     "https://h.example/c.tgz?pw=REDACTED&pass=REDACTED&pwd=REDACTED&passphrase=REDACTED&v=2"),
+    # no scheme: user:password@host wherever it stands
+    ("ssh bob:s3cret@gpu-1.example failed", "ssh gpu-1.example failed"),
+    ("connect to bob:s3cret@db.example:5432/results", "connect to db.example:5432/results"),
+    ("(bob:s3:cret@10.0.0.7)", "(10.0.0.7)"),
+])
+def test_a_password_a_url_should_have_encoded_or_a_url_without_scheme_is_redacted(text, expected):
+    redacted = redact(text)
+    assert redacted == expected
+    for secret in ("s3cret", "s3:cret", "pa/ss", "pa#ss", 'pa"ss', "pass phrase", 'p/a#s s"'):
+        assert secret not in redacted
+
+
+@pytest.mark.parametrize("text", [
+    "mxnet==1.9.1", "/data/cifar-10?token=local-path", "user@host has no password", "",
+    "numpy<1.24; python_version < '3.12'", "at 10:30 the run failed", "mail ops@example.com: 3 runs failed",
+    "https://host.example:8443/c.tgz failed; mail ops@example.com",  # a port, then an address
+    "https://host.example:8443 and ops@example.com",
+    "image mxbench-train:1.9.1@sha256:" + "ab" * 32,  # an image by digest
+    "git@github.com:org/repo.git", "https://files.example/mxnet@1.9.1.whl", "mxnet @ https://w.example/m.whl",
+    "Epoch[1] Batch [5]\tSpeed: 100.00 samples/sec\taccuracy=0.1", "the pass rate: 0.95",
+    "https://h.example/c.tgz?compass=north&bypass_cache=1",
+])
+def test_text_without_credentials_comes_back_as_it_is(text):
     assert redact(text) == text
 
 

@@ -71,7 +71,8 @@ def test_crafted_batch_is_refused_without_running_it(tmp_path, cifar_source, lay
     done = run_trainer("prepare-cifar10", "--source", source, "--out", tmp_path / "out", "--allow-unverified")
     assert not marker.exists(), "the crafted batch ran its payload"
     line = _one_error_line(done)
-    assert str(source) in line and "data_batch_3" in line and refused in line
+    assert str(source) in line and "data_batch_3 refers to a Python global" in line
+    assert refused not in line  # never quoted: it could be a hard-linked file's first two lines
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -385,9 +386,16 @@ def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_
     assert not _holds_secret(data_root) and not list(data_root.glob("rec-*/*.rec"))
 
 
-def test_a_worker_file_hard_linked_into_an_allowed_folder_is_named_not_quoted(tmp_path, cifar_source):
+@pytest.mark.parametrize("secret, cause", [
+    (SECRET, "is not a readable batch"),
+    # pickle's GLOBAL opcode is "c", then two lines: a module and a name, which find_class was given
+    (b"cdb_user=mxbench\npassword=hunter2-7f3a9c\nmore\n", "refers to a Python global"),
+], ids=["load key", "GLOBAL opcode"])
+def test_a_worker_file_hard_linked_into_an_allowed_folder_is_named_not_quoted(tmp_path, cifar_source, secret,
+                                                                              cause):
     """A hard link passes the folder check (it is a file there); the parse error names the batch
-    and never quotes its bytes (pickle's own message gives the first one: "invalid load key, '-'")."""
+    and never quotes its bytes (pickle's own message gives the first one: "invalid load key, '-'";
+    a file starting with "c" had its first two lines quoted as the global it named)."""
     from mxbench.stages import pipeline
     from mxbench_train.errors import MxbenchError
 
@@ -395,12 +403,16 @@ def test_a_worker_file_hard_linked_into_an_allowed_folder_is_named_not_quoted(tm
     folder = data_root / "mine" / "cifar-10-batches-py"
     shutil.copytree(cifar_source, folder)
     (folder / "data_batch_1").unlink()
-    os.link(_secret_file(tmp_path), folder / "data_batch_1")
+    secret_file = _secret_file(tmp_path)
+    secret_file.write_bytes(secret)
+    os.link(secret_file, folder / "data_batch_1")
     with pytest.raises(MxbenchError) as refused:
         pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, tmp_path / "run", data_root)
     message = str(refused.value)
-    assert f"CIFAR-10 source {folder}: data_batch_1 is not a readable batch" in message
+    assert f"CIFAR-10 source {folder}: data_batch_1 {cause}" in message
     assert "'-'" not in message and "load key" not in message, message
+    for line in secret.splitlines():
+        assert line[1:].decode() not in message, message
 
 
 def test_folders_an_administrator_lists_are_allowed(tmp_path, monkeypatch):
@@ -493,6 +505,10 @@ def test_a_name_that_rebinds_to_loopback_after_the_check_never_reaches_it(tmp_pa
     ("::a9fe:a9fe", "169.254.169.254"),  # IPv4-compatible (::169.254.169.254)
     ("::7f00:1", "127.0.0.1"),
     ("::ffff:a00:1", "10.0.0.1"),  # IPv4-mapped
+    ("::ffff:0:a9fe:a9fe", "169.254.169.254"),  # SIIT's IPv4-translated form (::ffff:0:a.b.c.d)
+    ("::ffff:0:7f00:1", "127.0.0.1"),
+    ("fec0::1", None),  # site-local (deprecated, RFC 3879): private to a site, ipaddress calls it global
+    ("feff:ffff::1", None),
 ])
 def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(tmp_path, monkeypatch, address, reached):
     """A name resolving to an IPv6 address that a NAT64 translator, a 6to4 relay or the IPv4 stack
@@ -508,7 +524,8 @@ def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(tmp_path, mo
         assert f"(IPv4 {reached})" in str(refused.value)
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8"])
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8",
+                                     "::ffff:0:808:808"])
 def test_an_address_that_reaches_a_public_one_is_allowed(tmp_path, monkeypatch, address):
     import socket
 

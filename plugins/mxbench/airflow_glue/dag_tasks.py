@@ -28,7 +28,6 @@ def dag_folder(dag_run, run_id: str, task: str, **scope):
 
 RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run
 BISECT_DAG_ID = "mxbench_bisect"  # the DAG the regression DAG starts bisects of
-NIGHTLY_KINDS = ("scheduled", "backfill")  # DAG run types whose bisect chains stand for their range
 
 
 @task
@@ -269,9 +268,10 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
     not those triaged as acknowledged or expected), each ``conf`` with this DAG run's measuring params
     and the id of a chain minted for it in the results store (``store.bisect_chains``), so that its
     first DAG run proves it is this one's. A range a scheduled or backfill DAG run of this DAG
-    already bisects, or bisected to an answer, is not started again: a regression that lasts many
-    nights starts one bisect of that range, not one a night (a chain whose first DAG run never began,
-    or that ended without an answer, does not count). A retry of this task starts its own chains
+    (not one with a trigger user's conf: ``store.starter_kind``) already bisects, or bisected to an
+    answer, is not started again: a regression that lasts many nights starts one bisect of that
+    range, not one a night (a chain whose first DAG run never began, or that ended without an
+    answer, does not count). A retry of this task starts its own chains
     again, under the same run ids, which have a part nobody can guess. None when ``bisect`` is off."""
     from mxbench import store
     from mxbench.airflow_glue import connections
@@ -288,7 +288,7 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
                                                                "bad_build", "probe_build", "bisect_runs",
                                                                "bisect_chain")}
     url, starts = connections.results_url(params), []
-    kind = str(getattr(dag_run.run_type, "value", dag_run.run_type) or "manual")
+    kind = store.starter_kind(dag_run.run_type, dag_run.conf)
     for conf in confs:
         conf = {**shared, **conf}
         described = (f"mxbench_bisect of {conf['only_variants'][0]} ({conf['launchers'][0]}) from "
@@ -296,9 +296,11 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
         with store.errors_without_password(url):
             earlier = store.chains_over(url, BISECT_DAG_ID, dag_run.dag_id, conf["only_variants"][0],
                                         conf["launchers"][0], conf["good_build"], conf["bad_build"])
-            mine = next((c for c in earlier if c["starter_run"] == run_id), None)  # a retry of this task
-            # only the nightly's own chains stand for a range: a manual DAG run's settings are its trigger user's
-            if mine is None and any(store.blocks_range(c) for c in earlier if c["starter_kind"] in NIGHTLY_KINDS):
+            # a retry of this task; not a chain of a DAG run its reprocessing backfill gave another conf
+            mine = next((c for c in earlier if c["starter_run"] == run_id and c["starter_kind"] == kind), None)
+            # only the nightly's own chains stand for a range: a manual DAG run's settings, or a
+            # backfill's conf, are its trigger user's
+            if mine is None and any(store.blocks_range(c) for c in earlier):
                 print(f"mxbench: {described}: started before by {dag_run.dag_id}, not again")
                 continue
             chain = mine or store.chain(url, store.start_chain(

@@ -7,8 +7,9 @@
 regression DAG calls them when a DAG run fails, a regression included.
 """
 import importlib
-import json
 import os
+
+from mxbench_train import json_input
 
 NOTIFIERS_ENV = "MXBENCH_NOTIFIERS"
 
@@ -18,7 +19,7 @@ def failure_notifiers(environ=os.environ) -> list:
     if not raw:
         return []
     try:
-        specs = json.loads(raw)
+        specs = json_input.loads(raw)
         if not isinstance(specs, list) or not all(isinstance(s, dict) and isinstance(s.get("notifier"), str)
                                                    and isinstance(s.get("kwargs", {}), dict) for s in specs):
             raise ValueError

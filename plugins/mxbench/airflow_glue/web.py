@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 import urllib.parse
@@ -46,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mxbench import config
 from mxbench.run_folder import DagRunFolder, RunFolder
+from mxbench_train import json_input
 
 # Airflow's api-server modules are imported inside the functions: every Airflow process that
 # loads plugins (each task's, too) imports this module, and only the api-server needs them.
@@ -196,7 +196,7 @@ def dag_run_folder(dag_id: str, run_id: str) -> Optional[Path]:
     if runs not in folder.parents:
         return None
     try:
-        owner = json.loads(DagRunFolder(folder).request.read_text(encoding="utf-8")).get("dag_id")
+        owner = json_input.loads(DagRunFolder(folder).request.read_text(encoding="utf-8")).get("dag_id")
     except (OSError, ValueError, AttributeError):
         owner = None
     return folder if owner in (None, dag_id) else None
@@ -206,7 +206,7 @@ def run_folder_of(dag_folder: Path, key: str) -> Optional[Path]:
     """The folder of run ``key`` of a DAG run, resolved: only a run its request.json lists, and
     only inside the DAG run's folder; None otherwise."""
     try:
-        request = json.loads(DagRunFolder(dag_folder).request.read_text(encoding="utf-8"))
+        request = json_input.loads(DagRunFolder(dag_folder).request.read_text(encoding="utf-8"))
         keys = {run.get("key") for run in request.get("runs") or []}
     except (OSError, ValueError, AttributeError):
         return None

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mxbench import config
 from mxbench.run_folder import sha256_of
+from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
 
@@ -103,7 +104,7 @@ class Store:
     def read_json(self, rel: str):
         data = self.read_bytes(rel)
         try:
-            return None if data is None else json.loads(data)
+            return None if data is None else json_input.loads(data)
         except ValueError:
             return None
 

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Dict, Optional
 
 from mxbench.artifacts.object_store import Store, object_of
 from mxbench.artifacts.workspace import Workspace, dag_run_name
 from mxbench.run_folder import DagRunFolder
+from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 
 
@@ -55,7 +55,7 @@ def download(dag_id: str, run_id: str, dest: Path, store: Optional[Store] = None
     space = Workspace(store, name, Path(dest) / name)
     space.fetch_dag_files(tables=True)
     request_file = DagRunFolder(space.path).request
-    request = json.loads(request_file.read_text()) if request_file.is_file() else None
+    request = json_input.loads(request_file.read_text()) if request_file.is_file() else None
     if request is None:
         raise MxbenchError(f"the artifact store {store.shown} has no DAG run {run_id} of {dag_id} "
                            f"(runs/{name}/request.json)")

@@ -14,6 +14,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 from mxbench import config
 from mxbench.artifacts.object_store import Store, files_under
 from mxbench.run_folder import DagRunFolder, sha256_of
+from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
 
@@ -152,7 +153,7 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
         keys = list(units)
         if all_units:
             request_file = DagRunFolder(scratch).request
-            request = json.loads(request_file.read_text()) if request_file.is_file() else {}
+            request = json_input.loads(request_file.read_text()) if request_file.is_file() else {}
             keys = [run["key"] for run in request.get("runs", [])]
         leftovers = [found for key in keys
                      if space.fetch_unit(key, unit_files) is None and all_units

@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from mxbench import config
 from mxbench.builds import caches
+from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines
 from mxbench_train.redaction import redact
@@ -291,7 +292,7 @@ def load_manifest(path: Union[str, Path, None] = None) -> List[Build]:
     Raises ManifestError naming the file and the entry."""
     path = Path(path) if path is not None else MANIFEST
     try:
-        raw = json.loads(path.read_text())
+        raw = json_input.loads(path.read_text())
     except FileNotFoundError:
         raise ManifestError(f"MXNet versions manifest {path} does not exist") from None
     except OSError as exc:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from mxbench.stats.floors import rounds_needed
+from mxbench_train import json_input
 
 LAUNCHERS = ("local", "ssh", "kubernetes")
 # Launchers whose runs share machines, by machine set: they share one Airflow pool
@@ -46,7 +47,7 @@ def machine_sets(environ=os.environ) -> Dict[str, Tuple[str, ...]]:
     if not raw:
         return dict(MACHINE_SETS)
     try:
-        sets = {str(k): tuple(v) for k, v in json.loads(raw).items()}
+        sets = {str(k): tuple(v) for k, v in json_input.loads(raw).items()}
     except (ValueError, AttributeError, TypeError):
         raise VariantError(f"{MACHINE_SETS_ENV} must be a JSON object of set name -> launcher names, "
                            f"got {raw!r}") from None

@@ -49,6 +49,7 @@ from mxbench.report.tables import (
     gap_table,
     markdown_body,
     markdown_table,
+    markdown_text,
     mxnet_notices,
     ratio_table,
     since_last_table,
@@ -168,7 +169,8 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     details = [f"DAG: {request.get('dag_id') or '?'}", f"DAG run: {request.get('run_id') or '?'}",
                f"Folder: {dag_dir}", data_line(data)]
 
-    md = [f"# {title}\n", "## Answer\n"]
+    # every string in report.md that is not ours alone goes through markdown_text (markdown_body escapes its own)
+    md = [f"# {markdown_text(title)}\n", "## Answer\n"]
     if forest:
         md.append(f"![Launcher speed ratios with their 95% intervals]({FOREST})\n")
     md.append(markdown_body(answer) if not answer.empty or rows else "")
@@ -178,16 +180,16 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if since is not None:
         md.append(f"## {SINCE_LAST}\n\n{markdown_body(since)}")
     if conds:
-        md.append("## Conditions\n\n" + "".join(f"- {c.short}\n" for c in conds))
-    md.append(data_line(data) + "\n")
+        md.append("## Conditions\n\n" + markdown_body([c.short for c in conds]))
+    md.append(markdown_body(data_line(data)))
     for name, frame in sections:
-        md.append(f"## {name}\n\n{markdown_body(frame)}")
+        md.append(f"## {markdown_text(name)}\n\n{markdown_body(frame)}")
     md.append("## Plots\n\n" + "\n".join(f"![{t}]({f})" for f, t in plots.items()) + "\n")
     if conds:
-        md.append("## Conditions in full\n\n" + "".join(f"- {c.detail}\n" for c in conds))
+        md.append("## Conditions in full\n\n" + markdown_body([c.detail for c in conds]))
     md.append(METHOD + "\n")
     md.append(REFERENCE + "\n")
-    md.append("## Run details\n\n" + "".join(f"- {line}\n" for line in details))
+    md.append("## Run details\n\n" + markdown_body(details))
     write_atomically(folder.report_markdown, lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
     lead = answer_block(answer, forest, "" if rows else NO_RATIO)
@@ -305,7 +307,8 @@ def false_alert_line(dag_dir: Path, findings) -> str:
 
 __all__ = ["build_report", "history_sections", "write_atomically", "render_page", "history_page", "provenance",
            "retried_notes", "data_line", "environment", "display_table", "variant_notes", "ratio_table",
-           "verdict_lines", "gap_table", "markdown_table", "markdown_body", "mxnet_notices", "step_table",
+           "verdict_lines", "gap_table", "markdown_table", "markdown_body", "markdown_text", "mxnet_notices",
+           "step_table",
            "STEP_FINDER", "with_build", "plot_scaling", "plot_epoch_time", "plot_accuracy", "plot_history",
            "plot_ratios", "plot_run_order", "plot_scaling_fit", "REFERENCE", "METHOD", "PLOTS", "NO_RATIO", "FOREST",
            "conditions", "Links", "run_evidence", "since_last_table", "SINCE_LAST"]

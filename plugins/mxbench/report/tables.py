@@ -1,6 +1,7 @@
 """The report's tables, shaped for people: the seed-style results table, notes on variants,
 launcher ratios, the Kubernetes/ssh gap, MXNet notices and the step finder; and Markdown tables."""
 import math
+import re
 from pathlib import Path
 from typing import List
 
@@ -175,22 +176,44 @@ def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+# what Markdown would read as markup of the text's own, wherever it stands: a backslash (it would
+# escape what follows), raw HTML or an autolink (< then a letter, /, ! or ?), an entity, and the ]
+# that closes a link's, an image's or a reference definition's label
+_INLINE_MARKUP = re.compile(r"\\|<(?=[A-Za-z/!?])|&(?=#?[A-Za-z0-9]+;)|\](?=[(\[:])")
+# what starts a block at the start of a line: a heading, a quote, a list item, a rule, a code fence
+_BLOCK_START = re.compile(r"^(?:[#>+*=_~`-]|\d{1,9}(?=[.)]))")
+
+
+def markdown_text(text, cell: bool = False) -> str:
+    """``text`` (host-, trigger- or our own) as report.md shows it: its own characters, never
+    Markdown or HTML of its making, on one line (line breaks become spaces). ``cell``: inside a
+    table row, where a | would end the cell; elsewhere the text may start a line, where # or - would
+    start a heading or a list. The HTML report escapes the same strings with ``html.escape``."""
+    shown = _INLINE_MARKUP.sub(lambda found: "\\" + found.group(), " ".join(str(text).splitlines()))
+    if cell:
+        return shown.replace("|", "\\|")
+    # an ordered list's number stays as it is; its . or ) is escaped
+    return _BLOCK_START.sub(lambda found: found.group() + "\\" if found.group().isdigit() else "\\" + found.group(),
+                            shown.lstrip())
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_none_\n"
-    cells = [[str(c) for c in frame.columns]] + [[str(v).replace("|", "\\|") for v in row]
-                                                  for row in frame.itertuples(index=False)]
+    cells = [[markdown_text(c, cell=True) for c in frame.columns]] + [
+        [markdown_text(v, cell=True) for v in row] for row in frame.itertuples(index=False)]
     lines = ["| " + " | ".join(row) + " |" for row in cells]
     lines.insert(1, "|" + "---|" * len(frame.columns))
     return "\n".join(lines) + "\n"
 
 
 def markdown_body(frame) -> str:
-    """A section as ``render_page`` shows it: a sentence, a list of lines, or a table."""
+    """A section as ``render_page`` shows it: a sentence, a list of lines, or a table, its text
+    escaped (``markdown_text``)."""
     if isinstance(frame, str):
-        return frame + "\n"
+        return markdown_text(frame) + "\n"
     if isinstance(frame, list):
-        return "".join(f"- {line}\n" for line in frame)
+        return "".join(f"- {markdown_text(line)}\n" for line in frame)
     return markdown_table(frame)
 
 

@@ -33,6 +33,7 @@ from mxbench.store.bisect_chains import (
     params_digest,
     run_id_for,
     start_chain,
+    starter_kind,
 )
 from mxbench.store.database import (
     MIGRATIONS,
@@ -65,6 +66,6 @@ __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_with
            "migrate", "ready_engine", "TRIGGERS", "fingerprint", "record_dag_run", "import_runs", "history",
            "read_history", "read_sizes", "baseline", "start_chain", "chain", "chain_started_by", "chains_over",
            "advance_chain",
-           "params_digest", "claim", "ChainRefused", "blocks_range", "run_id_for",
+           "params_digest", "claim", "ChainRefused", "blocks_range", "run_id_for", "starter_kind",
            "dag_run_time", "what_ran", "aa_calibrations", "aa_interference", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

@@ -79,11 +79,25 @@ def chains_over(url: str, dag_id: str, starter_dag: str, variant: str, launcher:
     return [dict(row._mapping) for row in rows]
 
 
+# the run types of the regression DAG's own DAG runs, whose chains stand for their range
+NIGHTLY_KINDS = ("scheduled", "backfill")
+
+
+def starter_kind(run_type, conf: Optional[Mapping]) -> str:
+    """What a chain records of the DAG run that starts it: its run type (Airflow's enum or its
+    value), marked "with conf" where a trigger user set the DAG run's conf: a backfill can be
+    created with a conf (or reprocess a scheduled DAG run with one), and its settings are theirs."""
+    kind = str(getattr(run_type, "value", run_type) or "manual")
+    return f"{kind} with conf" if conf and kind in NIGHTLY_KINDS else kind
+
+
 def blocks_range(row: Mapping) -> bool:
-    """Whether a chain stands for its range, so that no other is started over it: one that began and
-    is still going, or ended naming the first bad build. One whose first DAG run never began (its
+    """Whether a chain stands for its range, so that no other is started over it: one the regression
+    DAG's own DAG runs started (``NIGHTLY_KINDS``, no conf of a trigger user's) that began and is
+    still going, or ended naming the first bad build. One whose first DAG run never began (its
     trigger failed) or that ended without an answer does not."""
-    return bool(row["answered"]) or (bool(row["claimed"]) and row["expected_params"] is not None)
+    return row["starter_kind"] in NIGHTLY_KINDS and (
+        bool(row["answered"]) or (bool(row["claimed"]) and row["expected_params"] is not None))
 
 
 def advance_chain(url: str, chain_id: str, run_id: str, params: Mapping, next_params: Optional[Mapping],

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from mxbench import config
 from mxbench.store.database import engine, ready_engine
-from mxbench.store.errors import UNSHOWN, StoreError, first_line, without_password
+from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 from mxbench.store.recording import utc_time
 from mxbench.store.schema import dag_runs, repeats, variants
 
@@ -92,13 +92,18 @@ def reader(url: str, table: str) -> Iterator[Optional[sa.Connection]]:
     try:
         with engine(url).connect() as connection:
             yield connection if sa.inspect(connection).has_table(table) else None
+    except sa.exc.OperationalError as exc:  # as ``migrate`` says it
+        raise StoreError(without_password(f"cannot reach the results store at {shown(url)}: {first_line(exc)}",
+                                          url)) from None
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError(without_password(first_line(exc), url)) from None
 
 
-def read_history(url: str) -> pd.DataFrame:
-    """``history`` of every variant for a reader (the UI's history page, ``reader``): a store
-    not there yet has no history, and one at an older revision reads the columns it lacks as NULL."""
+def read_history(url: str, variant: Optional[str] = None, launcher: Optional[str] = None,
+                 fingerprint: Optional[str] = None, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """``history`` for a reader (the UI's history page, the command line; ``reader``): a store not
+    there yet has no history (a mistyped URL makes no database), and one at an older revision
+    reads the columns it lacks as NULL."""
     with reader(url, "repeats") as connection:
         if connection is None:
             return pd.DataFrame(columns=[c.name for c in HISTORY_COLUMNS] + ["build"])
@@ -106,7 +111,7 @@ def read_history(url: str) -> pd.DataFrame:
         stored = {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
         columns = [c if c.table is not repeats or c.name in stored else sa.null().label(c.name)
                    for c in HISTORY_COLUMNS]
-        return _frame(connection, _history_query(columns=columns))
+        return _frame(connection, _history_query(variant, launcher, fingerprint, dag_ids, columns=columns))
 
 
 SIZE_COLUMNS = [repeats.c.dag_id, repeats.c.dag_run.label("run_id"), repeats.c.variant, variants.c.devices,

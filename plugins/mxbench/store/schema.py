@@ -188,7 +188,8 @@ bisect_chains = sa.Table(
     sa.Column("launcher", sa.String(50), nullable=False),
     sa.Column("good_build", sa.String(250), nullable=False),
     sa.Column("bad_build", sa.String(250), nullable=False),
-    sa.Column("starter_kind", sa.String(20), nullable=False),  # the starter's run type: manual, scheduled, ...
+    # the starter's run type: manual, scheduled, "backfill with conf", ... (bisect_chains.starter_kind)
+    sa.Column("starter_kind", sa.String(20), nullable=False),
     sa.Column("salt", sa.String(32), nullable=False),  # never shown: makes the chain's run ids unguessable
     sa.Column("decided", sa.Integer, nullable=False),  # DAG runs of the chain decided so far
     sa.Column("expected_params", sa.String(64)),  # sha256 of the next DAG run's params; NULL: done

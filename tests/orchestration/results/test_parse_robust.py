@@ -175,3 +175,13 @@ def test_cpp_line_of_a_dying_trainer_is_a_notice():
                               "use 4 threads for decoding.."]
     assert parsed.unparsed == ["INFO:root:start with arguments Namespace(batch_size=128)",
                                "Segmentation fault (core dumped)"]
+
+
+def test_an_event_nested_too_deeply_is_no_event_and_no_traceback(tmp_path):
+    """A role log's event line is a host's output: JSON nested past the parser's recursion limit
+    reads as a broken event, like any other malformed one."""
+    deep = ":::MXBENCH " + '{"event": ' * 5_000 + "1" + "}" * 5_000
+    assert parse_event(deep) is None
+    log = tmp_path / "rank0.log"
+    log.write_text(deep + "\nINFO:root:Epoch[0] Batch [5]\tSpeed: 100.00 samples/sec\taccuracy=0.1\n")
+    assert len(parse_log(log).speed) == 1  # the log is read on past it

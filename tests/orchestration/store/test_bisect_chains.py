@@ -74,3 +74,18 @@ def test_which_chains_stand_for_their_range(url):
     assert not store.blocks_range(started(claimed=True, done=False))  # ended without an answer
     assert len(store.chains_over(url, "mxbench_bisect", "mxbench_regression", "v", "local", "a", "b")) == 4
     assert store.chains_over(url, "mxbench_bisect", "mxbench_benchmark", "v", "local", "a", "b") == []
+
+
+@pytest.mark.parametrize("run_type, conf, stands", [
+    ("scheduled", {}, True), ("backfill", None, True), ("backfill", {}, True),
+    ("backfill", {"min_drop": 0.9}, False),  # a trigger user's settings
+    ("scheduled", {"repeats": 2}, False), ("manual", {}, False), ("asset_triggered", {}, False),
+])
+def test_only_the_nightlys_own_dag_runs_mint_chains_that_stand_for_a_range(url, run_type, conf, stands):
+    kind = store.starter_kind(run_type, conf)
+    assert len(kind) <= 20  # the column's width
+    chain_id = store.start_chain(url, dag_id="mxbench_bisect", starter=("mxbench_regression", "r"),
+                                 starter_kind=kind, variant="v", launcher="local", good_build="a",
+                                 bad_build="b", first_params=PARAMS)
+    store.claim(url, "mxbench_bisect", "r", chain_id, PARAMS)
+    assert store.blocks_range(store.chain(url, chain_id)) is stands
