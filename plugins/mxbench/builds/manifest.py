@@ -34,8 +34,15 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines
 from mxbench_train.redaction import redact
 
-MANIFEST = config.REPO / "config" / "mxnet-builds.json"
-REQUIREMENTS = config.REPO / "requirements-train.txt"
+
+def _shipped_or_checkout(relative: str) -> Path:
+    """A repository file: the copy an installed wheel ships beside this module (setup.py), else the checkout's."""
+    shipped = Path(__file__).resolve().parent / Path(relative).name
+    return shipped if shipped.is_file() else config.REPO / relative
+
+
+MANIFEST = _shipped_or_checkout("config/mxnet-builds.json")
+REQUIREMENTS = _shipped_or_checkout("requirements-train.txt")
 TRAINER = config.REPO / "tasks"  # the trainer's source: build venvs import it from the checkout
 STAMP = ".mxbench-build.json"
 ENV_FORMAT = 1  # bump when the way a venv is made changes: every cached venv is then remade
