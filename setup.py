@@ -28,4 +28,8 @@ class BuildWithRepositoryFiles(build_py):
                     self.copy_file(str(source), str(target))
 
 
-setup(cmdclass={"build_py": BuildWithRepositoryFiles})
+# setuptools writes its egg-info beside the packages, here plugins/: Airflow puts the plugins folder on sys.path,
+# where that metadata would be a second mxbench distribution, its airflow.plugins entry point a second plugin
+EGG_BASE = HERE / "build"
+EGG_BASE.mkdir(exist_ok=True)
+setup(cmdclass={"build_py": BuildWithRepositoryFiles}, options={"egg_info": {"egg_base": str(EGG_BASE)}})
