@@ -36,26 +36,27 @@ COPY --chown=airflow:root requirements.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir ${AIRFLOW_CONSTRAINTS:+--constraint "${AIRFLOW_CONSTRAINTS}"} \
       "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/requirements.txt
 
-# The AIRFLOW_HOME layout: dags/ and plugins/ where Airflow looks; pyproject.toml at /opt/airflow
-# maps the mxbench package to plugins/mxbench, as in the repo (and lists the standins package:
-# it must be there for the editable install, though the image runs none of the stand-ins).
-COPY --chown=airflow:root pyproject.toml /opt/airflow/pyproject.toml
-COPY --chown=airflow:root plugins /opt/airflow/plugins
-COPY --chown=airflow:root standins /opt/airflow/standins
-COPY --chown=airflow:root dags /opt/airflow/dags
-COPY --chown=airflow:root tasks /opt/airflow/tasks
-# mxbench_train (the pure role plan; no mxnet): installed, not editable.
-# mxbench: editable, i.e. the plugins/mxbench folder itself, so that `import mxbench` and the
-# `mxbench` command run exactly the code Airflow loads as plugins (one copy, not two).
-RUN pip install --no-cache-dir --no-deps /opt/airflow/tasks \
- && pip install --no-cache-dir --no-deps --editable /opt/airflow \
- && mkdir -p "${MXBENCH_HOME}"
+# mxbench and mxbench_train as wheels built from the source (installed, not editable; the source is not kept).
+# The UI plugin registers itself (airflow.plugins entry point): no plugins folder. The DAG files ship in
+# the package and are copied into the chart's dags folder.
+COPY --chown=airflow:root pyproject.toml setup.py MANIFEST.in requirements-train.txt /tmp/mxbench-src/
+COPY --chown=airflow:root plugins /tmp/mxbench-src/plugins
+COPY --chown=airflow:root standins /tmp/mxbench-src/standins
+COPY --chown=airflow:root dags /tmp/mxbench-src/dags
+COPY --chown=airflow:root config /tmp/mxbench-src/config
+COPY --chown=airflow:root tasks /tmp/mxbench-src/tasks
+RUN pip wheel --no-cache-dir --no-deps -w /tmp/wheels /tmp/mxbench-src /tmp/mxbench-src/tasks \
+ && pip install --no-cache-dir --no-deps /tmp/wheels/mxbench-*.whl /tmp/wheels/mxbench_train-*.whl \
+ && mkdir -p /opt/airflow/dags "${MXBENCH_HOME}" \
+ && cp "$(mxbench dags-folder)"/*.py /opt/airflow/dags/ \
+ && rm -rf /tmp/mxbench-src
 
 # The training environment, beside Airflow's and never mixed with it: prepare_data runs MXNet's
 # im2rec there, and the local launcher trains with it (requirements-train.txt's pins, CPU MXNet).
 COPY --chown=airflow:root requirements-train.txt /tmp/requirements-train.txt
 RUN python -m venv /opt/airflow/train \
- && /opt/airflow/train/bin/pip install --no-cache-dir -r /tmp/requirements-train.txt /opt/airflow/tasks
+ && /opt/airflow/train/bin/pip install --no-cache-dir -r /tmp/requirements-train.txt /tmp/wheels/mxbench_train-*.whl \
+ && rm -rf /tmp/wheels
 ENV MXBENCH_TRAIN_PYTHON=/opt/airflow/train/bin/python
 
 # The image checks itself: MXNet imports in the training venv, and im2rec packs a few generated

@@ -333,7 +333,17 @@ def build_parser():
     p.add_argument("--seconds", type=float, default=1.0, help="the window for CPU pressure and steal (default 1)")
     p.add_argument("--root", default="/", help="read proc/ and sys/ under this folder (default /)")
     p.set_defaults(func=cmd_doctor)
+    p = sub.add_parser("dags-folder", help="print the folder of mxbench's DAG files (an installed package ships them): "
+                                           "a deployment's [core] dags_folder, or what it copies there")
+    p.set_defaults(func=cmd_dags_folder)
     return parser
+
+
+def cmd_dags_folder(args) -> int:
+    from mxbench import config
+
+    print(config.dags_folder())
+    return 0
 
 
 def cmd_doctor(args) -> int:

@@ -10,6 +10,12 @@ from mxbench.run_folder import DagRunFolder
 REPO = Path(__file__).resolve().parents[2]
 
 
+def dags_folder() -> Path:
+    """mxbench's DAG files: the copy an installed wheel ships in the package (setup.py), else the checkout's."""
+    shipped = Path(__file__).resolve().parent / "dags"
+    return shipped if shipped.is_dir() else REPO / "dags"
+
+
 def home() -> Path:
     """MXBENCH_HOME: data, runs and (for the demo) the Airflow home."""
     return Path(os.environ.get("MXBENCH_HOME", REPO / ".mxbench"))

@@ -27,7 +27,10 @@ It prints one JSON line, ``{"python", "made", "seconds", "mxnet_version", "venv"
 failure is one ``error:`` line naming the build and the step, and exit status 2. Reuse is cheap:
 folder checks, the stamp, and a digest of the trainer's files (and of a ``file:`` wheel, which keys
 the venv with the spec); no pip, no ``import mxnet``.
-Stdlib only.
+
+The orchestration side's build venvs (``mxbench.builds.manifest.ensure_venv``) are made with the same
+pieces: ``wheel_digest``, ``run_step``, ``matching_stamp``, ``write_stamp`` and the stamp file, and,
+where mxbench is installed with no checkout, ``install_trainer``. Stdlib only.
 """
 from __future__ import annotations  # annotations stay unevaluated: no typing import, which costs reuse time
 
@@ -81,7 +84,7 @@ class Stopped(BaseException):
     """SIGTERM, SIGHUP or SIGINT arrived (a killed task, a dropped SSH session): unwind and tidy up."""
 
 
-# --- helpers the orchestration side shares (mxbench.builds.manifest imports them) ---------------------
+# --- helpers the orchestration side shares (mxbench.builds.manifest imports them, and those below) ----
 
 def clean_env() -> dict:
     """The environment for venv/pip: no PYTHONPATH/PYTHONHOME/VIRTUAL_ENV (the caller's) and no
@@ -141,13 +144,23 @@ def parse_spec(text: str) -> BuildSpec:
     return BuildSpec(package, version, list(spec), re.sub(r"[-_.]+", "-", name.group(0)).lower())
 
 
-def wheel_digest(build: BuildSpec) -> str | None:
-    """The SHA-256 of the wheel the build installs, which its venv is keyed by: a URL's
-    ``#sha256=``, else a ``file:`` wheel's bytes on this host, hashed on every call (a rebuilt wheel
-    at the same path is another venv; about 0.1 s for a 100 MB CPU wheel). None for an index pin."""
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes (OSError when it cannot be read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def wheel_digest(package: str) -> str | None:
+    """The SHA-256 of the wheel ``package`` installs, which its venv is keyed by: a URL's ``#sha256=``, else a
+    ``file:`` wheel's bytes, hashed on every call (a rebuilt wheel at the same path is another venv; about 0.1 s
+    for a 100 MB CPU wheel); OSError when that file cannot be read. None for an index pin (and for a download
+    without ``#sha256=``, which the orchestration side refuses before any venv is made)."""
     import urllib.parse
 
-    direct = DIRECT_REFERENCE.match(build.package)
+    direct = DIRECT_REFERENCE.match(package)
     if not direct:
         return None
     parts = urllib.parse.urlsplit(direct["url"])
@@ -155,15 +168,14 @@ def wheel_digest(build: BuildSpec) -> str | None:
         return parts.fragment[len("sha256="):]
     if parts.scheme != "file":
         return None
-    path = urllib.parse.unquote(parts.path)
-    digest = hashlib.sha256()
+    return file_sha256(urllib.parse.unquote(parts.path))
+
+
+def _wheel_digest(build: BuildSpec) -> str | None:
     try:
-        with open(path, "rb") as wheel:
-            for chunk in iter(lambda: wheel.read(1 << 20), b""):
-                digest.update(chunk)
+        return wheel_digest(build.package)
     except OSError as exc:
-        raise _failed(build, f"cannot read its wheel {path}: {exc.strerror or exc}") from None
-    return digest.hexdigest()
+        raise _failed(build, f"cannot read its wheel {exc.filename}: {exc.strerror or exc}") from None
 
 
 def venv_path(builds: str, build: BuildSpec, digest: str | None = None) -> str:
@@ -211,23 +223,32 @@ def trainer_digest(source: str = TRAINER, copy_to: str | None = None) -> str:
     return digest.hexdigest()
 
 
-def read_stamp(venv: str, build: BuildSpec, digest: str | None = None) -> dict | None:
-    """The venv's stamp when it marks a finished venv of ``build`` (and of the wheel with SHA-256
-    ``digest``) whose python still runs from there, else None (no stamp, another spec, wheel or
-    format, or its base interpreter is gone)."""
+def matching_stamp(venv: str, spec: list, digest: str | None = None) -> dict | None:
+    """The venv's stamp (``STAMP``, written last when it was made) when it names ``spec`` and the wheel SHA-256
+    ``digest`` (what was checked when it was made) and the venv's python still runs from there, else None. Both
+    sides' check on every use: here and ``mxbench.builds.manifest``."""
     try:
         with open(os.path.join(venv, STAMP)) as file:
             stamp = json.load(file)
     except (OSError, ValueError):
         return None
-    if not (isinstance(stamp, dict) and stamp.get("format") == FORMAT and stamp.get("spec") == build.spec
-            and stamp.get("wheel_sha256") == digest
-            and isinstance(stamp.get("mxnet_version"), str) and isinstance(stamp.get("trainer_digest"), str)):
+    if not (isinstance(stamp, dict) and stamp.get("spec") == spec and stamp.get("wheel_sha256") == digest):
         return None
     return stamp if os.path.exists(_python(venv)) else None  # exists() follows the venv's symlink to its base
 
 
-def _write_stamp(venv: str, stamp: dict) -> None:
+def read_stamp(venv: str, build: BuildSpec, digest: str | None = None) -> dict | None:
+    """The venv's stamp when it marks a finished venv of ``build`` (and of the wheel with SHA-256
+    ``digest``) whose python still runs from there, else None (no stamp, another spec, wheel or
+    format, or its base interpreter is gone)."""
+    stamp = matching_stamp(venv, build.spec, digest)
+    if stamp is None or not (stamp.get("format") == FORMAT and isinstance(stamp.get("mxnet_version"), str)
+                             and isinstance(stamp.get("trainer_digest"), str)):
+        return None
+    return stamp
+
+
+def write_stamp(venv: str, stamp: dict) -> None:
     """Atomically: a reader sees the old stamp or the new one, never half of one."""
     tmp = os.path.join(venv, STAMP + ".tmp")
     with open(tmp, "w") as file:
@@ -249,7 +270,7 @@ def _locked(venv: str):
 
 
 def _remove(path: str) -> None:
-    import shutil  # here and in _run, not at the top: only making needs them, and reuse must start fast
+    import shutil  # here and in run_step, not at the top: only making needs them, and reuse must start fast
 
     if os.path.islink(path) or os.path.isfile(path):
         os.unlink(path)
@@ -280,19 +301,19 @@ def index_unreachable(output: str, pip_log: str) -> bool:
         _NOT_FOUND.search(last_error_lines(output)))
 
 
-def _run(argv: list[str], step: str, build: BuildSpec, timeout: float, pip_log: str | None = None):
-    """``argv`` run to completion (a CompletedProcess, output as text); a failure raises naming the
-    build and ``step``, with its last ERROR lines (and, for pip with ``pip_log``, whether no index
-    could be reached)."""
+def run_step(argv: list[str], step: str, timeout: float, failed, pip_log: str | None = None):
+    """``argv`` run to completion in ``clean_env`` (a CompletedProcess, output as text); a failure raises
+    ``failed(why)``: ``step`` and its last ERROR lines (and, for pip with ``pip_log``, whether no index could be
+    reached). Both sides' runner: here and ``mxbench.builds.manifest``."""
     import subprocess
 
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(),
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise _failed(build, f"{step} took over {timeout:.0f} s") from None
+        raise failed(f"{step} took over {timeout:.0f} s") from None
     except OSError as exc:
-        raise _failed(build, f"{step}: {exc}") from None
+        raise failed(f"{step}: {exc}") from None
     if done.returncode:
         output = done.stdout + done.stderr
         hint = ""
@@ -305,8 +326,12 @@ def _run(argv: list[str], step: str, build: BuildSpec, timeout: float, pip_log: 
             if index_unreachable(output, log):
                 hint = ("pip could not reach a package index from this host (set PIP_INDEX_URL or the "
                         "connection's mxbench_builds map): ")
-        raise _failed(build, f"{hint}{step} failed (exit {done.returncode}): {last_error_lines(output)}")
+        raise failed(f"{hint}{step} failed (exit {done.returncode}): {last_error_lines(output)}")
     return done
+
+
+def _run(argv: list[str], step: str, build: BuildSpec, timeout: float, pip_log: str | None = None):
+    return run_step(argv, step, timeout, lambda why: _failed(build, why), pip_log)
 
 
 def _site_packages(venv: str, build: BuildSpec) -> str:
@@ -368,7 +393,7 @@ def _make(venv: str, build: BuildSpec, pip_timeout: float, wheel: str | None = N
              "wheel_sha256": wheel, "mxnet_version": imported["mxnet_version"], "trainer_digest": digest,
              "seconds": round(time.monotonic() - started, 1),
              "made_at": _utc_now()}
-    _write_stamp(venv, stamp)
+    write_stamp(venv, stamp)
     return stamp
 
 
@@ -405,7 +430,7 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
            check_only: bool = False) -> dict:
     """The build's venv on this host, made or updated unless ``check_only``; what ``main`` prints."""
     started = time.monotonic()
-    wheel = wheel_digest(build)
+    wheel = _wheel_digest(build)
     venv = venv_path(builds_folder(workdir, create=not check_only), build, wheel)
     made = False
     stamp = read_stamp(venv, build, wheel)
@@ -431,7 +456,7 @@ def ensure(workdir: str, build: BuildSpec, pip_timeout: float = DEFAULT_PIP_TIME
                     # the stamp keeps the old digest until the copy is whole: a stopped copy is redone next time
                     stamp["trainer_digest"] = install_trainer(venv, build)
                     stamp["trainer_copied_at"] = _utc_now()
-                    _write_stamp(venv, stamp)
+                    write_stamp(venv, stamp)
         except Stopped as exc:
             raise MxbenchError(f"stopped by {exc} while making or updating the venv of MXNet build "
                                f"{redact(build.package)}; nothing half done will be used ({venv})") from None

@@ -173,8 +173,14 @@ def test_airflow_image_installs_requirements_txt_and_never_mxnet_in_airflows_env
     assert f"{venv}/bin/pip install" in train
     assert any(word == "ENV" and rest == f"MXBENCH_TRAIN_PYTHON={venv}/bin/python" for word, rest in stage)
     assert not re.search(r"^mxnet", (REPO / "requirements.txt").read_text(), re.M | re.I)
-    # dags/ and plugins/ where the image's Airflow looks, and MXBENCH_HOME set
-    assert copies.get("dags") == "/opt/airflow/dags" and copies.get("plugins") == "/opt/airflow/plugins"
+    # mxbench installed as a wheel (its UI plugin found through the airflow.plugins entry point, so no
+    # plugins folder), never editable; the DAG files the package ships copied where the image's Airflow looks
+    installs = [args for rest in runs for cmd in re.split(r"&&", rest) if cmd.strip().startswith("pip install")
+                for args in pip_installs(cmd)]
+    assert any(any(a.startswith("/tmp/wheels/mxbench-") and a.endswith(".whl") for a in args) for args in installs)
+    assert not any("--editable" in args or "-e" in args for args in installs)
+    assert not any(dest.startswith("/opt/airflow/plugins") for dest in copies.values())
+    assert any('cp "$(mxbench dags-folder)"/*.py /opt/airflow/dags/' in rest for rest in runs)
     assert any(word == "ENV" and "MXBENCH_HOME=" in rest for word, rest in stage)
 
 

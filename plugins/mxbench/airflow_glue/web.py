@@ -1,5 +1,5 @@
 """The mxbench pages of the Airflow UI: a FastAPI app that the api-server mounts at ``/mxbench``
-(registered by ``plugins/mxbench_ui.py``).
+(registered by ``mxbench.airflow_glue.ui_plugin``).
 
     GET /mxbench/report/<dag id>/<run id>   that DAG run's report (the report task's report.html)
     GET /mxbench/run-files?dag_id=&run_id=&run=        one run's record and logs, listed (the report's links)

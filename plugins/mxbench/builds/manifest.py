@@ -30,15 +30,24 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from mxbench import config
 from mxbench.builds import caches
-from mxbench_train import json_input
+from mxbench_train import host_build, json_input
 from mxbench_train.errors import MxbenchError
-from mxbench_train.host_build import DIRECT_REFERENCE, clean_env, last_error_lines
+from mxbench_train.host_build import DIRECT_REFERENCE, last_error_lines
 from mxbench_train.redaction import redact
 
-MANIFEST = config.REPO / "config" / "mxnet-builds.json"
-REQUIREMENTS = config.REPO / "requirements-train.txt"
-TRAINER = config.REPO / "tasks"  # the trainer's source: build venvs import it from the checkout
-STAMP = ".mxbench-build.json"
+
+def _shipped_or_checkout(relative: str) -> Path:
+    """A repository file: the copy an installed wheel ships beside this module (setup.py), else the checkout's."""
+    shipped = Path(__file__).resolve().parent / Path(relative).name
+    return shipped if shipped.is_file() else config.REPO / relative
+
+
+MANIFEST = _shipped_or_checkout("config/mxnet-builds.json")
+REQUIREMENTS = _shipped_or_checkout("requirements-train.txt")
+# the trainer's source, which build venvs import from the checkout (a .pth file); None where mxbench runs from an
+# installed wheel, with no checkout: each build venv then gets its own copy of the installed trainer, as on SSH hosts
+TRAINER: Optional[Path] = config.REPO / "tasks" if (config.REPO / "tasks" / "mxbench_train").is_dir() else None
+STAMP = host_build.STAMP  # one venv maker for both sides (host_build): its stamp, digest, runner and check
 ENV_FORMAT = 1  # bump when the way a venv is made changes: every cached venv is then remade
 
 # mxnet==1.9.0, mxnet-cu112==1.9.1, or a wheel: mxnet @ file:///wheels/mxnet-1.9.1-py3-none-any.whl,
@@ -143,33 +152,24 @@ def check_wheel(build: "Build") -> None:
 
 
 def _file_sha256(build: "Build", path: Path) -> str:
-    digest = hashlib.sha256()
     try:
-        with path.open("rb") as wheel:
-            for chunk in iter(lambda: wheel.read(1 << 20), b""):
-                digest.update(chunk)
+        return host_build.file_sha256(str(path))
     except OSError as exc:
         raise MxbenchError(f"refusing to install MXNet build {build}: cannot read its wheel {path}: "
                            f"{exc.strerror or exc}") from None
-    return digest.hexdigest()
 
 
 def wheel_digest(build: "Build") -> Optional[str]:
-    """The SHA-256 of the wheel ``build`` installs, which its venv is keyed by: the manifest's
-    ``sha256`` (or the URL's ``#sha256=``) where given, else a local wheel file's bytes, hashed on
-    every call (a rebuilt wheel at the same path is another venv; about 0.1 s for a 100 MB CPU wheel).
-    None for an index pin (pip checks it against the index)."""
-    direct = DIRECT_REFERENCE.match(build.package)
-    if not direct:
-        return None
-    if build.sha256:
+    """The SHA-256 of the wheel ``build`` installs, which its venv is keyed by: the manifest's ``sha256`` where
+    given, else ``host_build.wheel_digest`` (the URL's ``#sha256=``, or a local wheel file's bytes, hashed on every
+    call). None for an index pin (pip checks it against the index)."""
+    if build.sha256 and DIRECT_REFERENCE.match(build.package):
         return build.sha256
-    parts = urllib.parse.urlsplit(direct["url"])
-    if parts.fragment.startswith("sha256="):
-        return parts.fragment[len("sha256="):]
-    if parts.scheme == "file":
-        return _file_sha256(build, Path(urllib.parse.unquote(parts.path)))
-    return None  # refused before any venv is made (url_problem)
+    try:
+        return host_build.wheel_digest(build.package)
+    except OSError as exc:
+        raise MxbenchError(f"refusing to install MXNet build {build}: cannot read its wheel {exc.filename}: "
+                           f"{exc.strerror or exc}") from None
 
 
 def _parse_package(package: str) -> Tuple[str, str]:
@@ -406,8 +406,9 @@ def env_dir(build: Build, root: Union[str, Path, None] = None, base: Optional[st
     ``digest`` where the caller has it), so a changed pin, a corrected sha256 or a rebuilt wheel at
     the same path makes a new venv."""
     root = Path(root) if root is not None else config.home() / "envs"
-    fields = {"format": ENV_FORMAT, "spec": install_spec(build), "base": base or base_python(),
-              "trainer": str(TRAINER)}
+    # a copied trainer keys the venv by its files: a new mxbench_train is a new venv
+    trainer = str(TRAINER) if TRAINER is not None else f"copy of {host_build.trainer_digest()}"
+    fields = {"format": ENV_FORMAT, "spec": install_spec(build), "base": base or base_python(), "trainer": trainer}
     digest = digest or wheel_digest(build)
     if digest:  # an index pin's key stays as it was: its venvs are not remade
         fields["wheel_sha256"] = digest
@@ -418,28 +419,15 @@ def env_dir(build: Build, root: Union[str, Path, None] = None, base: Optional[st
 
 def _stamp_ok(venv: Path, spec: List[str], digest: Optional[str] = None) -> bool:
     """Whether ``venv`` is made, of ``spec`` and, for a wheel, of the wheel with SHA-256 ``digest``
-    (the stamp records what was checked when it was made): re-checked on every use."""
-    try:
-        stamp = json.loads((venv / STAMP).read_text())
-    except (OSError, ValueError):
-        return False
-    return (stamp.get("spec") == spec and stamp.get("wheel_sha256") == digest
-            and (venv / "bin" / "python").exists())
+    (``host_build.matching_stamp``, the hosts' own check): re-checked on every use."""
+    return host_build.matching_stamp(str(venv), spec, digest) is not None
 
 
 def _run(argv, what: str, build: Build, timeout: float) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env(),
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} took over "
-                           f"{timeout:.0f} s") from None
-    except OSError as exc:
-        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what}: {exc}") from None
-    if done.returncode:
-        raise MxbenchError(f"cannot make the training env for MXNet build {build}: {what} failed "
-                           f"(exit {done.returncode}): {last_error_lines(done.stdout + done.stderr)}")
-    return done.stdout
+    def failed(why: str) -> MxbenchError:
+        return MxbenchError(f"cannot make the training env for MXNet build {build}: {why}")
+
+    return host_build.run_step(argv, what, timeout, failed).stdout
 
 
 def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: float) -> None:
@@ -450,19 +438,26 @@ def _create(build: Build, venv: Path, spec: List[str], base: str, pip_timeout: f
     python = str(venv / "bin" / "python")
     _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
           *spec], "pip install " + " ".join(map(redact, spec)), build, pip_timeout)
-    # the trainer from the checkout, as `pip install -e tasks/` would, without writing into tasks/
-    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                "finding site-packages", build, 60).strip()
-    (Path(site) / "mxbench-train-checkout.pth").write_text(f"{TRAINER}\n")
+    add_trainer(build, venv, spec)
     version = _run([python, "-c", "import mxnet, mxbench_train; print(mxnet.__version__)"],
                    "import mxnet", build, 300).strip().splitlines()[-1:]
     stamp = {"build": dataclasses.asdict(build) | {"since": str(build.since), "pins": list(build.pins)},
              "spec": spec, "wheel_sha256": wheel_digest(build), "base_python": base,
              "mxnet_version": version[0] if version else None,
              "seconds": round(time.time() - started, 1), "made": dt.datetime.now(dt.timezone.utc).isoformat()}
-    tmp = venv / (STAMP + ".tmp")
-    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
-    os.replace(tmp, venv / STAMP)
+    host_build.write_stamp(str(venv), stamp)
+
+
+def add_trainer(build: Build, venv: Path, spec: List[str]) -> None:
+    """The trainer into a build venv: the checkout's (``TRAINER``), as `pip install -e tasks/` would without
+    writing into tasks/; without a checkout, a copy of the installed one (``host_build.install_trainer``)."""
+    if TRAINER is None:
+        host_build.install_trainer(str(venv), host_build.BuildSpec(build.package, build.version, spec,
+                                                                   build.distribution))
+        return
+    site = _run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                "finding site-packages", build, 60).strip()
+    (Path(site) / "mxbench-train-checkout.pth").write_text(f"{TRAINER}\n")
 
 
 def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: float = 1800) -> str:
@@ -471,9 +466,9 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
     The pinned build (``requirements-train.txt``'s ``mxnet==`` line, no pins) is the training env
     itself: ``config.train_env_python()``. Any other gets ``<root>/<name>/bin/python`` (root:
     ``$MXBENCH_HOME/envs``): a venv from the training env's base Python with ``install_spec(build)``
-    and the checkout's trainer (``tasks/``, by a ``.pth`` file). A stamp file written last makes
-    it idempotent; a file lock makes concurrent callers (two tasks, two threads) wait for one
-    build. A failed build raises MxbenchError naming the build and pip's last error lines and
+    and the trainer (``add_trainer``). A stamp file written last (``host_build.write_stamp``, the
+    hosts' own) makes it idempotent; a file lock makes concurrent callers (two tasks, two threads)
+    wait for one build. A failed build raises MxbenchError naming the build and pip's last error lines and
     leaves no venv behind; a wheel fetched over the network without ``#sha256=`` is refused
     before pip runs (``url_problem``). Each call stamps the venv's use and prunes the other
     build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""

@@ -190,6 +190,30 @@ def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path,
     assert [p.name for p in (tmp_path / "envs").iterdir()] == [builds.env_dir(build, tmp_path / "envs").name + ".lock"]
 
 
+@pytest.mark.parametrize("checkout", [True, False], ids=["checkout", "installed wheel"])
+def test_a_build_venv_imports_the_checkout_trainer_or_its_own_copy(tmp_path, monkeypatch, checkout):
+    """With a checkout, the venv imports its tasks/ (a .pth file); an installed mxbench has none, so the venv gets
+    a copy of the installed trainer (host_build's), and a changed trainer keys another venv."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    monkeypatch.setattr(builds, "TRAINER", config.REPO / "tasks" if checkout else None)
+    build = Build(dt.date(2026, 1, 1), "mxnet==1.9.0", "i")
+    builds.add_trainer(build, venv, builds.install_spec(build))
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import mxbench_train; print(mxbench_train.__file__)"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env={})
+    assert done.returncode == 0, done.stderr
+    imported = Path(done.stdout.strip()).resolve()
+    if checkout:
+        assert imported == (config.REPO / "tasks" / "mxbench_train" / "__init__.py").resolve()
+    else:
+        assert venv.resolve() in imported.parents
+        assert sorted(p.name for p in imported.parent.glob("*.py")) == sorted(
+            p.name for p in (config.REPO / "tasks" / "mxbench_train").glob("*.py"))
+        key = builds.env_dir(build, tmp_path / "envs", base=sys.executable)
+        monkeypatch.setattr(builds.host_build, "trainer_digest", lambda: "0" * 64)
+        assert builds.env_dir(build, tmp_path / "envs", base=sys.executable) != key
+
+
 def fake_python(tmp_path, mxnet_init: str) -> str:
     """An interpreter whose ``import mxnet`` is ``mxnet_init`` (and the checkout's trainer)."""
     fake = tmp_path / "fake-site"
