@@ -98,8 +98,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is, and the DAG run's
     ``run_id``, which the report shows, and ``contention_thresholds``: ``contention``, the table
     every stage judges contended runs with, ``contention_thresholds``). ``build``: the
-    MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
-    run carries it, and its launcher runs it (``builds.record.RunBuild``)."""
+    MXNet build a regression run measures (a ``builds.record.RunBuild`` as a dict); each run carries
+    all of it, its ``commit`` included (a commit's build runs only that commit's image), and its
+    launcher runs it."""
     unavailable = unavailable or {}
     try:
         runs = expand_runs(params, targets, unavailable, refused=refused)
@@ -107,9 +108,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
         stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
-    if build:  # what each run must train with; its launcher runs that or nothing
-        asked = {k: build.get(k) for k in ("package", "version", "spec", "python", "image")}
-        runs = [{**run, "build": asked} for run in runs]
+    run_build = RunBuild.from_dict(build)
+    if run_build:  # what each run must train with, every field of it; its launcher runs that or nothing
+        runs = [{**run, "build": run_build.to_dict()} for run in runs]
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
