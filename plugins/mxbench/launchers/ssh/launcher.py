@@ -31,6 +31,7 @@ import json
 import posixpath
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -58,6 +59,7 @@ from mxbench.launchers.ssh.commands import (
 from mxbench.launchers.ssh.roles import RemoteRole
 from mxbench.launchers.ssh.transfer import (
     ByteBudget,
+    answer_max_bytes,
     check_shared,
     fetch_outputs,
     fetch_run_max_bytes,
@@ -74,6 +76,8 @@ from mxbench_train.roles import plan_roles
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
 BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may download a GPU wheel of 1 GB
 BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and import-check limits, and some slack
+ANSWER_CHUNK = 1 << 16
+ANSWER_POLL_S = 0.2  # how often a command's stderr and deadline are looked at while its stdout is quiet
 
 
 # --- the launcher -------------------------------------------------------------------------------
@@ -417,17 +421,47 @@ def connect(host: SshHost):
     raise MxbenchError(f"{host}: {cause}")
 
 
-def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
-    """(exit status, stdout, stderr) of a short command; -1 when no status came back."""
+def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S, max_bytes: Optional[int] = None):
+    """(exit status, stdout, stderr) of a short command; -1 when no status came back. A host's
+    answer is untrusted: ``timeout`` bounds the whole command, and each of stdout and stderr is
+    read up to ``max_bytes`` (``MXBENCH_SSH_ANSWER_MAX_BYTES``); past either, the command is
+    dropped (its channel closed) and the error says which bound it passed."""
     import paramiko
 
+    limit = answer_max_bytes() if max_bytes is None else max_bytes
+    deadline = time.monotonic() + timeout
+    out, err, chan = bytearray(), bytearray(), None
     try:
-        stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
-        stdin.close()
-        out = stdout.read().decode(errors="replace")
-        err = stderr.read().decode(errors="replace")
-        return stdout.channel.recv_exit_status(), out, err
+        chan = client.get_transport().open_session(timeout=timeout)
+        chan.settimeout(ANSWER_POLL_S)
+        chan.exec_command(command)
+        chan.shutdown_write()  # no stdin: EOF at once
+        stdout_open = True
+        while True:
+            while chan.recv_stderr_ready() and len(err) <= limit:
+                err += chan.recv_stderr(min(ANSWER_CHUNK, limit + 1 - len(err)))
+            if len(out) > limit or len(err) > limit:
+                stream = "stdout" if len(out) > limit else "stderr"
+                return -1, "", (f"its answer passed {limit} bytes on {stream} (MXBENCH_SSH_ANSWER_MAX_BYTES): "
+                                "read no further")
+            if time.monotonic() > deadline:
+                return -1, "", f"no answer within {timeout:.0f} s"
+            if stdout_open:
+                try:
+                    data = chan.recv(min(ANSWER_CHUNK, limit + 1 - len(out)))
+                except socket.timeout:
+                    continue
+                out += data
+                stdout_open = bool(data)
+            elif chan.exit_status_ready() and not chan.recv_stderr_ready():
+                break
+            else:
+                chan.status_event.wait(ANSWER_POLL_S)
+        return chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
     except (socket.timeout, TimeoutError):
         return -1, "", f"no answer within {timeout:.0f} s"
     except (paramiko.SSHException, OSError, EOFError) as exc:  # the connection went away mid-command
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
+    finally:
+        if chan is not None:
+            chan.close()  # a command still printing gets SIGPIPE there
