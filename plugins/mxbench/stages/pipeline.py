@@ -37,7 +37,7 @@ from mxbench.matrix.variants import (
     stop_budget,
     variant_from_dict,
 )
-from mxbench.results import calibration, convergence, interference
+from mxbench.results import answers, calibration, convergence, interference
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
@@ -302,6 +302,12 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
     p2p, notices = role_notices(run_dir)
     write_json(folder.notices, notices)
+    start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
+    environment = start.get("environment")
+    malformed = answers.problem(answers.RUN_ENVIRONMENT, environment) if environment is not None else None
+    if row["status"] == "ok" and malformed:  # a host's word: its numbers go with it
+        row.update(status="failed", cause=f"parse: the machine facts its trainer reported are malformed "
+                                          f"(environment: {malformed}): its numbers are not kept")
     if row["status"] == "ok":
         try:
             metrics = run_metrics(parsed, f"run {run['key']}", images_per_epoch)
@@ -318,8 +324,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                        warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
-            start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            write_json(folder.metrics, {**metrics, "environment": start.get("environment")})
+            write_json(folder.metrics, {**metrics, "environment": environment})
     return row, speed, epochs
 
 

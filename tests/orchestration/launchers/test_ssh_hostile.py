@@ -15,6 +15,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pandas as pd
 import paramiko
 import pytest
 
@@ -794,3 +795,86 @@ def test_a_host_whose_quiet_probe_floods_is_recorded_not_quiet_checked(ssh_hosts
                              f"its answer passed {ANSWER_BOUND} bytes on stdout (MXBENCH_SSH_ANSWER_MAX_BYTES): "
                              "read no further")
     assert int(sent.read_text()) < 16 * MiB
+
+
+# --- a host whose answers are malformed ------------------------------------------------------------
+
+@pytest.mark.parametrize("answer, cause", [
+    ("[1, 2]", "the answer is an array, not object"),
+    ('{"cores": 4, "port": null, "machine": "m"}', "the answer lacks 'gpus'"),
+    ('{"cores": "4", "gpus": 0}', "cores is a string, not integer")])
+def test_a_malformed_probe_answer_fails_that_launchers_runs_not_the_expand(ssh_hosts, monkeypatch, tmp_path,
+                                                                           answer, cause):
+    from mxbench import launchers
+    from mxbench.stages import pipeline
+
+    python, _ = hostile_python(tmp_path, "answer", "mxbench_train probe", answer)
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    targets, unavailable = pipeline.targets_for(["ssh", "local"], {"ssh": ssh, "local": launchers.get("local")}.get)
+    assert unavailable == {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): probing the "
+                                  f"training env answered malformed: {cause}"}
+    assert list(targets) == ["local"]
+
+
+@pytest.mark.parametrize("answer, cause", [
+    ('{"foreign_cores": 3.0, "foreign_top": {"pid": 1, "cores": 3.0}}', "foreign_top is an object, not array"),
+    ('{"foreign_cores": 3.0, "foreign_top": [{"pid": 1, "name": "x", "cores": "3"}]}',
+     "foreign_top.0.cores is a string, not number"),
+    ('{"foreign_cores": 3.0, "foreign_top": [{"pid": 1, "name": "x", "cores": null}]}',
+     "foreign_top.0.cores is null, not number")])
+def test_a_malformed_quiet_reading_fails_that_hosts_check_never_the_run(ssh_hosts, monkeypatch, tmp_path, answer,
+                                                                        cause):
+    from mxbench.hosts import quiet
+
+    python, _ = hostile_python(tmp_path, "answer", "mxbench_train quiet-probe", answer)
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    # the quiet probe answers {conn_id: reading}: the hostile host's reading is the answer itself
+    record = quiet.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5)
+    assert record["quiet"] is None and record["samples"] == 1
+    assert record["why"] == f"not checked: mxbench_ssh_1: its reading is malformed ({cause})"
+    assert record["readings"]["mxbench_ssh_1"] == {"malformed": cause}
+    assert record["readings"]["mxbench_ssh_2"]["foreign_cores"] >= 0  # the other host's reading is kept
+
+
+MALFORMED_FACTS = {
+    "gpu a string": ({"cpu_model": "x", "cpu_count": 2, "gpu": "A100"}, "gpu is a string, not object or null"),
+    "gpus a list of strings": ({"cpu_model": "x", "cpu_count": 2, "gpu": {"available": True, "gpus": ["A100"]}},
+                               "gpu.gpus.0 is a string, not object"),
+    "a list": (["A100", "A100"], "the answer is an array, not object")}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_FACTS))
+def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete(ssh_hosts, monkeypatch, tmp_path,
+                                                                                 case):
+    """A host's trainer reports machine facts of the wrong shape: through expand, the run tasks,
+    parse, join (with the stored A/A noise lookup) and store, its run fails naming the cause and
+    the local run beside it is measured and stored."""
+    from mxbench import launchers, store
+    from mxbench.stages import pipeline
+    from mxbench.stages import run as run_stage
+
+    facts, cause = MALFORMED_FACTS[case]
+    python, _ = hostile_python(tmp_path, "facts", "mxbench_train train", json.dumps(facts))
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    launcher_for = {"ssh": ssh, "local": launchers.get("local")}.get
+    params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "launchers": ["ssh", "local"],
+              "epochs": 1, "synthetic_images": 500}
+    dag_dir, url = tmp_path / "dag-run", f"sqlite:///{tmp_path / 'results.db'}"
+    targets, unavailable = pipeline.targets_for(["ssh", "local"], launcher_for)
+    runs = pipeline.expand(params, dag_dir, targets, unavailable)
+    data = pipeline.prepare_data(params, dag_dir, tmp_path / "data")
+    for run in runs:
+        run_stage.run_one(run, dag_dir, data, 600, launcher_for)  # the host's trainer exits 0
+    pipeline.parse_all(dag_dir, launcher_for)
+    pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
+    store.migrate(url)
+    stored = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__hostile",
+                                  trigger="manual")
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("launcher")
+    assert table.loc["ssh", "status"] == "failed"
+    assert table.loc["ssh", "cause"] == (f"parse: the machine facts its trainer reported are malformed (environment: "
+                                         f"{cause}): its numbers are not kept")
+    assert table.loc["local", "status"] == "ok" and table.loc["local", "samples_per_sec"] > 0
+    assert stored["repeats"] == 2 and list(stored["fingerprints"]) == ["local"]
+    history = store.history(url, "cpu1-bs32")
+    assert sorted(history["status"]) == ["failed", "ok"]

@@ -68,6 +68,7 @@ from mxbench.launchers.ssh.transfer import (
 )
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
+from mxbench.results import answers
 from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import LaunchInterrupted, run_plan
@@ -128,16 +129,24 @@ class SshLauncher:
         """How every mxbench_train command on ``host`` runs isolated (isolation_flag of its version)."""
         key = (host.conn_id, host.python)  # a build's interpreter may be another Python
         if key not in self._isolation:
-            version = self._probe(host, version_command(host), "asking the training interpreter its version")
+            version = self._probe(host, version_command(host), "asking the training interpreter its version",
+                                  schema=answers.VERSION)
             self._isolation[key] = isolation_flag(version)
         return self._isolation[key]
 
-    def _probe(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S) -> dict:
+    def _probe(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S,
+               schema: Optional[dict] = None):
+        """The JSON answer on the last line ``command`` prints on ``host``, checked against ``schema``
+        (``results.answers``): an error naming the host and what is wrong with it."""
         out = self._run(host, command, what, timeout)
         try:
-            return json.loads(out.strip().splitlines()[-1])
+            answer = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise MxbenchError(f"{host}: {what} printed no result: {out[-300:]!r}") from None
+        wrong = answers.problem(schema, answer) if schema else None
+        if wrong:
+            raise MxbenchError(f"{host}: {what} answered malformed: {wrong}")
+        return answer
 
     def _on_each(self, hosts, step) -> dict:
         """``step(host)`` on every host at once ({conn_id: result}); the first host's error wins."""
@@ -152,7 +161,7 @@ class SshLauncher:
 
         try:
             probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h, isolation=self._flag(h)),
-                                                                     "probing the training env"))
+                                                                     "probing the training env", schema=answers.PROBE))
         finally:
             self.close()
         here = [h.conn_id for h in self.hosts if probes[h.conn_id].get("machine") == machine_id()]
@@ -281,7 +290,7 @@ class SshLauncher:
         venv_build = build if build is not None and not host.python_for(build) else None
         what = "preparing the run folder" + (f" and finding the venv of {build} (expand_variants makes it: clear "
                                              "that task to make it again)" if venv_build else "")
-        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what)
+        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what, schema=answers.WORK_FOLDER)
         remote[host.conn_id] = folders["run_dir"]
         if venv_build:
             python = self._venv_python(host, folders.get("build"), what)
@@ -291,7 +300,7 @@ class SshLauncher:
             python = host.python_for(build) if build else host.python
         builder = replace(host, python=python)
         probe = self._probe(builder, probe_command(builder, host.address, self._flag(builder)),
-                            "probing the training env")
+                            "probing the training env", schema=answers.PROBE_WITH_PORT)
         return {**folders, "build_python": python, "probe": probe}
 
     def _stage_data(self, hosts, data_dir: Path):
@@ -310,7 +319,8 @@ class SshLauncher:
                 elif stage(sftp, remote_data_dir(host, data_dir), data_dir, want):
                     copied.append(host.conn_id)
         if hosts[0].data_dir:  # one shared folder: its content checked once, on the first host
-            sums = self._probe(hosts[0], sha256_command(hosts[0], hosts[0].data_dir), "checksumming the shared data")
+            sums = self._probe(hosts[0], sha256_command(hosts[0], hosts[0].data_dir), "checksumming the shared data",
+                               schema=answers.CHECKSUMS)
             wrong = [name for name in want if sums.get(name) != want[name]["sha256"]]
             if wrong:
                 raise MxbenchError(f"{hosts[0]}: the shared data folder {hosts[0].data_dir} (mxbench_data_dir) holds "
