@@ -105,59 +105,17 @@ set +e
 "$py" - "$lib" "$cc" "$wheel" "$listing" <<'PY'
 """Which archs libmxnet.so has kernels for, and whether one runs on this GPU; exit 3 when none does.
 
-Without a cuobjdump listing this reads the ELF's .nv_fatbin section: a run of fatbinaries, each a 16-byte header
-(magic 0xBA55ED50, u16 version, u16 header size, u64 size of its entries) then entries of u16 kind (1 PTX, 2 and
-0x10 cubin), u16, u32 header size, u64 payload size, ..., u32 arch at byte 28 (e.g. 86 for sm_86). That is the
-layout docker/README.md's table was cross-checked with; cuobjdump, where present, is the reference.
+Without a cuobjdump listing this reads the ELF's .nv_fatbin section with mxbench_train.elf (stdlib only, imported
+from tasks/ so that any venv can run it): the reading docker/README.md's table was cross-checked with; cuobjdump,
+where present, is the reference.
 """
 import re
-import struct
 import sys
 
-FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
-PTX, CUBINS = 1, (2, 0x10)
+sys.path.insert(0, "tasks")
+from mxbench_train.elf import ElfError, fatbin_archs, names, section  # noqa: E402
+
 STOCK_WHEEL_MAJORS = range(5, 9)  # the stock mxnet-cu* wheels carry cubins sm_50-sm_86 (docker/README.md)
-
-
-def nv_fatbin(path):
-    """The bytes of the ELF's .nv_fatbin section; b"" when it has none (a CPU build)."""
-    with open(path, "rb") as f:
-        ident = f.read(64)
-        if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
-            sys.exit(f"gpu_check: {path} is not a 64-bit little-endian ELF library")
-        (table_at,) = struct.unpack_from("<Q", ident, 0x28)
-        entry_size, count, names_index = struct.unpack_from("<HHH", ident, 0x3A)
-        f.seek(table_at)
-        table = f.read(entry_size * count)
-        # each section header: name, type, flags, address, offset, size, ...
-        sections = [struct.unpack_from("<IIQQQQ", table, i * entry_size) for i in range(count)]
-        f.seek(sections[names_index][4])
-        names = f.read(sections[names_index][5])
-        for name, _, _, _, offset, size in sections:
-            if names[name:names.index(b"\0", name)] == b".nv_fatbin":
-                f.seek(offset)
-                return f.read(size)
-    return b""
-
-
-def fatbin_archs(section):
-    """(cubin archs, PTX archs, fatbinaries) of a .nv_fatbin section."""
-    cubins, ptx, fatbins, at = set(), set(), 0, 0
-    while (at := section.find(FATBIN_MAGIC, at)) >= 0:  # fatbinaries may be padded apart
-        header_size, entries_size = struct.unpack_from("<HQ", section, at + 6)
-        entry, end = at + header_size, min(at + header_size + entries_size, len(section))
-        while entry + 32 <= end:
-            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", section, entry)
-            (arch,) = struct.unpack_from("<I", section, entry + 28)
-            if kind == PTX:
-                ptx.add(arch)
-            elif kind in CUBINS:
-                cubins.add(arch)
-            if entry_header == 0:
-                break  # not a fatbinary after all: stop rather than loop
-            entry += entry_header + payload
-        fatbins, at = fatbins + 1, end
-    return cubins, ptx, fatbins
 
 
 lib, cc, wheel, listing = sys.argv[1:5]
@@ -169,13 +127,12 @@ if listing:
     ptx = {int(a) for a in re.findall(r"^PTX file\s+\d+:\s+\S*?\.sm_(\d+)\w*\.ptx", text, re.M)}
     how = "cuobjdump --list-elf --list-ptx"
 else:
-    section = nv_fatbin(lib)
-    cubins, ptx, fatbins = fatbin_archs(section)
-    how = f"its .nv_fatbin section, {fatbins} fatbinaries" if section else "its ELF section headers: no .nv_fatbin"
-
-
-def names(archs, prefix="sm_"):
-    return ", ".join(f"{prefix}{a}" for a in sorted(archs)) or "none"
+    try:
+        fatbin = section(lib, ".nv_fatbin")
+    except ElfError as exc:
+        sys.exit(f"gpu_check: {exc}")
+    cubins, ptx, fatbins = fatbin_archs(fatbin)
+    how = f"its .nv_fatbin section, {fatbins} fatbinaries" if fatbin else "its ELF section headers: no .nv_fatbin"
 
 
 print(f"libmxnet.so (read from {how}): SASS {names(cubins)}; PTX {names(ptx, 'compute_')}")

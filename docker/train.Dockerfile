@@ -26,9 +26,10 @@ LABEL org.opencontainers.image.title="mxbench-train" \
 
 ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 \
     UV_PYTHON_INSTALL_DIR=/opt/python UV_PYTHON_PREFERENCE=only-managed UV_NO_CACHE=1
-# libgomp1: MXNet's OpenMP runtime.
+# What the wheel's libmxnet.so and the libgfortran.so.3 it bundles link beyond the base image:
+# libgomp1 (OpenMP), libquadmath0 (tests/orchestration/test_docker_images.py reads the wheel's ELF).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates libgomp1 \
+ && apt-get install -y --no-install-recommends ca-certificates libgomp1 libquadmath0 \
  && rm -rf /var/lib/apt/lists/*
 
 # A standalone CPython under /opt/python (readable by every user) and the venv /opt/train on top of it.
@@ -46,9 +47,15 @@ RUN test "$(grep -c '^mxnet==' /tmp/requirements-train.txt)" = 1 \
  && rm /tmp/requirements-train.txt /tmp/requirements-gpu.txt
 
 # The trainer, installed (not editable): the source copy is removed.
+# Then the image checks itself: mxnet imports with CUDA, cuDNN, NCCL and the dist kvstore, and the
+# GPU archs of its kernels are listed (the build log says which GPUs this image runs on).
+# libcuda.so.1 comes from the host's driver when a pod starts; for this check the base image's CUDA
+# forward-compatibility copy (/usr/local/cuda/compat) stands in: it loads, nothing runs on a GPU.
 COPY tasks /tmp/tasks
 RUN /opt/train/bin/pip install --no-cache-dir --no-deps /tmp/tasks \
- && rm -rf /tmp/tasks
+ && rm -rf /tmp/tasks \
+ && LD_LIBRARY_PATH=/usr/local/cuda/compat python -m mxbench_train mxnet-check \
+      --features CUDA,CUDNN,NCCL,DIST_KVSTORE,OPENCV,OPENMP
 
 # Roles need no root. A numeric USER lets Kubernetes' runAsNonRoot verify it.
 # /dev/shm (MXNet's shared memory) comes from the pod spec (an emptyDir), not the image.

@@ -4,7 +4,9 @@
 #   .venv/airflow  Airflow 3 + providers + pandas 3: orchestration and analysis, never imports mxnet
 # and, as root on Debian, openssh-server (the demo's and the tests' loopback ssh hosts) and the
 # runtimes MXNet links (libgomp1, libquadmath0) where missing.
-# A venv is rebuilt only when its requirements file changes.
+# A venv is rebuilt only when its requirements file (or one it includes with -r) changes.
+# .venv/airflow gets requirements-dev.txt: the runtime pins of requirements.txt (what the Airflow
+# image installs) plus the tests' and linters' tools.
 #   scripts/setup.sh           what the demo uses
 #   scripts/setup.sh --tests   also what only the tests use (scripts/test.sh): postgresql, chromium
 #                              and chromium-driver, redis-server, and .venv/s3
@@ -64,7 +66,8 @@ fi
 make_venv() {  # name requirements-file extra-pip-args...
   local venv=".venv/$1" reqs=$2; shift 2
   local stamp="$venv/.mxbench-stamp" want
-  want=$(cat "$reqs" pyproject.toml tasks/pyproject.toml | sha256sum | cut -d' ' -f1)
+  # the files it includes with -r count too (paths relative to the repository root, where they all are)
+  want=$(cat "$reqs" $(sed -n 's/^-r[[:space:]]*//p' "$reqs") pyproject.toml tasks/pyproject.toml | sha256sum | cut -d' ' -f1)
   if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
   echo "mxbench: creating $venv from $reqs" >&2
   rm -rf "$venv"
@@ -79,7 +82,7 @@ make_venv() {  # name requirements-file extra-pip-args...
 }
 
 make_venv train requirements-train.txt -e tasks/
-make_venv airflow requirements.txt -e tasks/ -e .
+make_venv airflow requirements-dev.txt -e tasks/ -e .
 [[ -n $for_tests ]] || exit 0
 
 # What follows only the tests use.

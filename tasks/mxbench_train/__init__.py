@@ -5,5 +5,5 @@ than the standard library. The orchestration environment (Airflow, no mxnet, no 
 needed) imports these stdlib-only modules, so they must stay that way:
 ``errors``, ``events``, ``roles``, ``plan_runner``, ``localhost``, ``telemetry``,
 ``role_log``, ``pod_outputs``, ``host_build`` (with ``host_workdir`` and ``host_folders``) and ``data_sources``.
-``download``, ``probe``, ``supervise`` and ``recordio_check`` are stdlib-only too.
+``download``, ``probe``, ``supervise``, ``recordio_check`` and ``elf`` are stdlib-only too.
 """

@@ -1,5 +1,5 @@
 """``python -m mxbench_train {train,serve,launch,supervise,pod-role,reap,probe,quiet-probe,prepare-cifar10,
-synthetic-cifar10}``.
+synthetic-cifar10,mxnet-check}``.
 
 Bad input ends with one line, ``error: <input>: <cause>``, and a non-zero exit.
 """
@@ -200,6 +200,37 @@ def cmd_synthetic(argv):
     return 0
 
 
+def cmd_mxnet_check(argv):
+    """What the images' builds run: mxnet imports, has the named features, and its libmxnet.so the
+    named GPU archs; prints the version, the features and the archs."""
+    parser = argparse.ArgumentParser(prog="python -m mxbench_train mxnet-check",
+                                     description="import mxnet; list its features and GPU archs; fail on one missing")
+    parser.add_argument("--features", default="", help="comma-separated mxnet.runtime features that must be on "
+                                                        "(e.g. CUDA,CUDNN,NCCL,DIST_KVSTORE,OPENCV,OPENMP)")
+    parser.add_argument("--archs", default="", help='GPU archs that must have kernels, as MXNET_CUDA_ARCH ("8.0;9.0")')
+    args = parser.parse_args(argv)
+    import mxnet
+    from mxnet.runtime import Features
+
+    from .elf import ElfError, fatbin_archs, installed_libmxnet, names, required_archs, section
+
+    features = Features()
+    enabled = [name for name in features if features.is_enabled(name)]
+    lib = installed_libmxnet()
+    cubins, ptx, _ = fatbin_archs(section(lib, ".nv_fatbin"))
+    print(f"mxnet {mxnet.__version__} ({lib}): features {' '.join(enabled)}; "
+          f"GPU kernels SASS {names(cubins)}, PTX {names(ptx, 'compute_')}")
+    try:
+        want_cubins, want_ptx = required_archs(args.archs)
+    except ElfError as exc:
+        raise MxbenchError(f"mxnet-check --archs: {exc}") from None
+    missing = [name for name in filter(None, args.features.split(",")) if name not in enabled]
+    missing += [f"sm_{a}" for a in sorted(want_cubins - cubins)] + [f"compute_{a}" for a in sorted(want_ptx - ptx)]
+    if missing:
+        raise MxbenchError(f"mxnet-check: mxnet {mxnet.__version__} at {lib} lacks {', '.join(missing)}")
+    return 0
+
+
 def cmd_train(argv):
     from .train import main
 
@@ -218,7 +249,8 @@ def cmd_serve(_argv):
 
 COMMANDS = {"train": cmd_train, "serve": cmd_serve, "launch": cmd_launch,
             "supervise": cmd_supervise, "pod-role": cmd_pod_role, "reap": cmd_reap, "probe": cmd_probe,
-            "quiet-probe": cmd_quiet_probe, "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic}
+            "quiet-probe": cmd_quiet_probe, "prepare-cifar10": cmd_prepare, "synthetic-cifar10": cmd_synthetic,
+            "mxnet-check": cmd_mxnet_check}
 
 
 def main(argv=None):

@@ -1,12 +1,14 @@
 """docs/deploy.md and docs/helm/: the Helm deployment on paper, checked where it can be without a
 cluster. The values files validate against the official Airflow chart's schema (an excerpt, see
-tests/fixtures/helm/README.md) with Kubernetes' own definitions, the manifests against Kubernetes'
-schema (kubernetes_validate, strict); and the pieces agree with each other and with the code: the
-kubernetes connection parses with mxbench's own parser, its data volume is mounted where it says,
-the RBAC grants every API call the launcher makes and binds the workers' account, the bucket
-policy covers the artifact store's prefix, connections come from Secrets only, and every setting
-the code reads is in docs/deploy.md. What is not checked: that the chart renders them (no helm
-here) and that a real cluster accepts them."""
+tests/fixtures/helm/README.md) with Kubernetes' own definitions, and use none of chart 1.22.0's
+deprecated keys; the manifests validate against Kubernetes' schema (kubernetes_validate, strict);
+and the pieces agree with each other and with the code: the kubernetes connection parses with
+mxbench's own parser, its data volume is mounted where it says, the RBAC grants every API call the
+launcher makes and binds the workers' account (the chart's own pod-launcher Role, which grants
+pods/exec, is off), every Secret key the values reference is one step 3 creates or is optional,
+image tags are per build, the bucket policy covers the artifact store's prefix, connections come
+from Secrets only, and every setting the code reads is in docs/deploy.md. What is not checked: that
+the chart renders them (no helm here) and that a real cluster accepts them."""
 import copy
 import json
 import re
@@ -25,8 +27,15 @@ HELM = REPO / "docs" / "helm"
 DOC = REPO / "docs" / "deploy.md"
 CHART_SCHEMA = REPO / "tests" / "fixtures" / "helm" / "airflow-chart-values.schema.excerpt.json"
 K8S_VERSION = "1.34.0"  # as tests/orchestration/launchers/test_kubernetes_pods.py
+CHART_VERSION = "1.22.0"  # the chart release the docs pin (helm ... --version)
 VALUES = sorted(HELM.glob("values-*.yaml"))
 MANIFESTS = sorted(set(HELM.glob("*.yaml")) - set(VALUES))
+# the KubernetesExecutor's scheduler Role: applied only with values-kubernetes-executor.yaml
+EXECUTOR_RBAC = HELM / "kubernetes-executor-rbac.yaml"
+SECRET = "mxbench-connections"
+# keys chart 1.22.0 deprecates (it warns on install): Celery worker settings moved to workers.celery.*
+DEPRECATED_KEYS = [("workers", "replicas"), ("workers", "persistence"), ("workers", "hpa"), ("workers", "keda"),
+                   ("workers", "volumeClaimTemplates"), ("workers", "schedulerName")]
 # an environment variable the code sets for its own subprocess, not a setting
 INTERNAL_SETTINGS = {"MXBENCH_SOURCE"}
 # each Kubernetes API call the launcher may make (method of CoreV1Api) -> the (resource, verb) it needs
@@ -56,8 +65,9 @@ def values(path):
     return doc
 
 
-def manifests():
-    return [doc for path in MANIFESTS for doc in load_yaml(path)]
+def manifests(paths=None):
+    """The documents of the manifests; by default those every deployment applies (not the executor's RBAC)."""
+    return [doc for path in (paths or [p for p in MANIFESTS if p != EXECUTOR_RBAC]) for doc in load_yaml(path)]
 
 
 def one(kind, docs=None):
@@ -99,7 +109,7 @@ def errors(validator, vals):
 def test_the_files_are_there():
     names = {p.name for p in HELM.iterdir()}
     assert {"values-celery.yaml", "values-kubernetes-executor.yaml", "pod-launcher-rbac.yaml", "bucket-policy.json",
-            "mxbench-data-pvc.yaml", "mxbench_kubernetes.json"} <= names, names
+            "mxbench-data-pvc.yaml", "mxbench_kubernetes.json", "kubernetes-executor-rbac.yaml"} <= names, names
 
 
 @pytest.mark.parametrize("path", sorted(HELM.glob("*.yaml")), ids=lambda p: p.name)
@@ -130,7 +140,7 @@ def test_the_schema_check_catches_mistakes(validator):
     assert any(e.startswith("env.1.value") for e in errors(validator, bad_env))
 
 
-@pytest.mark.parametrize("doc", manifests(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+@pytest.mark.parametrize("doc", manifests(MANIFESTS), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
 def test_manifests_are_valid_kubernetes(doc):
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises on any unknown or mistyped field
 
@@ -204,7 +214,8 @@ def test_settings_come_from_env_and_connections_from_secrets_only():
     for path in VALUES:
         vals = values(path)
         env = env_of(vals)
-        secrets = {s["envName"]: s for s in vals["secret"]}
+        secrets = {s["envName"] for s in vals["secret"]} | {e["name"] for e in vals["workers"].get("env", [])
+                                                           if "secretKeyRef" in e.get("valueFrom", {})}
         url = re.fullmatch(r"s3://(\w+)@([a-z0-9.-]+)/(\S+)", env["MXBENCH_ARTIFACTS"])
         assert url, env["MXBENCH_ARTIFACTS"]
         artifacts_conn = url.group(1)
@@ -269,3 +280,147 @@ def test_the_doc_names_every_setting_connection_and_file():
     assert not [p.name for p in HELM.iterdir() if f"docs/helm/{p.name}" not in doc]
     named = set(re.findall(r"docs/helm/([\w.-]+)", doc))
     assert not [n for n in named if not (HELM / n).exists()], "docs/deploy.md names files that are not there"
+
+
+# --- what would break a first install ------------------------------------------------------
+
+def secret_key_refs(vals):
+    """(env var, Secret, key, optional) of every Secret key the values reference: the chart's
+    `secret:` list (which cannot mark a key optional) and any valueFrom.secretKeyRef below."""
+    refs = [(s["envName"], s["secretName"], s.get("secretKey", "value"), False) for s in vals.get("secret", [])]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("valueFrom"), dict) and "secretKeyRef" in node["valueFrom"]:
+                ref = node["valueFrom"]["secretKeyRef"]
+                refs.append((node["name"], ref["name"], ref["key"], ref.get("optional", False)))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk({k: v for k, v in vals.items() if k != "secret"})
+    return refs
+
+
+def documented_secret_keys(doc, secret):
+    """(always created, created only when their file was written) keys of the doc's
+    `kubectl create secret generic <secret> ...` command, continuation lines joined."""
+    text = doc.replace("\\\n", " ")
+    commands = [line for line in text.splitlines() if re.search(rf"create secret generic {secret}\b", line)]
+    assert len(commands) == 1, f"docs/deploy.md: expected one command creating Secret {secret}, found {commands}"
+    command = commands[0]
+    loop = re.search(r"\$\(for (\w+) in ([\w ]+); do (.*?); done\)", command)
+    optional = set(loop.group(2).split()) if loop else set()
+    if loop:
+        # the loop adds --from-file for each key whose file exists, and only then
+        assert re.search(rf'\[ -f "\${loop.group(1)}" \].*--from-file=\${loop.group(1)}', loop.group(3)), loop.group(0)
+        command = command.replace(loop.group(0), "")
+    return set(re.findall(r"--from-file=(\w+)", command)), optional
+
+
+@pytest.mark.parametrize("path", VALUES, ids=lambda p: p.name)
+def test_every_secret_key_the_values_reference_is_created_or_optional(path):
+    """A referenced key the Secret lacks stops the migration job and every pod
+    (CreateContainerConfigError) unless the reference is optional: a team with one SSH host, none,
+    or no Kubernetes runs writes only the files it has (step 3), and the install still comes up."""
+    always, when_written = documented_secret_keys(DOC.read_text(), SECRET)
+    refs = [r for r in secret_key_refs(values(path)) if r[1] == SECRET]
+    assert refs, "the scan finds the values' references"
+    for env, _, key, optional in refs:
+        if optional:
+            assert key in always | when_written, f"{path.name}: {env} reads {key}, which step 3 never creates"
+        else:
+            assert key in always, (f"{path.name}: {env} requires key {key}, which step 3 creates only sometimes or "
+                                   "never: make it optional (workers.env, secretKeyRef.optional) or always create it")
+    # the launchers' connections are the optional ones: a team may have no SSH hosts or no cluster for role pods
+    optional_envs = {env for env, _, _, optional in refs if optional}
+    launchers = {f"AIRFLOW_CONN_{c.upper()}" for c in (*DEFAULT_SSH_CONNECTIONS, DEFAULT_KUBERNETES_CONNECTION)}
+    assert launchers <= optional_envs, f"{path.name}: required launcher connections {sorted(launchers - optional_envs)}"
+
+
+def test_the_secret_check_catches_a_required_key_that_may_be_missing():
+    vals = values(HELM / "values-celery.yaml")
+    required_ssh = copy.deepcopy(vals)
+    required_ssh["secret"].append({"envName": "AIRFLOW_CONN_MXBENCH_SSH_2", "secretName": SECRET,
+                                   "secretKey": "mxbench_ssh_2"})
+    always, _ = documented_secret_keys(DOC.read_text(), SECRET)
+    missing = [key for _, name, key, optional in secret_key_refs(required_ssh)
+               if name == SECRET and not optional and key not in always]
+    assert missing == ["mxbench_ssh_2"]
+
+
+@pytest.mark.parametrize("path", VALUES, ids=lambda p: p.name)
+def test_values_use_no_key_the_chart_deprecates(path):
+    vals = values(path)
+    used = [".".join(key) for key in DEPRECATED_KEYS if key[1] in vals.get(key[0], {})]
+    assert not used, f"{path.name}: deprecated in chart {CHART_VERSION} (use workers.celery.*): {used}"
+
+
+def test_the_chart_pod_launcher_role_is_off_and_ours_never_execs():
+    """The chart's pod-launcher Role grants pods/exec and binds it to the workers' account: it is
+    off (allowPodLaunching: false) in both values files. Under the KubernetesExecutor the scheduler
+    still launches each task's pod, with the Role of kubernetes-executor-rbac.yaml, bound to the
+    account the values name."""
+    for path in VALUES:
+        assert values(path)["allowPodLaunching"] is False, path.name
+    roles = [doc for doc in manifests(MANIFESTS) if doc["kind"] in ("Role", "ClusterRole")]
+    every_rule = [rule for doc in roles for rule in doc["rules"]]
+    assert not [r for r in every_rule if "pods/exec" in r["resources"] or "*" in r["resources"] + r["verbs"]]
+    docs = manifests([EXECUTOR_RBAC])
+    role, binding = one("Role", docs), one("RoleBinding", docs)
+    assert {("pods", verb) for verb in ("create", "get", "list", "watch", "patch", "delete")} <= granted(role["rules"])
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    executor = values(HELM / "values-kubernetes-executor.yaml")
+    namespace = kubernetes_connection()["extra"]["namespace"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": executor["scheduler"]["serviceAccount"]["name"],
+                                    "namespace": namespace}]
+    assert "scheduler" not in values(HELM / "values-celery.yaml")  # Celery: the scheduler launches no pods
+    doc = DOC.read_text()
+    assert "kubectl apply -f docs/helm/kubernetes-executor-rbac.yaml" in doc
+
+
+def test_image_tags_are_per_build():
+    """The chart pulls IfNotPresent, and so does Kubernetes for a role pod's tagged image: a tag
+    reused for a rebuilt image never reaches a node that has the old one. Each build gets its own
+    tag, <version>-<commit>, or the values name a digest."""
+    for path in VALUES:
+        vals = values(path)
+        if vals.get("defaultAirflowDigest"):
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", vals["defaultAirflowDigest"]), path.name
+            continue
+        assert re.fullmatch(rf"{re.escape(vals['airflowVersion'])}-[0-9a-f]{{7,40}}", vals["defaultAirflowTag"]), \
+            f"{path.name}: defaultAirflowTag {vals['defaultAirflowTag']!r} is not <airflowVersion>-<commit>"
+        assert vals.get("images", {}).get("airflow", {}).get("pullPolicy", "IfNotPresent") == "IfNotPresent"
+    image = kubernetes_connection()["extra"]["mxbench_pod"]["image"]
+    assert re.search(r"(:[\w.-]+-[0-9a-f]{7,40}|@sha256:[0-9a-f]{64})$", image), f"mxbench_kubernetes image {image}"
+    readme = (REPO / "docker" / "README.md").read_text()
+    assert "git rev-parse --short HEAD" in readme
+
+
+def helm_commands(doc):
+    text = doc.replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if re.match(r"\s*helm (upgrade|install|template|lint)\b", line)]
+
+
+def test_the_doc_pins_the_chart_version_it_was_checked_against():
+    doc = DOC.read_text()
+    commands = helm_commands(doc)
+    assert commands, "docs/deploy.md has no helm install"
+    for command in commands:
+        assert f"--version {CHART_VERSION}" in command, command
+    assert "helm repo add apache-airflow https://airflow.apache.org" in doc
+
+
+def test_the_doc_says_how_the_first_login_works():
+    """The chart's default auth makes an admin user, password admin: the doc says so, and how to change it."""
+    doc = DOC.read_text()
+    assert re.search(r"`admin`.*password `admin`", doc), "docs/deploy.md: the chart's first login, admin/admin"
+    assert "airflow users reset-password" in doc
+
+
+def test_the_doc_covers_teams_with_one_ssh_host_none_or_only_kubernetes():
+    doc = DOC.read_text()
+    for case in ("one SSH host", "no SSH host", "only Kubernetes"):
+        assert case in doc, f"docs/deploy.md does not cover a team with {case}"
+    assert '"ssh_connections": ["mxbench_ssh_1"]' in doc  # the param's default names two hosts
