@@ -80,7 +80,9 @@ LABEL org.opencontainers.image.title="mxbench-train" \
       org.mxbench.mxnet.cuda_archs="${MXNET_CUDA_ARCH}"
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 \
+# MXBENCH_MXNET_COMMIT: the trainer reports it (a source build's version names no commit); a run of a
+# commit's build is kept only when its trainer names that commit
+ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 MXBENCH_MXNET_COMMIT=${MXNET_COMMIT} \
     UV_PYTHON_INSTALL_DIR=/opt/python UV_PYTHON_PREFERENCE=only-managed UV_NO_CACHE=1
 # The run-time halves of the build stage's -dev packages (Ubuntu 20.04 names); the ldd check
 # below fails the build if libmxnet.so needs one more.

@@ -153,5 +153,10 @@ def environment(mxnet_module=None):
 
         features = Features()
         env["mxnet_version"] = mxnet_module.__version__
+        # a source build reports its release (1.9.1): the commit it was built from is the image's word
+        # (docker/train-source.Dockerfile sets it), which the run's post-run check compares with the build asked
+        commit = os.environ.get("MXBENCH_MXNET_COMMIT")
+        if commit:
+            env["mxnet_commit"] = commit[:40]
         env["mxnet_features"] = sorted(name for name in features if features.is_enabled(name))
     return env

@@ -1,7 +1,7 @@
 """Which MXNet build a run trains with, and which one it did: the build a run must use
 (``build_of``) and its venv on this worker (``build_here``); the version its trainers reported
-(``reported_version``, ``ran_with``) and whether that is the release asked for
-(``same_release``). ``stages.run.run_one`` records them in the run's ``meta.json``. No Airflow here,
+(``reported_version``, ``reported_commit``, ``ran_with``) and whether that is the build asked
+for (``same_release``). ``stages.run.run_one`` records them in the run's ``meta.json``. No Airflow here,
 and no pandas: the run task imports this for every run."""
 import re
 from pathlib import Path
@@ -48,19 +48,30 @@ def build_here(run: dict, dag_dir: Path) -> dict:
 def reported_version(run_dir: Path) -> Optional[str]:
     """The MXNet version the run's trainers imported (their run_start events), whatever was
     asked for: one version, or each one they reported, joined, where hosts ran different ones."""
-    versions = []
+    return _reported(run_dir, "mxnet_version", 20)  # a host's word: the store keeps 50 characters
+
+
+def reported_commit(run_dir: Path) -> Optional[str]:
+    """The MXNet commit the run's trainers named (``mxnet_commit``: a source build's image says
+    it, ``docker/train-source.Dockerfile``), joined where they named different ones; None where
+    none named one."""
+    return _reported(run_dir, "mxnet_commit", 40)
+
+
+def _reported(run_dir: Path, field: str, keep: int) -> Optional[str]:
+    values = []
     for log in run_logs(run_dir):
-        version = _last_run_version(log)
-        if version:
-            versions.append(version[:20])  # a host's word: the store keeps 50 characters
-    return ", ".join(sorted(set(versions))) or None
+        value = _last_run_value(log, field)
+        if value:
+            values.append(value[:keep])
+    return ", ".join(sorted(set(values))) or None
 
 
-def _last_run_version(log: Path) -> Optional[str]:
-    """The version in the first run_start event that carries one, of the log's last run: as
-    ``parse.parse_log`` reads it, a run_start of a rank the run has seen begins a new run (a
+def _last_run_value(log: Path, field: str) -> Optional[str]:
+    """The environment's ``field`` in the first run_start event that carries one, of the log's last
+    run: as ``parse.parse_log`` reads it, a run_start of a rank the run has seen begins a new run (a
     restarted trainer appends to its log). Only the events are read, without building tables."""
-    version, ranks, continues = None, set(), False
+    value, ranks, continues = None, set(), False
     with open(log, errors="replace") as f:
         for piece in iter(lambda: f.readline(MAX_LINE), ""):
             rest_of_line, continues = continues, not piece.endswith("\n")
@@ -70,12 +81,13 @@ def _last_run_version(log: Path) -> Optional[str]:
             if event is None or event.get("event") != "run_start":
                 continue
             if event.get("rank") in ranks:
-                version, ranks = None, set()
+                value, ranks = None, set()
             ranks.add(event.get("rank"))
-            reported = (event.get("environment") or {}).get("mxnet_version")
-            if version is None and reported:
-                version = str(reported)
-    return version
+            environment = event.get("environment")
+            reported = environment.get(field) if isinstance(environment, dict) else None
+            if value is None and reported:
+                value = str(reported)
+    return value
 
 
 def ran_with(run_dir: Path, plan) -> dict:
@@ -87,11 +99,20 @@ def ran_with(run_dir: Path, plan) -> dict:
             "python": None if image or worker is None else worker.argv[0]}
 
 
-def same_release(asked: str, reported: Optional[str], commit: Optional[str] = None) -> bool:
+def commit_in_version(version: str) -> Optional[str]:
+    """The commit a version names in its local part (``1.9.1+g0123abcd``), else None."""
+    named = _COMMIT_IN_VERSION.search(version.lower())
+    return named["commit"] if named else None
+
+
+def same_release(asked: str, reported: Optional[str], commit: Optional[str] = None,
+                 reported_commit: Optional[str] = None, commit_required: bool = True) -> bool:
     """Whether the trainer's MXNet is the build asked for: the same release numbers (1.7.0.post2,
-    a rebuilt wheel, reports itself as 1.7.0). For a build of a ``commit``, a reported version that
-    names a commit (``1.9.1+g<sha>``, cut to 20 characters) must name that one: another commit's
-    build of the same release is another MXNet."""
+    a rebuilt wheel, reports itself as 1.7.0). For a build of a ``commit``, the trainer must name
+    that commit, in its version (``1.9.1+g<sha>``, cut to 20 characters) or as ``reported_commit``
+    (a source build's image): another commit's build of the same release, or a release that names
+    none (1.9.1 for 1.9.1+g<sha>), is another MXNet. ``commit_required=False`` accepts one that
+    names none: the launcher installed the commit's wheel itself, checked against its sha256."""
     from packaging.version import InvalidVersion, Version
 
     if not reported:
@@ -100,8 +121,10 @@ def same_release(asked: str, reported: Optional[str], commit: Optional[str] = No
         same = Version(asked).release == Version(reported).release
     except InvalidVersion:
         same = asked == reported
-    named = _COMMIT_IN_VERSION.search(reported.lower())
-    if same and commit and named:
-        return commit.startswith(named["commit"]) or named["commit"].startswith(commit)
-    return same
-
+    if not same or not commit:
+        return same
+    named = [c.strip().lower() for c in (reported_commit or "").split(",") if c.strip()]
+    named += [commit_in_version(reported)] if commit_in_version(reported) else []
+    if not named:
+        return not commit_required
+    return all(commit.startswith(c) or c.startswith(commit) for c in named)

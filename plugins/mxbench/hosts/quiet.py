@@ -12,13 +12,15 @@ fails the run: the run's ``meta.json`` keeps ``quiet``: how long it waited, whet
 quiet, the last reading of each host and why it stopped; the runs table has ``quiet_wait_s``.
 
 Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's), a
-launcher with no way to look, a bound of 0. Each host is judged with its own kind of machine's
+launcher with no way to look, a bound of 0, a host whose reading is malformed (``answers.QUIET_READING``:
+the record names the host and the field). Each host is judged with its own kind of machine's
 thresholds (the probe reports the machine's facts; ``interference.thresholds_for`` finds them in
 the DAG run's table, the hardware's A/A calibrations' level or the defaults).
 """
 import time
 from typing import Callable, Dict, List, Mapping, Optional
 
+from mxbench.results import answers
 from mxbench.results.interference import DEFAULTS, Thresholds, thresholds_for
 from mxbench_train.errors import MxbenchError
 
@@ -49,11 +51,15 @@ Probe = Callable[[float], Dict[str, dict]]  # seconds -> {host: reading}
 
 
 def _readings(found) -> Dict[str, dict]:
-    """A probe's {host: reading}, each reading a dict: what a host sends back is not trusted."""
+    """A probe's {host: reading}, each reading checked (``answers.QUIET_READING``): what a host
+    sends back is not trusted. A malformed one says why (``malformed``), and nothing else of it is kept."""
     if not isinstance(found, dict):
         raise MxbenchError(f"the hosts' readings are not a JSON object but {type(found).__name__}")
-    return {str(host): r if isinstance(r, dict) else {"unreadable": [f"its reading is {type(r).__name__}"]}
-            for host, r in found.items()}
+    checked = {}
+    for host, reading in found.items():
+        wrong = answers.problem(answers.QUIET_READING, reading)
+        checked[str(host)] = {"malformed": wrong} if wrong else reading
+    return checked
 
 
 def wait_quiet(probe: Probe, bound_s: float, table: Optional[Mapping] = None, sample_s: float = SAMPLE_S,
@@ -79,6 +85,11 @@ def wait_quiet(probe: Probe, bound_s: float, table: Optional[Mapping] = None, sa
             record = not_checked(str(exc) if isinstance(exc, MxbenchError) else f"{type(exc).__name__}: {exc}",
                                  bound_s)
             return {**record, "waited_s": round(clock() - started, 3), "samples": samples, "readings": readings}
+        malformed = {host: r["malformed"] for host, r in readings.items() if r.get("malformed")}
+        if malformed:  # that host's check fails, saying why; the run goes on
+            why = "; ".join(f"{host}: its reading is malformed ({wrong})" for host, wrong in sorted(malformed.items()))
+            return {**not_checked(why, bound_s), "waited_s": round(clock() - started, 3), "samples": samples + 1,
+                    "readings": readings}
         samples += 1
         thresholds = {host: thresholds_for(table, r.get("machine"), launcher) for host, r in readings.items()}
         busy = {host: reasons for host, r in readings.items() if (reasons := noisy(r, thresholds[host]))}

@@ -143,9 +143,14 @@ def host_readings(events: Iterable[dict]) -> List[dict]:
 
 
 def run_machine(events: Iterable[dict]) -> Optional[dict]:
-    """The machine a run measured on, as its trainer said (the ``run_start`` event's environment)."""
+    """The machine a run measured on, as its trainer said (the ``run_start`` event's environment);
+    None where it said none, or something malformed (``answers.RUN_ENVIRONMENT``)."""
+    from mxbench.results import answers
+
     start = next((e for e in events if e.get("event") == "run_start"), {})
-    return start.get("environment") if isinstance(start.get("environment"), dict) else None
+    environment = start.get("environment")
+    return environment if environment is not None and not answers.problem(answers.RUN_ENVIRONMENT, environment) \
+        else None
 
 
 def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict:

@@ -37,7 +37,7 @@ from mxbench.matrix.variants import (
     stop_budget,
     variant_from_dict,
 )
-from mxbench.results import calibration, convergence, interference
+from mxbench.results import answers, calibration, convergence, interference
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
@@ -98,8 +98,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is, and the DAG run's
     ``run_id``, which the report shows, and ``contention_thresholds``: ``contention``, the table
     every stage judges contended runs with, ``contention_thresholds``). ``build``: the
-    MXNet build a regression run measures ({"package", "version", "spec", "python", "image"}); each
-    run carries it, and its launcher runs it (``builds.record.RunBuild``)."""
+    MXNet build a regression run measures (a ``builds.record.RunBuild`` as a dict); each run carries
+    all of it, its ``commit`` included (a commit's build runs only that commit's image), and its
+    launcher runs it."""
     unavailable = unavailable or {}
     try:
         runs = expand_runs(params, targets, unavailable, refused=refused)
@@ -107,9 +108,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
         stage_failed(dag_dir, "expand", exc)
         raise
     clear_stage_failure(dag_dir, "expand")
-    if build:  # what each run must train with; its launcher runs that or nothing
-        asked = {k: build.get(k) for k in ("package", "version", "spec", "python", "image")}
-        runs = [{**run, "build": asked} for run in runs]
+    run_build = RunBuild.from_dict(build)
+    if run_build:  # what each run must train with, every field of it; its launcher runs that or nothing
+        runs = [{**run, "build": run_build.to_dict()} for run in runs]
     # a dataset URL may carry a user and password: never written down
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
@@ -301,6 +302,12 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
     p2p, notices = role_notices(run_dir)
     write_json(folder.notices, notices)
+    start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
+    environment = start.get("environment")
+    malformed = answers.problem(answers.RUN_ENVIRONMENT, environment) if environment is not None else None
+    if row["status"] == "ok" and malformed:  # a host's word: its numbers go with it
+        row.update(status="failed", cause=f"parse: the machine facts its trainer reported are malformed "
+                                          f"(environment: {malformed}): its numbers are not kept")
     if row["status"] == "ok":
         try:
             metrics = run_metrics(parsed, f"run {run['key']}", images_per_epoch)
@@ -317,8 +324,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                        warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
-            start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            write_json(folder.metrics, {**metrics, "environment": start.get("environment")})
+            write_json(folder.metrics, {**metrics, "environment": environment})
     return row, speed, epochs
 
 

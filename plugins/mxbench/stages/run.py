@@ -12,7 +12,14 @@ from typing import Optional
 
 from mxbench import launchers
 from mxbench.builds import caches
-from mxbench.builds.provenance import build_of, ran_with, reported_version, same_release
+from mxbench.builds.provenance import (
+    build_of,
+    commit_in_version,
+    ran_with,
+    reported_commit,
+    reported_version,
+    same_release,
+)
 from mxbench.builds.record import RunBuild
 from mxbench.hosts import quiet
 from mxbench.matrix.variants import variant_from_dict
@@ -99,12 +106,21 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         meta["command"] = _worker_command(launched.plan)
         meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(run_dir),
                          "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
-        if build and not same_release(build.version, meta["build"]["reported"], build.commit):
+        commit = reported_commit(run_dir)
+        if commit:
+            meta["build"]["commit"] = commit
+        # an image's MXNet is the image's word: a commit's image must name the commit; a venv's is the
+        # commit's wheel, which the launcher installed against its sha256
+        in_image = bool(launched.runtime.get("image"))
+        if build and not same_release(build.version, meta["build"]["reported"], build.commit, commit, in_image):
             where = launched.runtime.get("image") or launched.runtime.get("python")
             asked_commit = f" (commit {build.commit})" if build.commit else ""
+            reported = meta["build"]["reported"]
+            names_none = build.commit and not commit and not (reported and commit_in_version(reported))
+            named = f", commit {commit}" if commit else ", which names no commit" if names_none else ""
             raise MxbenchError(f"it asked for {build}{asked_commit}, but its trainer imported MXNet "
-                               f"{meta['build']['reported'] or '(no version reported)'} ({where}): not kept as "
-                               f"{redact(build.package)}")
+                               f"{reported or '(no version reported)'}{named} ({where}): not kept "
+                               f"as {redact(build.package)}")
         results = launched.results
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],

@@ -58,8 +58,7 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresh
         except NoSpeedLines:
             row["status"] = "failed"
         else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
-            start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
-            row["environment"] = start.get("environment")
+            row["environment"] = interference.run_machine(parsed.events)  # None where malformed
             judged_with = interference.thresholds_for(thresholds, row["environment"], run["launcher"])
             row["contended"] = interference.summarise(parsed.events, judged_with)["contended"]
     return row

@@ -282,10 +282,19 @@ def test_a_rebuilt_wheel_is_the_same_release_another_version_is_not(asked, repor
 
 
 @pytest.mark.parametrize("reported, same", [("1.9.1+g0123abcd", True), ("1.9.1+g0123abcdef0123", True),
-                                            ("1.9.1", True), ("1.9.1+g99999999", False),
+                                            ("1.9.1", False), ("1.9.1+g99999999", False),
                                             ("1.9.1+g99999999.d2026", False), ("1.9.0+g0123abcd", False)])
-def test_a_commit_builds_trainer_that_names_another_commit_is_not_that_build(reported, same):
+def test_a_commit_builds_trainer_that_names_another_commit_or_none_is_not_that_build(reported, same):
     assert build_provenance.same_release("1.9.1+g0123abcd", reported, "0123abcd") is same
+
+
+@pytest.mark.parametrize("named, required, same", [
+    ("0123abcdef", True, True), ("0123abcd, 99999999", True, False), ("99999999", False, False),
+    (None, True, False), (None, False, True)])
+def test_a_source_builds_trainer_names_its_commit_beside_the_release(named, required, same):
+    # a source build reports 1.9.1 and its image's commit; a venv of the commit's hash-checked
+    # wheel (commit_required=False) may name none, never another
+    assert build_provenance.same_release("1.9.1", "1.9.1", "0123abcd", named, commit_required=required) is same
 
 
 def test_a_commit_builds_pod_that_reports_another_commit_fails_its_run(tmp_path):

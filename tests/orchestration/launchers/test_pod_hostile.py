@@ -131,3 +131,66 @@ def test_a_line_that_never_ends_is_streamed_within_the_cap(kube_standin, tmp_pat
     # the line comes in pieces of MAX_LINE_BYTES, each a line of the log
     assert text.startswith(b"hostile pod: forever\nyyyy") and text.endswith(b"yyyy\n")
     assert max(map(len, text.split(b"\n"))) <= MAX_LINE_BYTES
+
+
+# --- a commit's build through expand -> run -> the Kubernetes launcher --------------------------
+
+def image_folder(path: Path, commit=None) -> str:
+    """A folder standing for a training image on the stand-in (its bin/ goes first on the pod's
+    PATH): its python is the training env's; a source build's image names its commit
+    (docker/train-source.Dockerfile sets MXBENCH_MXNET_COMMIT), a release's names none."""
+    from conftest import train_python
+
+    (path / "bin").mkdir(parents=True)
+    named = f"export MXBENCH_MXNET_COMMIT={commit}\n" if commit else ""
+    (path / "bin" / "python").write_text(f"#!/bin/sh\n{named}exec {train_python()} \"$@\"\n")
+    (path / "bin" / "python").chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.slow  # two runs that train for real, as pods on the stand-in
+def test_a_commit_build_through_expand_runs_the_commits_image_or_is_refused(kube_standin, tmp_path):
+    """The regression DAG's path: resolve_build's record of a source-only commit of 1.9.1 goes
+    through expand into each run, and its pods run the commit's image, not release 1.9.1's; an
+    image keyed by the commit whose trainer names no commit (a release's) is not kept."""
+    from mxbench.builds.record import RunBuild
+    from mxbench.run_folder import DagRunFolder, read_json
+    from mxbench.stages import pipeline
+    from mxbench.stages import run as run_stage
+
+    data_root = tmp_path / "data"
+    params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "launchers": ["kubernetes"],
+              "epochs": 1, "synthetic_images": 500}
+    build = RunBuild("mxnet==1.9.1", "1.9.1", image="mxbench-train:src-1234567", commit="1234567").to_dict()
+    commit_image = image_folder(tmp_path / "src-1234567", commit="1234567")
+    release_image = image_folder(tmp_path / "release-1.9.1")
+
+    def run_through_the_stages(images, name):
+        settings = pod_settings("mxbench_kubernetes", {"mxbench_pod": {
+            "image": release_image, "python": "python", "data": {"host_path": str(data_root)},
+            "images": images}}, namespace="mxbench")
+        launcher_for = {"kubernetes": KubernetesLauncher(settings, core_api(kube_standin))}.get
+        dag_dir = tmp_path / name
+        targets, unavailable = pipeline.targets_for(["kubernetes"], launcher_for)
+        refused = pipeline.prepare_builds(["kubernetes"], targets, unavailable, build, launcher_for)
+        assert refused == {} and unavailable == {}
+        (run,) = pipeline.expand(params, dag_dir, targets, unavailable, build, refused=refused)
+        data = pipeline.prepare_data(params, dag_dir, data_root)
+        try:
+            run_stage.run_one(run, dag_dir, data, 600, launcher_for)
+        except run_stage.RunFailed:
+            pass
+        return read_json(DagRunFolder(dag_dir).run(run["key"]).meta), run
+
+    # the connection has the release's image and the commit's: the commit's runs
+    meta, run = run_through_the_stages({"1.9.1": release_image, "mxnet==1.9.1": release_image,
+                                        "1234567": commit_image}, "by-commit")
+    assert meta["build"]["image"] == commit_image, meta["build"]
+    assert meta["status"] == "ok" and meta["build"]["commit"] == "1234567", meta["cause"]
+    assert run["build"]["commit"] == "1234567"  # every field of the build travels with the run
+    # an image keyed by the commit whose trainer names no commit: a release's MXNet, not kept
+    meta, run = run_through_the_stages({"1.9.1": release_image, "1234567": release_image}, "by-release")
+    assert meta["status"] == "failed"
+    assert meta["cause"] == (f"it asked for MXNet build mxnet==1.9.1 (commit 1234567), but its trainer imported "
+                             f"MXNet 1.9.1, which names no commit ({release_image}): not kept as mxnet==1.9.1")
+    assert pods_left(kube_standin) == []

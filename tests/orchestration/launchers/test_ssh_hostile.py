@@ -15,6 +15,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pandas as pd
 import paramiko
 import pytest
 
@@ -697,3 +698,183 @@ def test_keep_failed_runs_is_read_from_the_connection():
     assert host_settings("c", "127.0.0.1", {"mxbench_keep_failed_runs": "true"}).keep_failed_runs is True
     with pytest.raises(MxbenchError, match="mxbench_keep_failed_runs must be true or false"):
         host_settings("c", "127.0.0.1", {"mxbench_keep_failed_runs": "sometimes"})
+
+
+# --- a host whose answers have no end --------------------------------------------------------------
+
+HOSTILE_HOST = Path(__file__).parents[2] / "fixtures" / "bin" / "python-hostile-host"
+ANSWER_BOUND = 512 << 10
+
+
+def hostile_python(tmp_path, mode, command, answer=None):
+    """An mxbench_python whose ``command`` answers as ``mode`` says (tests/fixtures/bin/
+    python-hostile-host); (its path, the file that counts the bytes it got out)."""
+    import shlex
+
+    sent = tmp_path / f"sent-{mode}"
+    variables = {"MXBENCH_HOSTILE": mode, "MXBENCH_HOSTILE_COMMAND": command, "MXBENCH_HOSTILE_COUNT": str(sent),
+                 **({"MXBENCH_HOSTILE_ANSWER": answer} if answer is not None else {})}
+    wrapper = tmp_path / f"python-hostile-{mode}-{abs(hash((command, answer)))}"
+    wrapper.write_text("#!/bin/sh\nexec env " + shlex.join([f"{k}={v}" for k, v in variables.items()])
+                       + f" {shlex.quote(train_python())} {shlex.quote(str(HOSTILE_HOST))} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper), sent
+
+
+def hostile_first_host(monkeypatch, fleet, python):
+    """mxbench_ssh_1 with the hostile interpreter, mxbench_ssh_2 a fine one."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_IDS[0].upper()}", json.dumps(fleet.connection(0, mxbench_python=python)))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_IDS[1].upper()}",
+                       json.dumps(fleet.connection(1, mxbench_python=train_python())))
+    return connections.launcher_for("ssh", {"ssh_connections": list(CONN_IDS)})
+
+
+def bounded(call, seconds=300):
+    """``call()``, which must return: the bound under test is on bytes, this only keeps a hang
+    from hanging the suite."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(call).result(timeout=seconds)
+    finally:
+        pool.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("mode", ["flood", "forever"])
+def test_a_host_whose_probe_answer_has_no_end_is_cut_at_the_bound_and_named(ssh_hosts, monkeypatch, tmp_path, mode):
+    """A host that answers the training-env probe with 128 MiB, or with an answer that never ends:
+    read up to MXBENCH_SSH_ANSWER_MAX_BYTES and no further, in bounded memory; the ssh runs fail
+    naming the host and the bound, the local launcher's go on."""
+    from mxbench import launchers
+    from mxbench.stages import pipeline
+
+    monkeypatch.setenv("MXBENCH_SSH_ANSWER_MAX_BYTES", str(ANSWER_BOUND))
+    python, sent = hostile_python(tmp_path, mode, "mxbench_train probe")
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    tracemalloc.start()
+    try:
+        targets, unavailable = bounded(lambda: pipeline.targets_for(
+            ["ssh", "local"], {"ssh": ssh, "local": launchers.get("local")}.get))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert unavailable == {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): probing the "
+                                  f"training env failed: its answer passed {ANSWER_BOUND} bytes on stdout "
+                                  "(MXBENCH_SSH_ANSWER_MAX_BYTES): read no further"}
+    assert list(targets) == ["local"]
+    # the host got out what SSH's flow control let it: the bound and a window or two, never 128 MiB
+    assert int(sent.read_text()) < 16 * MiB, int(sent.read_text())
+    assert peak < 12 * MiB, f"reading the host's answer took {peak} bytes at its peak"
+
+
+def test_a_host_that_answers_a_byte_a_second_is_dropped_at_the_commands_time_bound(ssh_hosts, monkeypatch, tmp_path):
+    """Each read comes within the old idle timeout, so only a bound on the whole command ends it."""
+    from mxbench.launchers.ssh.commands import probe_command
+
+    python, _ = hostile_python(tmp_path, "trickle", "mxbench_train probe")
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    try:
+        code, out, err = bounded(lambda: ssh_launcher.run_command(
+            ssh._client(ssh.hosts[0]), probe_command(ssh.hosts[0]), timeout=4), seconds=120)
+    finally:
+        ssh.close()
+    assert (code, out, err) == (-1, "", "no answer within 4 s")
+
+
+def test_a_host_whose_quiet_probe_floods_is_recorded_not_quiet_checked(ssh_hosts, monkeypatch, tmp_path):
+    """The quiet probe goes through the same bounded read: the check never raises and names the host."""
+    from mxbench.hosts import quiet
+
+    monkeypatch.setenv("MXBENCH_SSH_ANSWER_MAX_BYTES", str(ANSWER_BOUND))
+    python, sent = hostile_python(tmp_path, "forever", "mxbench_train quiet-probe")
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    record = bounded(lambda: quiet.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5))
+    assert record["quiet"] is None
+    assert record["why"] == ("not checked: host mxbench_ssh_1 (127.0.0.1): looking at how busy the host is failed: "
+                             f"its answer passed {ANSWER_BOUND} bytes on stdout (MXBENCH_SSH_ANSWER_MAX_BYTES): "
+                             "read no further")
+    assert int(sent.read_text()) < 16 * MiB
+
+
+# --- a host whose answers are malformed ------------------------------------------------------------
+
+@pytest.mark.parametrize("answer, cause", [
+    ("[1, 2]", "the answer is an array, not object"),
+    ('{"cores": 4, "port": null, "machine": "m"}', "the answer lacks 'gpus'"),
+    ('{"cores": "4", "gpus": 0}', "cores is a string, not integer")])
+def test_a_malformed_probe_answer_fails_that_launchers_runs_not_the_expand(ssh_hosts, monkeypatch, tmp_path,
+                                                                           answer, cause):
+    from mxbench import launchers
+    from mxbench.stages import pipeline
+
+    python, _ = hostile_python(tmp_path, "answer", "mxbench_train probe", answer)
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    targets, unavailable = pipeline.targets_for(["ssh", "local"], {"ssh": ssh, "local": launchers.get("local")}.get)
+    assert unavailable == {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): probing the "
+                                  f"training env answered malformed: {cause}"}
+    assert list(targets) == ["local"]
+
+
+@pytest.mark.parametrize("answer, cause", [
+    ('{"foreign_cores": 3.0, "foreign_top": {"pid": 1, "cores": 3.0}}', "foreign_top is an object, not array"),
+    ('{"foreign_cores": 3.0, "foreign_top": [{"pid": 1, "name": "x", "cores": "3"}]}',
+     "foreign_top.0.cores is a string, not number"),
+    ('{"foreign_cores": 3.0, "foreign_top": [{"pid": 1, "name": "x", "cores": null}]}',
+     "foreign_top.0.cores is null, not number")])
+def test_a_malformed_quiet_reading_fails_that_hosts_check_never_the_run(ssh_hosts, monkeypatch, tmp_path, answer,
+                                                                        cause):
+    from mxbench.hosts import quiet
+
+    python, _ = hostile_python(tmp_path, "answer", "mxbench_train quiet-probe", answer)
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    # the quiet probe answers {conn_id: reading}: the hostile host's reading is the answer itself
+    record = quiet.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5)
+    assert record["quiet"] is None and record["samples"] == 1
+    assert record["why"] == f"not checked: mxbench_ssh_1: its reading is malformed ({cause})"
+    assert record["readings"]["mxbench_ssh_1"] == {"malformed": cause}
+    assert record["readings"]["mxbench_ssh_2"]["foreign_cores"] >= 0  # the other host's reading is kept
+
+
+MALFORMED_FACTS = {
+    "gpu a string": ({"cpu_model": "x", "cpu_count": 2, "gpu": "A100"}, "gpu is a string, not object or null"),
+    "gpus a list of strings": ({"cpu_model": "x", "cpu_count": 2, "gpu": {"available": True, "gpus": ["A100"]}},
+                               "gpu.gpus.0 is a string, not object"),
+    "a list": (["A100", "A100"], "the answer is an array, not object")}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_FACTS))
+def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete(ssh_hosts, monkeypatch, tmp_path,
+                                                                                 case):
+    """A host's trainer reports machine facts of the wrong shape: through expand, the run tasks,
+    parse, join (with the stored A/A noise lookup) and store, its run fails naming the cause and
+    the local run beside it is measured and stored."""
+    from mxbench import launchers, store
+    from mxbench.stages import pipeline
+    from mxbench.stages import run as run_stage
+
+    facts, cause = MALFORMED_FACTS[case]
+    python, _ = hostile_python(tmp_path, "facts", "mxbench_train train", json.dumps(facts))
+    ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
+    launcher_for = {"ssh": ssh, "local": launchers.get("local")}.get
+    params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "launchers": ["ssh", "local"],
+              "epochs": 1, "synthetic_images": 500}
+    dag_dir, url = tmp_path / "dag-run", f"sqlite:///{tmp_path / 'results.db'}"
+    targets, unavailable = pipeline.targets_for(["ssh", "local"], launcher_for)
+    runs = pipeline.expand(params, dag_dir, targets, unavailable)
+    data = pipeline.prepare_data(params, dag_dir, tmp_path / "data")
+    for run in runs:
+        run_stage.run_one(run, dag_dir, data, 600, launcher_for)  # the host's trainer exits 0
+    pipeline.parse_all(dag_dir, launcher_for)
+    pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
+    store.migrate(url)
+    stored = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__hostile",
+                                  trigger="manual")
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("launcher")
+    assert table.loc["ssh", "status"] == "failed"
+    assert table.loc["ssh", "cause"] == (f"parse: the machine facts its trainer reported are malformed (environment: "
+                                         f"{cause}): its numbers are not kept")
+    assert table.loc["local", "status"] == "ok" and table.loc["local", "samples_per_sec"] > 0
+    assert stored["repeats"] == 2 and list(stored["fingerprints"]) == ["local"]
+    history = store.history(url, "cpu1-bs32")
+    assert sorted(history["status"]) == ["failed", "ok"]

@@ -31,6 +31,7 @@ import json
 import posixpath
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -58,6 +59,7 @@ from mxbench.launchers.ssh.commands import (
 from mxbench.launchers.ssh.roles import RemoteRole
 from mxbench.launchers.ssh.transfer import (
     ByteBudget,
+    answer_max_bytes,
     check_shared,
     fetch_outputs,
     fetch_run_max_bytes,
@@ -66,6 +68,7 @@ from mxbench.launchers.ssh.transfer import (
 )
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
+from mxbench.results import answers
 from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import LaunchInterrupted, run_plan
@@ -74,6 +77,8 @@ from mxbench_train.roles import plan_roles
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
 BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may download a GPU wheel of 1 GB
 BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and import-check limits, and some slack
+ANSWER_CHUNK = 1 << 16
+ANSWER_POLL_S = 0.2  # how often a command's stderr and deadline are looked at while its stdout is quiet
 
 
 # --- the launcher -------------------------------------------------------------------------------
@@ -124,16 +129,24 @@ class SshLauncher:
         """How every mxbench_train command on ``host`` runs isolated (isolation_flag of its version)."""
         key = (host.conn_id, host.python)  # a build's interpreter may be another Python
         if key not in self._isolation:
-            version = self._probe(host, version_command(host), "asking the training interpreter its version")
+            version = self._probe(host, version_command(host), "asking the training interpreter its version",
+                                  schema=answers.VERSION)
             self._isolation[key] = isolation_flag(version)
         return self._isolation[key]
 
-    def _probe(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S) -> dict:
+    def _probe(self, host: SshHost, command: str, what: str, timeout: float = COMMAND_TIMEOUT_S,
+               schema: Optional[dict] = None):
+        """The JSON answer on the last line ``command`` prints on ``host``, checked against ``schema``
+        (``results.answers``): an error naming the host and what is wrong with it."""
         out = self._run(host, command, what, timeout)
         try:
-            return json.loads(out.strip().splitlines()[-1])
+            answer = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise MxbenchError(f"{host}: {what} printed no result: {out[-300:]!r}") from None
+        wrong = answers.problem(schema, answer) if schema else None
+        if wrong:
+            raise MxbenchError(f"{host}: {what} answered malformed: {wrong}")
+        return answer
 
     def _on_each(self, hosts, step) -> dict:
         """``step(host)`` on every host at once ({conn_id: result}); the first host's error wins."""
@@ -148,7 +161,7 @@ class SshLauncher:
 
         try:
             probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h, isolation=self._flag(h)),
-                                                                     "probing the training env"))
+                                                                     "probing the training env", schema=answers.PROBE))
         finally:
             self.close()
         here = [h.conn_id for h in self.hosts if probes[h.conn_id].get("machine") == machine_id()]
@@ -277,7 +290,7 @@ class SshLauncher:
         venv_build = build if build is not None and not host.python_for(build) else None
         what = "preparing the run folder" + (f" and finding the venv of {build} (expand_variants makes it: clear "
                                              "that task to make it again)" if venv_build else "")
-        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what)
+        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what, schema=answers.WORK_FOLDER)
         remote[host.conn_id] = folders["run_dir"]
         if venv_build:
             python = self._venv_python(host, folders.get("build"), what)
@@ -287,7 +300,7 @@ class SshLauncher:
             python = host.python_for(build) if build else host.python
         builder = replace(host, python=python)
         probe = self._probe(builder, probe_command(builder, host.address, self._flag(builder)),
-                            "probing the training env")
+                            "probing the training env", schema=answers.PROBE_WITH_PORT)
         return {**folders, "build_python": python, "probe": probe}
 
     def _stage_data(self, hosts, data_dir: Path):
@@ -306,7 +319,8 @@ class SshLauncher:
                 elif stage(sftp, remote_data_dir(host, data_dir), data_dir, want):
                     copied.append(host.conn_id)
         if hosts[0].data_dir:  # one shared folder: its content checked once, on the first host
-            sums = self._probe(hosts[0], sha256_command(hosts[0], hosts[0].data_dir), "checksumming the shared data")
+            sums = self._probe(hosts[0], sha256_command(hosts[0], hosts[0].data_dir), "checksumming the shared data",
+                               schema=answers.CHECKSUMS)
             wrong = [name for name in want if sums.get(name) != want[name]["sha256"]]
             if wrong:
                 raise MxbenchError(f"{hosts[0]}: the shared data folder {hosts[0].data_dir} (mxbench_data_dir) holds "
@@ -417,17 +431,47 @@ def connect(host: SshHost):
     raise MxbenchError(f"{host}: {cause}")
 
 
-def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S):
-    """(exit status, stdout, stderr) of a short command; -1 when no status came back."""
+def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S, max_bytes: Optional[int] = None):
+    """(exit status, stdout, stderr) of a short command; -1 when no status came back. A host's
+    answer is untrusted: ``timeout`` bounds the whole command, and each of stdout and stderr is
+    read up to ``max_bytes`` (``MXBENCH_SSH_ANSWER_MAX_BYTES``); past either, the command is
+    dropped (its channel closed) and the error says which bound it passed."""
     import paramiko
 
+    limit = answer_max_bytes() if max_bytes is None else max_bytes
+    deadline = time.monotonic() + timeout
+    out, err, chan = bytearray(), bytearray(), None
     try:
-        stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
-        stdin.close()
-        out = stdout.read().decode(errors="replace")
-        err = stderr.read().decode(errors="replace")
-        return stdout.channel.recv_exit_status(), out, err
+        chan = client.get_transport().open_session(timeout=timeout)
+        chan.settimeout(ANSWER_POLL_S)
+        chan.exec_command(command)
+        chan.shutdown_write()  # no stdin: EOF at once
+        stdout_open = True
+        while True:
+            while chan.recv_stderr_ready() and len(err) <= limit:
+                err += chan.recv_stderr(min(ANSWER_CHUNK, limit + 1 - len(err)))
+            if len(out) > limit or len(err) > limit:
+                stream = "stdout" if len(out) > limit else "stderr"
+                return -1, "", (f"its answer passed {limit} bytes on {stream} (MXBENCH_SSH_ANSWER_MAX_BYTES): "
+                                "read no further")
+            if time.monotonic() > deadline:
+                return -1, "", f"no answer within {timeout:.0f} s"
+            if stdout_open:
+                try:
+                    data = chan.recv(min(ANSWER_CHUNK, limit + 1 - len(out)))
+                except socket.timeout:
+                    continue
+                out += data
+                stdout_open = bool(data)
+            elif chan.exit_status_ready() and not chan.recv_stderr_ready():
+                break
+            else:
+                chan.status_event.wait(ANSWER_POLL_S)
+        return chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
     except (socket.timeout, TimeoutError):
         return -1, "", f"no answer within {timeout:.0f} s"
     except (paramiko.SSHException, OSError, EOFError) as exc:  # the connection went away mid-command
         return -1, "", f"connection lost: {exc or type(exc).__name__}"
+    finally:
+        if chan is not None:
+            chan.close()  # a command still printing gets SIGPIPE there

@@ -22,6 +22,9 @@ FETCH_RUN_MAX_BYTES = 1 << 30  # MXBENCH_FETCH_RUN_MAX_BYTES, all hosts of one r
 FETCH_HOST_MAX_NAMES = 1000  # names read from one host's run folder listing (a real one lists a few per role)
 FETCH_FILE_OVERHEAD = 4096  # what each file costs the run's byte budget besides its bytes: empty files are not free
 FETCH_CHUNK = 1 << 16
+# what a set-up command (probe, quiet probe, build, work folder) may print on its stdout, and on its
+# stderr: its answer is one JSON line, its error a few lines
+ANSWER_MAX_BYTES = 1 << 20  # MXBENCH_SSH_ANSWER_MAX_BYTES
 
 
 def local_manifest(data_dir: Path) -> dict:
@@ -128,6 +131,10 @@ def fetch_file_max_bytes() -> int:
 
 def fetch_run_max_bytes() -> int:
     return _env_bytes("MXBENCH_FETCH_RUN_MAX_BYTES", FETCH_RUN_MAX_BYTES)
+
+
+def answer_max_bytes() -> int:
+    return _env_bytes("MXBENCH_SSH_ANSWER_MAX_BYTES", ANSWER_MAX_BYTES)
 
 
 def _env_bytes(name: str, default: int) -> int:
