@@ -129,19 +129,21 @@ def _capped_level(runs: List[Mapping], key: str, factor: float, bounds, default)
     return min(candidates), len(values)
 
 
-def from_aa(runs: Iterable[Mapping], calibrations: int = 0) -> Thresholds:
+def from_aa(runs: Iterable[Mapping], calibrations: int = 0, dags: Iterable[str] = ()) -> Thresholds:
     """The thresholds of one kind of machine from its A/A calibrations' runs (each a mapping with
     ``foreign_cores``, ``steal``, ``run_pressure`` and ``canary_s``, None where unread, and
     ``dag_run``: its calibration); a signal fewer than ``MIN_AA_RUNS`` runs read keeps its default,
-    and the source says which. See ``_capped_level`` for what one calibration can move."""
+    and the source says which, and of which DAGs (``dags``: the trusted ones) the calibrations were.
+    See ``_capped_level`` for what one calibration can move."""
     runs = list(runs)
     found = {key: _capped_level(runs, key, factor, bounds, default) for key, default, factor, bounds in SIGNALS}
     levels = {key: level for key, (level, _) in found.items()}
     read = max(n for _, n in found.values())
     if all(v is None for v in levels.values()):
         return Thresholds(source=f"defaults: {read} A/A run(s) on this hardware read them, {MIN_AA_RUNS} needed")
+    of_dags = f" of {', '.join(dags)}" if dags else ""
     of = f"{read} A/A runs on this hardware" + (
-        f" ({calibrations} calibration{'s' if calibrations != 1 else ''})" if calibrations else "")
+        f" ({calibrations} calibration{'s' if calibrations != 1 else ''}{of_dags})" if calibrations else of_dags)
     kept = [LABELS[key] for key, v in levels.items() if v is None]
     return Thresholds(levels["foreign_cores"] if levels["foreign_cores"] is not None else FOREIGN_CORES,
                       levels["steal"] if levels["steal"] is not None else STEAL,
