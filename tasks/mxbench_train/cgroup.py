@@ -34,12 +34,13 @@ PREFIX = "mxbench-"
 REMOVE_WAIT_S = 2.0  # exiting tasks leave the cgroup a moment after they are reaped
 
 
-def v2_mount(mounts: Path = MOUNTS, environ: Mapping[str, str] = os.environ) -> Optional[Path]:
+def v2_mount(mounts: Optional[Path] = None, environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     """Where the cgroup v2 hierarchy is mounted (``ROOT_ENV`` if set), None when it is not."""
+    environ = os.environ if environ is None else environ
     if environ.get(ROOT_ENV):
         return Path(environ[ROOT_ENV])
     try:
-        for line in mounts.read_text().splitlines():
+        for line in (mounts or MOUNTS).read_text().splitlines():
             fields = line.split()
             if len(fields) >= 3 and fields[2] == "cgroup2":
                 return Path(fields[1].replace("\\040", " "))
@@ -48,10 +49,10 @@ def v2_mount(mounts: Path = MOUNTS, environ: Mapping[str, str] = os.environ) -> 
     return None
 
 
-def own_path(self_cgroup: Path = SELF_CGROUP) -> Optional[str]:
+def own_path(self_cgroup: Optional[Path] = None) -> Optional[str]:
     """This process's cgroup v2 path (``/proc/self/cgroup``'s ``0::`` line), e.g. ``/kubepods/pod1``."""
     try:
-        for line in self_cgroup.read_text().splitlines():
+        for line in (self_cgroup or SELF_CGROUP).read_text().splitlines():
             if line.startswith("0::"):
                 return line[3:].strip() or "/"
     except OSError:
@@ -74,8 +75,8 @@ def _under(mount: Path, path: str) -> Path:
     return mount / path.lstrip("/")
 
 
-def run_cgroup(environ: Mapping[str, str], in_pod: bool, mounts: Path = MOUNTS,
-               self_cgroup: Path = SELF_CGROUP) -> Tuple[Optional[Path], str]:
+def run_cgroup(environ: Mapping[str, str], in_pod: bool, mounts: Optional[Path] = None,
+               self_cgroup: Optional[Path] = None) -> Tuple[Optional[Path], str]:
     """The cgroup whose ``cpu.pressure`` is this role's own (None: there is none to read) and where
     the run's pressure comes from, in words (the host-wide PSI and why, where there is none)."""
     if environ.get(UNAVAILABLE_ENV):
@@ -123,7 +124,7 @@ class RoleCgroup:
         self.folder, self.mount, self.why = folder, mount, why
 
     @classmethod
-    def make(cls, role: str, mounts: Path = MOUNTS, environ: Mapping[str, str] = os.environ) -> "RoleCgroup":
+    def make(cls, role: str, mounts: Optional[Path] = None, environ: Optional[Mapping[str, str]] = None) -> "RoleCgroup":
         mount = v2_mount(mounts, environ)
         if mount is None:
             return cls(None, None, "no cgroup v2 mount")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mxbench_train import interference, localhost
+from mxbench_train import cgroup, interference, localhost
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 STAND_IN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
@@ -147,15 +147,40 @@ def no_leftover_hogs():
             pass
 
 
-def test_in_a_pod_the_other_processes_are_said_unreadable_and_the_run_cannot_be_called_quiet(monkeypatch):
+def test_in_a_pod_the_other_processes_are_said_unreadable_and_the_run_cannot_be_called_quiet(monkeypatch, tmp_path):
     from mxbench.results import interference as results_interference
 
     monkeypatch.setenv(interference.POD_ENV, "1")
+    monkeypatch.setenv(cgroup.ROOT_ENV, str(tmp_path))  # no cgroup of its own to read either
     found = interference.HostWatch().start().stop()
-    assert "foreign_cpu_s" not in found
+    assert "foreign_cpu_s" not in found and "run_pressure" not in found
     assert "CPU used by other processes (a pod sees only its own processes, not its node's)" in found["unreadable"]
+    assert found["pressure_source"].startswith("host-wide PSI: ")
     row = results_interference.summarise([{"event": "run_end", "host": found}])
-    assert row["contended"] is None and row["foreign_cores"] is None
+    assert row["foreign_cores"] is None and row["run_pressure"] is None
+    # neither, unless its canary ran slow (this machine is shared): never quiet
+    assert row["contended"] is None or row["contention"].startswith("canary"), row
+
+
+def test_in_a_pod_its_own_cgroup_is_read_and_the_canary_timed_around_the_span(monkeypatch, tmp_path):
+    """The pod's cgroup as /proc/self/cgroup names it under the v2 mount (planted here): its own
+    pressure over the span, and the canary before and after."""
+    own = tmp_path / "cg" / "kubepods" / "pod1"
+    own.mkdir(parents=True)
+    (own / "cpu.pressure").write_text("some avg10=0 avg60=0 avg300=0 total=1000\nfull total=0\n")
+    (tmp_path / "mounts").write_text(f"cgroup2 {tmp_path / 'cg'} cgroup2 rw 0 0\n")
+    (tmp_path / "self").write_text("0::/kubepods/pod1\n")
+    monkeypatch.setattr(cgroup, "MOUNTS", tmp_path / "mounts")
+    monkeypatch.setattr(cgroup, "SELF_CGROUP", tmp_path / "self")
+    monkeypatch.setenv(interference.POD_ENV, "1")
+    watch = interference.HostWatch().start()
+    time.sleep(0.5)
+    (own / "cpu.pressure").write_text("some avg10=0 avg60=0 avg300=0 total=401000\nfull total=0\n")  # 0.4 s waited
+    found = watch.stop()
+    assert found["pressure_source"] == "the pod's own cgroup"
+    assert found["run_pressure"] == pytest.approx(0.4 / found["wall_s"], abs=1e-3)
+    before, after = found["canary_s"]
+    assert 0 < before and 0 < after and found["canary_cost_s"] >= after
 
 
 def test_a_failing_reading_never_costs_the_run(monkeypatch):

@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 FOREIGN_CORES = 0.25  # cores' worth of CPU used by processes outside the run, on average over its span
 STEAL = 0.05  # share of CPU time the hypervisor gave to another guest
-# the share of its time the role's own cgroup waited for a CPU: its own roles sharing the cores
-# (a worker beside its server) make some; two busy neighbours on a 2-core box made 0.6 and more
-RUN_PRESSURE = 0.5
+# the share of its time the role's own cgroup waited for a CPU. Its own roles sharing the cores make
+# some: a 2-worker run on a 2-core box beside 0.9 cores of other work read 0.36-0.44, with two busy
+# loops more 0.49-0.59; a pod sees no other signal. The hardware's A/A runs set their own level.
+RUN_PRESSURE = 0.4
 # the canary, without A/A runs: the slowest of the run's own timings (each worker's, before and after)
 # over its fastest. A canary the same work every time varies by a few percent on a quiet host; a
 # quarter slower is beyond that, and catches a neighbour that came or went during the run (one that

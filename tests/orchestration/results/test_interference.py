@@ -200,7 +200,7 @@ def test_a_table_entry_from_before_the_new_signals_keeps_their_defaults():
     found = interference.Thresholds.from_dict(old)
     assert (found.run_pressure, found.canary_s) == (interference.RUN_PRESSURE, None)
     assert interference.Thresholds.from_dict(found.as_dict()) == found
-    assert "own cgroup waiting >= 50%" in str(found) and "canary >= 1.25x its fastest" in str(found)
+    assert "own cgroup waiting >= 40%" in str(found) and "canary >= 1.25x its fastest" in str(found)
 
 
 def test_a_signal_no_aa_run_read_keeps_its_default():
@@ -236,7 +236,7 @@ def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
     row = interference.summarise(events, strict)
     assert row["contended"] is True and row["contention"] == "other processes used 0.10 cores"
     assert row["contention_thresholds"] == (
-        "other processes >= 0.06 cores or steal >= 1.0% or own cgroup waiting >= 50% or canary >= 1.25x its fastest "
+        "other processes >= 0.06 cores or steal >= 1.0% or own cgroup waiting >= 40% or canary >= 1.25x its fastest "
         "(from 9 A/A runs on this hardware)")
     runs = pd.DataFrame({"key": ["a", "b"], "contention_thresholds": [row["contention_thresholds"], None]})
     assert interference.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
