@@ -124,7 +124,8 @@ class RoleCgroup:
         self.folder, self.mount, self.why = folder, mount, why
 
     @classmethod
-    def make(cls, role: str, mounts: Optional[Path] = None, environ: Optional[Mapping[str, str]] = None) -> "RoleCgroup":
+    def make(cls, role: str, mounts: Optional[Path] = None,
+             environ: Optional[Mapping[str, str]] = None) -> "RoleCgroup":
         mount = v2_mount(mounts, environ)
         if mount is None:
             return cls(None, None, "no cgroup v2 mount")
