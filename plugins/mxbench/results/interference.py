@@ -295,3 +295,28 @@ def thresholds_line(runs) -> Optional[str]:
     if not used:
         return None
     return "Contended means: " + "; ".join(used) + "."
+
+
+def readings_line(runs) -> Optional[str]:
+    """One line for the report's conditions: where the runs' own CPU pressure came from (how many
+    runs read their own cgroup, how many fell back to the host-wide PSI) and what the canary cost a
+    run (its workers time it at once: the slowest worker's two timings), or None when no run said."""
+    parts = []
+    if "pressure_source" in runs:
+        sources = runs["pressure_source"].dropna().astype(str)
+        if not sources.empty:
+            counts = sources.value_counts()
+            parts.append("the run's own CPU pressure from " + ", ".join(
+                f"{source} ({n} run{'s' if n != 1 else ''})" for source, n in sorted(counts.items())))
+    if "canary_cost_s" in runs:
+        cost = pd_numeric(runs["canary_cost_s"]).dropna()
+        if not cost.empty:
+            parts.append(f"the canary (a fixed workload each worker timed before and after its run) cost "
+                         f"{cost.median():.1f} s per run (at most {cost.max():.1f} s)")
+    return ("Interference readings: " + "; ".join(parts) + ".") if parts else None
+
+
+def pd_numeric(column: "pd.Series") -> "pd.Series":
+    import pandas as pd
+
+    return pd.to_numeric(column, errors="coerce")

@@ -247,3 +247,14 @@ def test_the_run_start_event_names_the_machine():
     box = {"cpu_model": "EPYC", "cpu_count": 2}
     assert interference.run_machine([{"event": "run_start", "environment": box}, reading()]) == box
     assert interference.run_machine([reading()]) is None
+
+
+def test_the_conditions_say_where_the_runs_own_pressure_came_from_and_what_the_canary_cost():
+    runs = pd.DataFrame({"pressure_source": ["the role's own cgroup", "the role's own cgroup",
+                                             "host-wide PSI: no cgroup of its own (no cgroup v2 mount)", None],
+                         "canary_cost_s": [1.1, 1.3, 0.9, None]})
+    assert interference.readings_line(runs) == (
+        "Interference readings: the run's own CPU pressure from host-wide PSI: no cgroup of its own (no cgroup v2 "
+        "mount) (1 run), the role's own cgroup (2 runs); the canary (a fixed workload each worker timed before and "
+        "after its run) cost 1.1 s per run (at most 1.3 s).")
+    assert interference.readings_line(pd.DataFrame({"key": ["a"]})) is None
