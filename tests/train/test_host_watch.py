@@ -220,3 +220,34 @@ def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_p
     assert row["hosts"] == host["host"]
     assert row["foreign_cores"] == pytest.approx(host["foreign_cpu_s"] / host["wall_s"])
     assert row["contended"] is True and "other processes used" in row["contention"], (row, hog_used)
+
+
+def test_a_local_launcher_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contended(cifar_rec, tmp_path):
+    """Issue 39: the local launcher puts each role in a cgroup of its own (removed after the run);
+    with two busy loops outside it, the 2-worker run's workers read their own cgroup's pressure,
+    time the canary around their training, and the run is marked contended."""
+    from mxbench.launchers.local import LocalLauncher
+    from mxbench.matrix.variants import Variant
+    from mxbench.results import interference as results_interference
+    from mxbench_train.events import parse_event
+
+    mount = cgroup.v2_mount()
+    before = {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)}
+    variant = Variant("tiny2w", "2 workers", 32, workers=2, kvstore="dist_sync", num_layers=8, epochs=1,
+                      disp_batches=2)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        LocalLauncher().execute(variant, cifar_rec, tmp_path, deadline_s=300)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    events = [e for log in sorted(tmp_path.glob("rank*.log")) for e in map(parse_event, log.read_text().splitlines())
+              if e]
+    readings = results_interference.host_readings(events)
+    assert len(readings) == 2 and all(r["pressure_source"] == "the role's own cgroup" for r in readings), readings
+    assert all(len(r["canary_s"]) == 2 and r["canary_cost_s"] > 0 for r in readings)
+    row = results_interference.summarise(events)
+    assert row["run_pressure"] == max(r["run_pressure"] for r in readings)
+    assert row["contended"] is True, row
+    assert {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} - before == set()
