@@ -5,7 +5,9 @@ What is real: each pod's processes run in a cgroup v2 of their own, as a real ku
 (``mxbench_train.cgroup.RoleCgroup``, removed when the container ended): a pod reading
 ``/proc/self/cgroup`` and its ``cpu.pressure`` reads its own, as on a cgroup v2 node. Simplified:
 no cgroup namespace (the pod sees its full cgroup path, not ``/``), no resource limits in it, and
-where this host cannot make cgroups (not root, no v2 mount) the pod stays in the kubelet's own.
+where this host cannot make cgroups (not root, no v2 mount) the pod stays in the kubelet's own and
+is told so (``MXBENCH_CGROUP_UNAVAILABLE``, which a real kubelet never sets): it reads the host-wide
+PSI then, and says why.
 """
 import math
 import os
@@ -108,6 +110,8 @@ class Kubelet:
             self.store.record_event(pod, "Pulled", f'Container image "{pod.container.get("image", "")}" '
                                                    f'already present on machine', container=True)
         cgroup = RoleCgroup.make(f"pod-{pod.name}")
+        if cgroup.folder is None:  # no cgroup here: the pod would read the kubelet's as its own
+            env.update(cgroup.env())
         try:
             self._run_process(pod, argv, env, cwd, cgroup)
         finally:

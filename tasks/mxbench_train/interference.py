@@ -150,6 +150,9 @@ class HostWatch:
         self.canary_before: Optional[float] = None
         try:
             self.canary_before = canary.time_it()  # before the span: its own time is no one's interference
+        except Exception:  # noqa: BLE001 - a reading must never cost the run (the after one says it alone)
+            pass
+        try:
             self.cgroup, self.pressure_source = cgroup.run_cgroup(os.environ, self.in_pod)
             self.run_pressure = cgroup.pressure_total_us(self.cgroup) if self.cgroup else None
         except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
@@ -212,7 +215,11 @@ class HostWatch:
     def _canary(self) -> dict:
         """The canary's time after the span, beside the one before it, and what both cost."""
         started = time.monotonic()
-        after = canary.time_it()
+        try:
+            after = canary.time_it()
+        except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
+            return {"canary_s": [self.canary_before] if self.canary_before else [],
+                    "canary_failed": f"{type(exc).__name__}: {exc}"}
         if self.canary_before is None:
             return {"canary_s": [after]}
         return {"canary_s": [self.canary_before, after],

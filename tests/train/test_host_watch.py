@@ -32,8 +32,8 @@ def cpu_seconds(pid: int) -> float:
 
 def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypatch):
     monkeypatch.delenv("DMLC_PS_ROOT_URI", raising=False)
-    hog = orphan_hog(2.5)
-    own = subprocess.Popen([sys.executable, "-c", BUSY.format(s=2.5)])
+    hog = orphan_hog(10)  # outlives the span, the canary timed at its start included
+    own = subprocess.Popen([sys.executable, "-c", BUSY.format(s=10)])
     try:
         watch = interference.HostWatch().start()
         hog_before, own_before = cpu_seconds(hog), cpu_seconds(own.pid)
@@ -80,7 +80,7 @@ def test_short_lived_processes_of_a_foreign_one_are_seen(monkeypatch):
     none of them lives through the span: their CPU shows in the process that waited for them."""
     monkeypatch.delenv("DMLC_PS_ROOT_URI", raising=False)
     out = subprocess.run(["sh", "-c", f'{sys.executable} -c "$CODE" >/dev/null 2>&1 & echo $!'], capture_output=True,
-                         env={**os.environ, "CODE": SHORT_LIVED.format(s=5)}, text=True, check=True)
+                         env={**os.environ, "CODE": SHORT_LIVED.format(s=10)}, text=True, check=True)
     HOGS.append(int(out.stdout))  # nobody's descendant here
     time.sleep(0.5)
     watch = interference.HostWatch().start()

@@ -13,9 +13,10 @@ quiet, the last reading of each host and why it stopped; the runs table has ``qu
 
 Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's; its
 pods read their own cgroup's pressure and time the canary while they train, which judge the run
-afterwards, ``results.interference``), a launcher with no way to look, a bound of 0. Each host is judged with its own kind of machine's
-thresholds (the probe reports the machine's facts; ``interference.thresholds_for`` finds them in
-the DAG run's table, the hardware's A/A calibrations' level or the defaults).
+afterwards, ``results.interference``), a launcher with no way to look, a bound of 0. Each host is
+judged with its own kind of machine's thresholds (the probe reports the machine's facts;
+``interference.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
+level or the defaults).
 """
 import time
 from typing import Callable, Dict, List, Mapping, Optional
