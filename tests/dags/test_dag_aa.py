@@ -144,7 +144,8 @@ def test_a_later_dag_run_judges_contention_with_the_thresholds_this_calibration_
         return
     assert list(table) == [interference.table_key(fingerprint, "local")]  # both arms are the local launcher
     found = interference.Thresholds.from_dict(table[interference.table_key(fingerprint, "local")])
-    records = quiet[["foreign_cores", "steal", "run_pressure", "canary_s"]].assign(dag_run="one").to_dict("records")
+    records = quiet[["foreign_cores", "steal", "run_pressure", "canary_s", "cpu_pressure"]].assign(
+        dag_run="one").to_dict("records")
     expected = interference.from_aa(records, calibrations=1, dags=["mxbench_benchmark"])
     assert found == expected
     assert found.source.startswith(

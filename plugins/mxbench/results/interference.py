@@ -64,12 +64,17 @@ class Thresholds:
     source: str = "defaults"
     run_pressure: float = RUN_PRESSURE
     canary_s: Optional[float] = None  # None: judged by the run's own timings (``CANARY_RATIO``)
+    # the host-wide PSI, judged only for a host that could read neither the other processes nor its
+    # own cgroup (a pod on a node without cgroup v2); None: not judged, as it counts the run's own waits
+    host_pressure: Optional[float] = None
 
     def __str__(self) -> str:
         canary = (f"canary >= {self.canary_s:.3g} s" if self.canary_s is not None
                   else f"canary >= {CANARY_RATIO:g}x its fastest")
+        host = (f" or host-wide pressure >= {self.host_pressure:.0%} where nothing else was read"
+                if self.host_pressure is not None else "")
         return (f"other processes >= {self.foreign_cores:.3g} cores or steal >= {self.steal:.1%} "
-                f"or own cgroup waiting >= {self.run_pressure:.0%} or {canary} ({self.source})")
+                f"or own cgroup waiting >= {self.run_pressure:.0%} or {canary}{host} ({self.source})")
 
     @classmethod
     def from_dict(cls, found) -> "Thresholds":
@@ -81,9 +86,11 @@ class Thresholds:
         if foreign is None or steal is None or foreign <= 0 or steal <= 0:
             return DEFAULTS
         pressure, canary = _number(found.get("run_pressure")), _number(found.get("canary_s"))
+        host = _number(found.get("host_pressure"))
         return cls(foreign, steal, str(found.get("source") or "the results store"),
                    pressure if pressure is not None and pressure > 0 else RUN_PRESSURE,
-                   canary if canary is not None and canary > 0 else None)
+                   canary if canary is not None and canary > 0 else None,
+                   host if host is not None and host > 0 else None)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,11 +110,11 @@ def _level(values: List[float], bounds, factor: float = AA_FACTOR, least: int = 
 # each signal a calibration reads: (its key, its default, its factor and bounds)
 SIGNALS = (("foreign_cores", FOREIGN_CORES, AA_FACTOR, FOREIGN_BOUNDS), ("steal", STEAL, AA_FACTOR, STEAL_BOUNDS),
            ("run_pressure", RUN_PRESSURE, PRESSURE_FACTOR, PRESSURE_BOUNDS),
-           ("canary_s", None, CANARY_FACTOR, CANARY_BOUNDS))
+           ("canary_s", None, CANARY_FACTOR, CANARY_BOUNDS), ("cpu_pressure", None, PRESSURE_FACTOR, PRESSURE_BOUNDS))
 
 
 LABELS = {"foreign_cores": "other processes", "steal": "steal", "run_pressure": "own cgroup waiting",
-          "canary_s": "canary"}
+          "canary_s": "canary", "cpu_pressure": "host-wide pressure"}
 
 
 def _capped_level(runs: List[Mapping], key: str, factor: float, bounds, default) -> Tuple[Optional[float], int]:
@@ -132,7 +139,7 @@ def _capped_level(runs: List[Mapping], key: str, factor: float, bounds, default)
 
 def from_aa(runs: Iterable[Mapping], calibrations: int = 0, dags: Iterable[str] = ()) -> Thresholds:
     """The thresholds of one kind of machine from its A/A calibrations' runs (each a mapping with
-    ``foreign_cores``, ``steal``, ``run_pressure`` and ``canary_s``, None where unread, and
+    ``foreign_cores``, ``steal``, ``run_pressure``, ``canary_s`` and ``cpu_pressure``, None where unread, and
     ``dag_run``: its calibration); a signal fewer than ``MIN_AA_RUNS`` runs read keeps its default,
     and the source says which, and of which DAGs (``dags``: the trusted ones) the calibrations were.
     See ``_capped_level`` for what one calibration can move."""
@@ -151,7 +158,7 @@ def from_aa(runs: Iterable[Mapping], calibrations: int = 0, dags: Iterable[str] 
                       f"from {of}: a factor over their 90th percentile, no single calibration loosening them"
                       + (f"; {', '.join(kept)} default" if kept else ""),
                       levels["run_pressure"] if levels["run_pressure"] is not None else RUN_PRESSURE,
-                      levels["canary_s"])
+                      levels["canary_s"], levels["cpu_pressure"])
 
 
 def table_key(machine_kind: str, launcher: str) -> str:
@@ -263,10 +270,19 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
     slow = canary_slow(times, thresholds)
     if slow:
         reasons.append(slow)
+    # where a host read neither the other processes nor its own cgroup, its host-wide PSI is all there is,
+    # judged where the hardware's A/A runs give it a level
+    unseen = [_number(r.get("cpu_pressure")) for r, f, o in zip(readings, foreign, own) if f is None and o is None]
+    judged = thresholds.host_pressure is not None and all(p is not None for p in unseen)
+    worst_unseen = _worst(unseen)
+    if judged and worst_unseen is not None and worst_unseen >= (thresholds.host_pressure or 0.0):
+        reasons.append(f"host-wide CPU pressure {worst_unseen:.0%} where nothing else was read "
+                       f"(quiet A/A runs: under {thresholds.host_pressure:.0%})")
     unread = sorted({str(u) for r in readings if isinstance(r.get("unreadable"), list) for u in r["unreadable"]}
                     | {str(r["gpu_unreadable"]) for r in readings if r.get("gpu_unreadable")})
-    # a host that could neither see the other processes (a pod) nor read its own cgroup cannot say the run was quiet
-    blind = any(f is None and o is None for f, o in zip(foreign, own))
+    # a host that could neither see the other processes (a pod) nor read its own cgroup cannot say the
+    # run was quiet, unless its host-wide PSI was judged
+    blind = bool(unseen) and not judged
     contended = True if reasons else (None if blind else False)
     return {**row, "contended": contended, "contention": "; ".join(reasons) or None,
             "interference_unread": "; ".join(unread) or None, "contention_thresholds": str(thresholds)}

@@ -216,13 +216,13 @@ def aa_calibrations(url: str, fingerprints: Iterable[str], latest: int = 20) -> 
 
 AA_INTERFERENCE_COLUMNS = [repeats.c.environment, repeats.c.launcher, repeats.c.dag_id,
                            repeats.c.dag_run.label("dag_run"), dag_runs.c.measured_at, repeats.c.foreign_cores,
-                           repeats.c.steal]
+                           repeats.c.steal, repeats.c.cpu_pressure]
 AA_FELT_COLUMNS = [repeats.c.run_pressure, repeats.c.canary_s]  # revision 0010
 
 
 def aa_interference(url: str, latest: int = 20, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
     """What the measured runs of the ``latest`` A/A calibrations on each kind of machine and under
-    each launcher saw of other work (``foreign_cores``, ``steal``; revision 0009; ``run_pressure``,
+    each launcher saw of other work (``foreign_cores``, ``steal``, ``cpu_pressure``; revision 0009; ``run_pressure``,
     ``canary_s``: revision 0010, None before), newest first: what the contention thresholds of that
     hardware are made of (``interference.from_aa``). Only calibrations of ``dag_ids`` (default
     ``config.calibration_dags()``: the deployer's ``MXBENCH_CALIBRATION_DAGS``) count, and only their

@@ -125,7 +125,8 @@ def test_enough_aa_runs_set_twice_their_90th_percentile_within_bounds(seed):
     assert found.foreign_cores == pytest.approx(min(levels), abs=1e-3)
     assert found.steal == interference.STEAL_BOUNDS[0]
     assert found.source == ("from 12 A/A runs on this hardware (2 calibrations): a factor over their 90th percentile, "
-                            "no single calibration loosening them; own cgroup waiting, canary default")
+                            "no single calibration loosening them; own cgroup waiting, canary, host-wide pressure "
+                            "default")
     busy = interference.from_aa([{"foreign_cores": 1.5, "steal": 0.5, "dag_run": f"c{i % 2}"} for i in range(10)])
     assert (busy.foreign_cores, busy.steal) == (interference.FOREIGN_BOUNDS[1], interference.STEAL_BOUNDS[1])
 
@@ -142,7 +143,7 @@ def test_one_noisy_calibration_cannot_loosen_the_thresholds_and_one_alone_only_t
              *calibration("q2", 6, (0.01, 0.03), (0.0, 0.005), (0.05, 0.15), (0.30, 0.32))]
     noisy = calibration("noisy", 6, (0.4, 0.5), (0.1, 0.18), (0.6, 0.8), (0.5, 0.6))  # 0.45 cores, 15% steal
     before, after = interference.from_aa(quiet), interference.from_aa(quiet + noisy)
-    for signal, _, factor, bounds in interference.SIGNALS:  # at most the quiet ones' level: the noisy one left out
+    for signal, _, factor, bounds in interference.SIGNALS[:4]:  # at most the quiet ones' level: the noisy one out
         pooled = interference._level([r[signal] for r in quiet], bounds, factor)
         assert getattr(after, signal) <= pooled and getattr(before, signal) <= pooled, signal
     assert before.foreign_cores < 0.1 and before.steal < 0.02 and before.run_pressure < 0.3 and before.canary_s < 0.4
@@ -206,7 +207,7 @@ def test_a_table_entry_from_before_the_new_signals_keeps_their_defaults():
 def test_a_signal_no_aa_run_read_keeps_its_default():
     found = interference.from_aa([{"foreign_cores": 0.02, "steal": None}] * 10, calibrations=1)
     assert found.foreign_cores == interference.FOREIGN_BOUNDS[0] and found.steal == interference.STEAL
-    assert found.source.endswith("; steal, own cgroup waiting, canary default")
+    assert found.source.endswith("; steal, own cgroup waiting, canary, host-wide pressure default")
 
 
 def test_the_table_is_looked_up_by_the_machines_fingerprint_and_bad_entries_give_the_defaults():
@@ -258,3 +259,29 @@ def test_the_conditions_say_where_the_runs_own_pressure_came_from_and_what_the_c
         "mount) (1 run), the role's own cgroup (2 runs); the canary (a fixed workload each worker timed before and "
         "after its run) cost 1.1 s per run (at most 1.3 s).")
     assert interference.readings_line(pd.DataFrame({"key": ["a"]})) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pod_without_its_own_cgroup_is_judged_by_the_host_wide_pressure_where_aa_runs_give_it_a_level(seed):
+    """The issue's pods: host-wide PSI 0.88-0.91 in busy rounds, 0.30-0.37 in quiet ones, no other
+    signal. Without A/A runs it is not judged (neither); with the kubernetes launcher's own A/A level,
+    the busy run is contended and a quiet one is quiet."""
+    rng = np.random.default_rng(seed)
+    aa = [{"dag_run": f"cal{i % 2}", "cpu_pressure": rng.uniform(0.30, 0.37)} for i in range(12)]
+    own = interference.from_aa(aa, calibrations=2)
+    assert 0.37 <= own.host_pressure <= 1.5 * 0.37 + 1e-9 and "host-wide pressure >= " in str(own)
+
+    def pod(pressure):
+        return {"event": "run_end", "host": {"host": "node", "wall_s": 10.0, "cpu_pressure": pressure,
+                                             "unreadable": ["CPU used by other processes (a pod sees ...)"]}}
+
+    busy, quiet = pod(rng.uniform(0.88, 0.91)), pod(rng.uniform(0.30, 0.37))
+    assert interference.summarise([busy])["contended"] is None  # the defaults do not judge it
+    row = interference.summarise([busy], own)
+    assert row["contended"] is True and row["contention"].startswith("host-wide CPU pressure ")
+    assert interference.summarise([quiet], own)["contended"] is False
+    # a run with a pod that read its own cgroup is judged by that, not by the node's PSI
+    felt = pod(0.9)
+    felt["host"]["run_pressure"] = 0.05
+    assert interference.summarise([felt], own)["contended"] is False
+    assert interference.Thresholds.from_dict(own.as_dict()) == own

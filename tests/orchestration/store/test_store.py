@@ -723,8 +723,8 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
               for out in (None, 0, 1, 2)]
     assert cpu.foreign_cores == pytest.approx(min(levels), abs=1e-3)
     assert cpu.source == ("from 24 A/A runs on this hardware (3 calibrations of mxbench_benchmark): a factor over "
-                          "their 90th percentile, no single calibration loosening them; own cgroup waiting, canary "
-                          "default")
+                          "their 90th percentile, no single calibration loosening them; own cgroup waiting, canary, "
+                          "host-wide pressure default")
     other = interference.Thresholds.from_dict(table[interference.table_key(OTHER_FP, "local")])  # 4 runs: too few
     assert (other.foreign_cores, other.steal) == (interference.FOREIGN_CORES, interference.STEAL)
     assert other.source.startswith("defaults: 4 A/A run(s)")
