@@ -40,6 +40,23 @@ def baseline_dags(environ=os.environ) -> tuple:
     return dags or BASELINE_DAGS
 
 
+CALIBRATION_DAGS_ENV = "MXBENCH_CALIBRATION_DAGS"
+CALIBRATION_DAGS = ("mxbench_benchmark",)  # the one DAG with the aa_calibration param
+
+
+def calibration_dags(environ=os.environ) -> tuple:
+    """The DAGs whose A/A calibrations may set the contention thresholds (``results.interference``):
+    ``MXBENCH_CALIBRATION_DAGS`` (comma-separated DAG ids; ``none``: no DAG, the defaults judge
+    everywhere), else ``mxbench_benchmark``. The deployer's setting, never a trigger param: whoever
+    may trigger a DAG listed here can feed the thresholds every run on that hardware is judged by
+    (within the caps of ``interference.from_aa``), so list only DAGs that operators trigger."""
+    raw = environ.get(CALIBRATION_DAGS_ENV)
+    if raw is not None and raw.strip().lower() == "none":
+        return ()
+    dags = tuple(dict.fromkeys(d.strip() for d in raw.split(",") if d.strip())) if raw else ()
+    return dags or CALIBRATION_DAGS
+
+
 def data_dir() -> Path:
     return home() / "data"
 

@@ -1,5 +1,14 @@
 """The stand-in's kubelet: runs each pod's container as a local process (paths translated, ``$(VAR)``
-and field references expanded), records its output as the pod's log and reports its end."""
+and field references expanded), records its output as the pod's log and reports its end.
+
+What is real: each pod's processes run in a cgroup v2 of their own, as a real kubelet puts them
+(``mxbench_train.cgroup.RoleCgroup``, removed when the container ended): a pod reading
+``/proc/self/cgroup`` and its ``cpu.pressure`` reads its own, as on a cgroup v2 node. Simplified:
+no cgroup namespace (the pod sees its full cgroup path, not ``/``), no resource limits in it, and
+where this host cannot make cgroups (not root, no v2 mount) the pod stays in the kubelet's own and
+is told so (``MXBENCH_CGROUP_UNAVAILABLE``, which a real kubelet never sets): it reads the host-wide
+PSI then, and says why.
+"""
 import math
 import os
 import re
@@ -8,6 +17,9 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+
+from mxbench_train.cgroup import RoleCgroup
+from mxbench_train.plan_runner import entering
 
 from .api import PID_ANNOTATION, parse_quantity
 from .objects import node_ip
@@ -97,9 +109,19 @@ class Kubelet:
                 return self.store.touch(pod)
             self.store.record_event(pod, "Pulled", f'Container image "{pod.container.get("image", "")}" '
                                                    f'already present on machine', container=True)
+        cgroup = RoleCgroup.make(f"pod-{pod.name}")
+        if cgroup.folder is None:  # no cgroup here: the pod would read the kubelet's as its own
+            env.update(cgroup.env())
+        try:
+            self._run_process(pod, argv, env, cwd, cgroup)
+        finally:
+            cgroup.remove()
+
+    def _run_process(self, pod, argv, env, cwd, cgroup):
         try:
             proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=entering(cgroup))
         except OSError as error:
             with self.store.lock:
                 message = (f"failed to create containerd task: failed to start container process: "

@@ -10,6 +10,12 @@ the load average, and where readable CPU
 frequency and thermal throttling; on GPUs, compute processes that are not the run's, SM clock and
 active throttle reasons. A signal it cannot read (no PSI, a pod that sees its own ``/proc`` only)
 is named in ``unreadable`` and the rest goes on. The worker's ``run_end`` event carries the result.
+
+Two readings see what the others cannot, on every launcher, pods included: ``run_pressure``, the
+CPU pressure of the role's own cgroup (``cgroup.run_cgroup``: the share of the span its own tasks
+were runnable and waiting; ``pressure_source`` says whose, or that the host-wide PSI stands in),
+and ``canary_s``, the fixed workload of ``canary`` timed right before and right after the span
+(``canary_cost_s``: what timing it cost the run).
 """
 import os
 import socket
@@ -17,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from . import localhost
+from . import canary, cgroup, localhost
 
 PROC = Path("/proc")
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -141,6 +147,16 @@ class HostWatch:
         self.failed: Optional[str] = None
 
     def start(self):
+        self.canary_before: Optional[float] = None
+        try:
+            self.canary_before = canary.time_it()  # before the span: its own time is no one's interference
+        except Exception:  # noqa: BLE001 - a reading must never cost the run (the after one says it alone)
+            pass
+        try:
+            self.cgroup, self.pressure_source = cgroup.run_cgroup(os.environ, self.in_pod)
+            self.run_pressure = cgroup.pressure_total_us(self.cgroup) if self.cgroup else None
+        except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
+            self.cgroup, self.run_pressure, self.pressure_source = None, None, f"failed: {exc}"
         self.started = time.monotonic()
         try:
             self.pressure, self.cpu, self.throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
@@ -162,9 +178,14 @@ class HostWatch:
             return {"host": socket.gethostname(), "unreadable": [self.failed]}
         wall = time.monotonic() - self.started
         pressure, cpu, throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
+        run_pressure = cgroup.pressure_total_us(self.cgroup) if self.cgroup else None
         unreadable: List[str] = []
         found = {"host": socket.gethostname(), "wall_s": round(wall, 3), "cpus": os.cpu_count(),
-                 "load1": _load1(), "cpu_mhz": _cpu_mhz()}
+                 "load1": _load1(), "cpu_mhz": _cpu_mhz(), "pressure_source": self.pressure_source}
+        if run_pressure is not None and self.run_pressure is not None and wall > 0:
+            found["run_pressure"] = round((run_pressure - self.run_pressure) / 1e6 / wall, 4)
+        else:
+            unreadable.append(f"the run's own cpu pressure ({self.pressure_source})")
         if pressure is None or self.pressure is None:
             unreadable.append("cpu pressure (no /proc/pressure/cpu)")
         else:
@@ -187,8 +208,22 @@ class HostWatch:
             seen = {p["pid"]: p for p in [*self.gpu_start.get("gpu_foreign_processes", []),
                                           *ended.get("gpu_foreign_processes", [])]}
             found.update(ended, gpu_foreign_processes=list(seen.values()))
+        found.update(self._canary())
         found["unreadable"] = unreadable
         return found
+
+    def _canary(self) -> dict:
+        """The canary's time after the span, beside the one before it, and what both cost."""
+        started = time.monotonic()
+        try:
+            after = canary.time_it()
+        except Exception as exc:  # noqa: BLE001 - a reading must never cost the run
+            return {"canary_s": [self.canary_before] if self.canary_before else [],
+                    "canary_failed": f"{type(exc).__name__}: {exc}"}
+        if self.canary_before is None:
+            return {"canary_s": [after]}
+        return {"canary_s": [self.canary_before, after],
+                "canary_cost_s": round(2 * (time.monotonic() - started), 3)}
 
     def _foreign_seconds(self) -> float:
         """CPU seconds the processes outside the run used over the span (``used_ticks``)."""

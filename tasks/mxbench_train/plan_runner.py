@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .cgroup import RoleCgroup
 from .errors import MxbenchError
 from .localhost import is_running, proc_stat, start_ticks
 from .roles import Role
@@ -88,16 +89,20 @@ class LocalProcess:
 
     Other starters (the SSH launcher's) offer the same: ``pid``, ``returncode``, ``poll()``,
     ``describe()``, ``terminate()``, ``kill()``, ``wait(timeout)``, ``close()`` and ``record()``.
+    The role runs in a cgroup of its own where the host allows it (``cgroup.RoleCgroup``), removed
+    on ``close()``.
     """
 
     def __init__(self, role: Role, log_path: Path, cwd=None, preexec_fn=None):
+        self.cgroup = RoleCgroup.make(role.name)
         with open(log_path, "wb") as out:
             try:
                 self.popen = subprocess.Popen(
-                    list(role.argv), env={**os.environ, **role.env}, cwd=cwd,
+                    list(role.argv), env={**os.environ, **role.env, **self.cgroup.env()}, cwd=cwd,
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, preexec_fn=preexec_fn)
+                    start_new_session=True, preexec_fn=entering(self.cgroup, preexec_fn))
             except OSError as exc:
+                self.cgroup.remove()
                 raise MxbenchError(f"cannot start role {role.name} on host {role.host}: {exc}") from None
         self.pid = self.popen.pid
 
@@ -126,9 +131,24 @@ class LocalProcess:
     def close(self):
         # reap the group too: a role's children die with their session leader's group
         signal_group(self.pid, signal.SIGKILL)
+        self.cgroup.remove()
 
     def record(self) -> Optional[dict]:
         return {"pid": self.pid, "start": start_ticks(self.pid)}
+
+
+def entering(cgroup: RoleCgroup, then=None):
+    """preexec_fn: move the child into ``cgroup``, then run ``then``. A move that fails leaves the
+    role where it is; it finds out itself (``cgroup.run_cgroup``) and reads the host-wide PSI."""
+    def preexec():
+        try:
+            cgroup.enter()
+        except OSError:
+            pass
+        if then is not None:
+            then()
+
+    return preexec
 
 
 def signal_group(pid, sig):

@@ -16,6 +16,9 @@ covers that: the launcher writes a byte to the channel every few seconds, and
 when nothing at all has been read from stdin for that many seconds the group is
 stopped exactly as on EOF. Any byte counts; 0, the default, turns it off.
 
+The role runs in a cgroup of its own where the host allows it (``cgroup.RoleCgroup``), removed
+when the role ended, whatever its end.
+
 Linux only, stdlib only.
 """
 import json
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from . import plan_runner
+from .cgroup import RoleCgroup
 from .localhost import start_ticks
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -51,10 +55,19 @@ def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float
     except OSError as exc:
         _say(role, f"cannot write {pid_file}: {exc.strerror or exc}")
         return EXIT_SUPERVISOR_FAILED
+    cgroup = RoleCgroup.make(role)
+    try:
+        return _supervise(role, pid_file, argv, heartbeat_timeout, stop_signals, cgroup)
+    finally:
+        cgroup.remove()
+
+
+def _supervise(role, pid_file, argv, heartbeat_timeout, stop_signals, cgroup) -> int:
     try:
         # from the main thread: PR_SET_PDEATHSIG fires when the forking *thread* ends
         child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=plan_runner.die_with(os.getpid()))
+                                 env={**os.environ, **cgroup.env()},
+                                 preexec_fn=plan_runner.entering(cgroup, plan_runner.die_with(os.getpid())))
     except OSError as exc:
         _say(role, f"cannot start {argv[0]}: {exc.strerror or exc}")
         return EXIT_CANNOT_START

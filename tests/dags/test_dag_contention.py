@@ -9,6 +9,9 @@ trains.
    rounds (recomputed here from runs.csv), and the report says so.
 2. With no budget (``repeats`` == ``max_repeats``), the hogged round is judged as measured and the
    verdict line names the contended rounds and what the verdict would be without them.
+3. The same under the kubernetes launcher (the stand-in's pods, each in a cgroup of its own): a pod
+   cannot see its node's processes, but the hogged run's pods feel them in their own cgroup's CPU
+   pressure, and the run is marked contended (issue 39).
 
 Robust to a busy machine: another round may be marked contended by background load, so the
 assertions are that the hogged run is contended and that every contended round is handled, never
@@ -74,9 +77,20 @@ def _meta(path) -> dict:
         return {}
 
 
+# the A/A calibration of the kubernetes launcher, two rounds, no budget: only the hogged run's marking is asked
+PODS = {**BASE, "launchers": ["kubernetes"], "repeats": 2, "max_repeats": 2,
+        "notes": ["contention test: hog beside pods"]}
+HOGGED_POD_RUN = f"{VARIANT}__kubernetes__r2"
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    stack = AirflowStack(tmp_path_factory.mktemp("contention"))
+def stack(tmp_path_factory, kube_standin):
+    from conftest import kubernetes_connection
+
+    home = tmp_path_factory.mktemp("contention")
+    # the pods read the data where this stack's DAG runs prepare it
+    pods = kubernetes_connection(kube_standin, data={"host_path": str(home / "data")})
+    stack = AirflowStack(home, env={"AIRFLOW_CONN_MXBENCH_KUBERNETES": json.dumps(pods)})
     stack.prepare()
     with stack.stopped_at_end():
         stack.start()
@@ -315,3 +329,29 @@ def test_with_no_budget_the_hogged_round_is_judged_as_measured_and_named(spent):
     assert head + without in line
     (box,) = [line for line in md.splitlines() if "Contended: " in line and f"{HOGGED_SPENT} (" in line]
     assert f"{HOGGED_SPENT} (other processes used " in box
+
+
+# --- 3. kubernetes: the hogged run's pods feel the hog in their own cgroups -----------------------
+
+@pytest.fixture(scope="module")
+def pods_hogged(stack):
+    (stack.home / "data").mkdir(exist_ok=True)
+    done = run_with_hog(stack, PODS, HOGGED_POD_RUN)
+    print(f"\nDAG run of pods: {done['wall_s']:.0f} s")
+    return done
+
+
+def test_a_hogged_pod_run_is_marked_contended_by_its_own_cgroups_pressure(pods_hogged):
+    assert pods_hogged["state"] == "success"
+    runs = pd.read_csv(pods_hogged["folder"] / "tables" / "runs.csv")
+    hog_span = pods_hogged["hog"]
+    assert hog_span and hog_span[1], f"the hog never ran beside {HOGGED_POD_RUN}: {hog_span}"
+    (row,) = runs[runs["key"] == HOGGED_POD_RUN].to_dict("records")
+    assert row["status"] == "ok", row
+    # a pod sees none of its node's processes: its own cgroup's pressure is what marked it
+    assert pd.isna(row["foreign_cores"]) and row["pressure_source"] == "the pod's own cgroup", row
+    assert row["contended"] in (True, "True") and "its own cgroup waited for a CPU" in row["contention"], row
+    assert row["started_at"] <= hog_span[0] < row["ended_at"] <= hog_span[1], (hog_span, row)
+    md = (pods_hogged["folder"] / "report" / "report.md").read_text()
+    (box,) = [line for line in md.splitlines() if "Contended: " in line and f"{HOGGED_POD_RUN} (" in line]
+    assert f"{HOGGED_POD_RUN} (its own cgroup waited for a CPU " in box

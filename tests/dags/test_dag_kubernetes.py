@@ -362,3 +362,31 @@ def test_a_missing_or_broken_cluster_connection_is_named(airflow_db, kube_standi
             connections.launcher_for("kubernetes", {"kubernetes_connection": "mxbench_kubernetes"}).target()
     finally:
         del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
+
+
+def test_a_pod_run_beside_two_busy_loops_on_its_node_is_marked_contended(kube_standin, cifar_rec, tmp_path):
+    """Issue 39: a pod cannot see its node's processes, but it feels them: with two busy loops
+    outside it (this 2-core node), the workers' pods read their own cgroup's pressure (the stand-in's
+    kubelet puts each pod in a cgroup of its own, as a real one) and the run is marked contended."""
+    from mxbench.results import interference
+    from mxbench_train.events import parse_event
+
+    launcher = launcher_with(kube_standin, data={"host_path": str(cifar_rec.parent)})
+    run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"
+    run_dir.mkdir(parents=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=300)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    events = [e for log in sorted(run_dir.glob("rank*.log")) for e in map(parse_event, log.read_text().splitlines())
+              if e]
+    readings = interference.host_readings(events)
+    assert len(readings) == 2 and all(r["pressure_source"] == "the pod's own cgroup" for r in readings), readings
+    assert all("foreign_cpu_s" not in r and len(r["canary_s"]) == 2 for r in readings)
+    row = interference.summarise(events)
+    assert row["foreign_cores"] is None and row["run_pressure"] == max(r["run_pressure"] for r in readings)
+    assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], (row, readings)
+    assert pods_left(kube_standin) == []

@@ -436,3 +436,52 @@ def test_kubernetes_pod_operator_runs_a_pod(airflow_db, standin, api, capfd, tmp
     names = [m["metadata"]["name"] for m in created if m["metadata"].get("labels", {}).get("test") == "kpo"]
     assert len(names) == 1 and names[0].startswith("kpo-hello")
     wait_gone(api, names[0], timeout=10)  # on_finish_action="delete_pod"
+
+
+def _cgroups_of_mount():
+    from mxbench_train import cgroup
+
+    mount = cgroup.v2_mount()
+    return {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} if mount else set()
+
+
+def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
+    """As a real kubelet: each pod's processes in a cgroup of their own, removed when it ends. A pod
+    whose two processes compute while two busy loops run outside it on this 2-core node reads its
+    own cgroup's pressure (it cannot see the node's processes), and the results side marks its run
+    contended by it."""
+    import subprocess
+
+    from mxbench.results import interference as results
+
+    before = _cgroups_of_mount()
+    show = "print(open('/proc/self/cgroup').read().splitlines()[-1])"
+    for name in ("cg-a", "cg-b"):
+        api.create_namespaced_pod("default", pod(name, show))
+    seen = {}
+    for name in ("cg-a", "cg-b"):
+        assert wait_phase(api, name, "Succeeded", "Failed").status.phase == "Succeeded", log_of(api, name)
+        seen[name] = log_of(api, name).strip()
+    assert seen["cg-a"] != seen["cg-b"]
+    assert all(re.fullmatch(rf"0::/mxbench-pod-{name}-\d+-[0-9a-f]{{8}}", line) for name, line in seen.items()), seen
+    busy = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import interference\n"
+             f"child = subprocess.Popen([sys.executable, '-c', {busy.format(s=4)!r}])\n"
+             "w = interference.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+             "found = w.stop()\nchild.kill()\nprint(json.dumps(found))")
+    hogs = [subprocess.Popen([PY, "-c", busy.format(s=60)]) for _ in range(2)]
+    try:
+        api.create_namespaced_pod("default", pod("cg-hogged", watch, env=[{"name": "MXBENCH_IN_POD", "value": "1"}]))
+        done = wait_phase(api, "cg-hogged", "Succeeded", "Failed", timeout=60)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert done.status.phase == "Succeeded", log_of(api, "cg-hogged")
+    found = json.loads(log_of(api, "cg-hogged").strip().splitlines()[-1])
+    assert found["pressure_source"] == "the pod's own cgroup" and "foreign_cpu_s" not in found
+    row = results.summarise([{"event": "run_end", "host": found}])
+    assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], found
+    for name in ("cg-a", "cg-b", "cg-hogged"):
+        api.delete_namespaced_pod(name, "default")
+    assert _cgroups_of_mount() - before == set()

@@ -11,11 +11,13 @@ The check looks again until every host is quiet or the bound (``quiet_wait_s``) 
 fails the run: the run's ``meta.json`` keeps ``quiet``: how long it waited, whether the hosts were
 quiet, the last reading of each host and why it stopped; the runs table has ``quiet_wait_s``.
 
-Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's), a
-launcher with no way to look, a bound of 0, a host whose reading is malformed (``answers.QUIET_READING``:
-the record names the host and the field). Each host is judged with its own kind of machine's
-thresholds (the probe reports the machine's facts; ``interference.thresholds_for`` finds them in
-the DAG run's table, the hardware's A/A calibrations' level or the defaults).
+Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's; its
+pods read their own cgroup's pressure and time the canary while they train, which judge the run
+afterwards, ``results.interference``), a launcher with no way to look, a bound of 0, a host whose
+reading is malformed (``answers.QUIET_READING``: the record names the host and the field). Each host
+is judged with its own kind of machine's thresholds (the probe reports the machine's facts;
+``interference.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
+level or the defaults).
 """
 import time
 from typing import Callable, Dict, List, Mapping, Optional

@@ -49,6 +49,9 @@ def conditions(dag_dir: Path) -> List[Condition]:
     judged_with = interference.thresholds_line(runs)
     if judged_with and (contended or "(defaults" not in judged_with):  # only when it says something new
         found.append(Condition(shorten(judged_with), judged_with))
+    readings = interference.readings_line(runs)
+    if readings:
+        found.append(Condition(shorten(readings), readings))
     waited = quiet_condition(runs, request, folder)
     if waited:
         found.append(waited)

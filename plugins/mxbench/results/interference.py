@@ -2,25 +2,30 @@
 
 Each worker's ``run_end`` event carries ``host``: what ``mxbench_train.interference.HostWatch``
 read over its training (CPU pressure, steal, CPU seconds of processes outside the run, load, GPU
-processes that are not the run's). ``summarise`` folds a run's workers into one row per run, host by
-host, worst first; a run is **contended** when on any of its hosts other processes used at least
-``FOREIGN_CORES`` of a core on average, the hypervisor stole at least ``STEAL`` of the CPU time, or
-another process computed on its GPUs. CPU pressure alone does not mark a run: the run's own roles
-wait for each other's cores (two workers on two cores), which is not a neighbour. A run one of
-whose hosts could not see the other processes (a pod sees only its own) is neither: ``contended``
-None, unless another signal marked it.
+processes that are not the run's, the CPU pressure of the role's own cgroup, a canary's times).
+``summarise`` folds a run's workers into one row per run, host by host, worst first; a run is
+**contended** when on any of its hosts other processes used at least ``FOREIGN_CORES`` of a core on
+average, the hypervisor stole at least ``STEAL`` of the CPU time, another process computed on its
+GPUs, the role's own cgroup waited for a CPU at least ``RUN_PRESSURE`` of its time (every launcher,
+pods included: a pod cannot see its node's processes, but it feels them), or its canary ran slow
+(``canary_slow``: whatever the cause, a hypervisor or memory bandwidth no counter shows). The
+host-wide CPU pressure alone does not mark a run: it counts every task on the host, the run's own
+roles waiting for each other's cores included. A run one of whose hosts could neither see the other
+processes nor read its own cgroup is neither: ``contended`` None, unless another signal marked it.
 
-The thresholds are the hardware's own, per launcher, where its A/A calibrations
-(``results.calibration``) read these signals: a run is contended when it saw more other work than
-nearly all of them did (``from_aa``: twice their 90th percentile, within bounds), so a node whose
-daemons always use a little CPU is not contended by them, and a dedicated box is held to its own
-quiet. Elsewhere, or before ``MIN_AA_RUNS`` A/A runs read a signal, the defaults. The DAG run looks them up once, when
-it expands (``contention_thresholds`` in ``request.json``), and every stage judges with that table.
+The thresholds are the hardware's own, per launcher, where its trusted A/A calibrations
+(``results.calibration``; ``config.calibration_dags``) read these signals: a run is contended when
+it saw more than nearly all of them did (``from_aa``: a factor times their 90th percentile, within
+bounds), so a node whose daemons always use a little CPU is not contended by them, and a dedicated
+box is held to its own quiet. No single calibration can loosen them (``from_aa``'s leave-one-out:
+the level is the lowest the calibrations give with any one of them left out). Elsewhere, or before
+``MIN_AA_RUNS`` A/A runs read a signal, the defaults. The DAG run looks them up once, when it expands
+(``contention_thresholds`` in ``request.json``), and every stage judges with that table.
 """
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Tuple
 
 from mxbench.results.machines import fingerprint
 
@@ -29,11 +34,25 @@ if TYPE_CHECKING:
 
 FOREIGN_CORES = 0.25  # cores' worth of CPU used by processes outside the run, on average over its span
 STEAL = 0.05  # share of CPU time the hypervisor gave to another guest
+# the share of its time the role's own cgroup waited for a CPU. Its own roles sharing the cores make
+# some: a 2-worker run on a 2-core box beside 0.9 cores of other work read 0.36-0.44, with two busy
+# loops more 0.49-0.59; a pod sees no other signal. The hardware's A/A runs set their own level.
+RUN_PRESSURE = 0.4
+# the canary, without A/A runs: the slowest of the run's own timings (each worker's, before and after)
+# over its fastest. A canary the same work every time varies by a few percent on a quiet host; a
+# quarter slower is beyond that, and catches a neighbour that came or went during the run (one that
+# stayed throughout slows both ends alike: for that the hardware's A/A level is needed)
+CANARY_RATIO = 1.25
 MIN_AA_RUNS = 8  # A/A runs that read a signal before their level replaces its default
 AA_FACTOR = 2.0  # a run is contended beyond this many times the A/A runs' 90th percentile ...
 FOREIGN_BOUNDS = (0.05, 1.0)  # ... within these bounds: a hundredth of a core is no neighbour, a core always is
 STEAL_BOUNDS = (0.01, 0.20)
-COLUMNS = ("hosts", "cpu_pressure", "steal", "foreign_cores", "load1", "gpu_foreign", "contended", "contention",
+PRESSURE_FACTOR, PRESSURE_BOUNDS = 1.5, (0.05, 0.9)  # the own cgroup's waits are mostly its own: a tighter factor
+# the canary's seconds: 1.15x the A/A runs' 90th percentile (their slow end of quiet) is a slowdown of
+# about a fifth over a typical quiet canary, the size of what a hidden neighbour was seen to cost a run
+CANARY_FACTOR, CANARY_BOUNDS = 1.15, (1e-3, 3600.0)
+COLUMNS = ("hosts", "cpu_pressure", "steal", "foreign_cores", "load1", "gpu_foreign", "run_pressure",
+           "pressure_source", "canary_s", "canary_ratio", "canary_cost_s", "contended", "contention",
            "interference_unread", "contention_thresholds")
 
 
@@ -43,19 +62,35 @@ class Thresholds:
     foreign_cores: float = FOREIGN_CORES
     steal: float = STEAL
     source: str = "defaults"
+    run_pressure: float = RUN_PRESSURE
+    canary_s: Optional[float] = None  # None: judged by the run's own timings (``CANARY_RATIO``)
+    # the host-wide PSI, judged only for a host that could read neither the other processes nor its
+    # own cgroup (a pod on a node without cgroup v2); None: not judged, as it counts the run's own waits
+    host_pressure: Optional[float] = None
 
     def __str__(self) -> str:
-        return f"other processes >= {self.foreign_cores:.3g} cores or steal >= {self.steal:.1%} ({self.source})"
+        canary = (f"canary >= {self.canary_s:.3g} s" if self.canary_s is not None
+                  else f"canary >= {CANARY_RATIO:g}x its fastest")
+        host = (f" or host-wide pressure >= {self.host_pressure:.0%} where nothing else was read"
+                if self.host_pressure is not None else "")
+        return (f"other processes >= {self.foreign_cores:.3g} cores or steal >= {self.steal:.1%} "
+                f"or own cgroup waiting >= {self.run_pressure:.0%} or {canary}{host} ({self.source})")
 
     @classmethod
     def from_dict(cls, found) -> "Thresholds":
-        """A table entry (``as_dict``); anything that is not one gives the defaults."""
+        """A table entry (``as_dict``); anything that is not one gives the defaults (an entry from
+        before the own cgroup's pressure and the canary: their defaults)."""
         if not isinstance(found, Mapping):
             return DEFAULTS
         foreign, steal = _number(found.get("foreign_cores")), _number(found.get("steal"))
         if foreign is None or steal is None or foreign <= 0 or steal <= 0:
             return DEFAULTS
-        return cls(foreign, steal, str(found.get("source") or "the results store"))
+        pressure, canary = _number(found.get("run_pressure")), _number(found.get("canary_s"))
+        host = _number(found.get("host_pressure"))
+        return cls(foreign, steal, str(found.get("source") or "the results store"),
+                   pressure if pressure is not None and pressure > 0 else RUN_PRESSURE,
+                   canary if canary is not None and canary > 0 else None,
+                   host if host is not None and host > 0 else None)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,33 +99,66 @@ class Thresholds:
 DEFAULTS = Thresholds()
 
 
-def _level(values: List[float], bounds) -> Optional[float]:
-    """``AA_FACTOR`` times the 90th percentile of ``values``, within ``bounds``; None: too few."""
-    if len(values) < MIN_AA_RUNS:
+def _level(values: List[float], bounds, factor: float = AA_FACTOR, least: int = MIN_AA_RUNS) -> Optional[float]:
+    """``factor`` times the 90th percentile of ``values``, within ``bounds``; None: fewer than ``least``."""
+    if len(values) < max(least, 1):
         return None
-    q90 = statistics.quantiles(values, n=10, method="inclusive")[-1]
-    return round(min(max(AA_FACTOR * q90, bounds[0]), bounds[1]), 3)
+    q90 = statistics.quantiles(values, n=10, method="inclusive")[-1] if len(values) > 1 else values[0]
+    return round(min(max(factor * q90, bounds[0]), bounds[1]), 4)
 
 
-def from_aa(runs: Iterable[Mapping], calibrations: int = 0) -> Thresholds:
+# each signal a calibration reads: (its key, its default, its factor and bounds)
+SIGNALS = (("foreign_cores", FOREIGN_CORES, AA_FACTOR, FOREIGN_BOUNDS), ("steal", STEAL, AA_FACTOR, STEAL_BOUNDS),
+           ("run_pressure", RUN_PRESSURE, PRESSURE_FACTOR, PRESSURE_BOUNDS),
+           ("canary_s", None, CANARY_FACTOR, CANARY_BOUNDS), ("cpu_pressure", None, PRESSURE_FACTOR, PRESSURE_BOUNDS))
+
+
+LABELS = {"foreign_cores": "other processes", "steal": "steal", "run_pressure": "own cgroup waiting",
+          "canary_s": "canary", "cpu_pressure": "host-wide pressure"}
+
+
+def _capped_level(runs: List[Mapping], key: str, factor: float, bounds, default) -> Tuple[Optional[float], int]:
+    """The level of one signal over the runs (None: fewer than ``MIN_AA_RUNS`` read it), and how
+    many read it. No single calibration (a run's ``dag_run``) can loosen it: the level is the lowest
+    of the one over all runs and those over the runs of all calibrations but one, each left out in
+    turn (the default where none is left), so one noisy calibration cannot raise it; a quiet one may
+    lower it."""
+    values = [(str(r.get("dag_run")), v) for r in runs if (v := _number(r.get(key))) is not None]
+    level = _level([v for _, v in values], bounds, factor)
+    if level is None:
+        return None, len(values)
+    candidates = [level]
+    for left_out in {c for c, _ in values}:
+        rest = _level([v for c, v in values if c != left_out], bounds, factor, least=1)
+        if rest is None:
+            rest = default
+        if rest is not None:
+            candidates.append(rest)
+    return min(candidates), len(values)
+
+
+def from_aa(runs: Iterable[Mapping], calibrations: int = 0, dags: Iterable[str] = ()) -> Thresholds:
     """The thresholds of one kind of machine from its A/A calibrations' runs (each a mapping with
-    ``foreign_cores`` and ``steal``, None where unread); a signal fewer than ``MIN_AA_RUNS`` runs
-    read keeps its default, and the source says which."""
+    ``foreign_cores``, ``steal``, ``run_pressure``, ``canary_s`` and ``cpu_pressure``, None where unread, and
+    ``dag_run``: its calibration); a signal fewer than ``MIN_AA_RUNS`` runs read keeps its default,
+    and the source says which, and of which DAGs (``dags``: the trusted ones) the calibrations were.
+    See ``_capped_level`` for what one calibration can move."""
     runs = list(runs)
-    foreign = [v for v in (_number(r.get("foreign_cores")) for r in runs) if v is not None]
-    steal = [v for v in (_number(r.get("steal")) for r in runs) if v is not None]
-    levels = {"foreign_cores": _level(foreign, FOREIGN_BOUNDS),
-              "steal": _level(steal, STEAL_BOUNDS)}
+    found = {key: _capped_level(runs, key, factor, bounds, default) for key, default, factor, bounds in SIGNALS}
+    levels = {key: level for key, (level, _) in found.items()}
+    read = max(n for _, n in found.values())
     if all(v is None for v in levels.values()):
-        return Thresholds(source=f"defaults: {len(foreign)} A/A run(s) on this hardware read them, "
-                                 f"{MIN_AA_RUNS} needed")
-    of = f"{max(len(foreign), len(steal))} A/A runs on this hardware" + (
-        f" ({calibrations} calibration{'s' if calibrations != 1 else ''})" if calibrations else "")
-    kept = [name.replace("_", " ") for name, v in levels.items() if v is None]
+        return Thresholds(source=f"defaults: {read} A/A run(s) on this hardware read them, {MIN_AA_RUNS} needed")
+    of_dags = f" of {', '.join(dags)}" if dags else ""
+    of = f"{read} A/A runs on this hardware" + (
+        f" ({calibrations} calibration{'s' if calibrations != 1 else ''}{of_dags})" if calibrations else of_dags)
+    kept = [LABELS[key] for key, v in levels.items() if v is None]
     return Thresholds(levels["foreign_cores"] if levels["foreign_cores"] is not None else FOREIGN_CORES,
                       levels["steal"] if levels["steal"] is not None else STEAL,
-                      f"from {of}: {AA_FACTOR:g}x their 90th percentile"
-                      + (f"; {', '.join(kept)} default" if kept else ""))
+                      f"from {of}: a factor over their 90th percentile, no single calibration loosening them"
+                      + (f"; {', '.join(kept)} default" if kept else ""),
+                      levels["run_pressure"] if levels["run_pressure"] is not None else RUN_PRESSURE,
+                      levels["canary_s"], levels["cpu_pressure"])
 
 
 def table_key(machine_kind: str, launcher: str) -> str:
@@ -153,6 +221,26 @@ def run_machine(events: Iterable[dict]) -> Optional[dict]:
         else None
 
 
+def canary_times(readings: Iterable[Mapping]) -> List[float]:
+    """Every canary time the run's workers took (each one's before and after), seconds."""
+    return [v for r in readings if isinstance(r.get("canary_s"), list) for v in map(_number, r["canary_s"])
+            if v is not None and v > 0]
+
+
+def canary_slow(times: List[float], thresholds: Thresholds = DEFAULTS) -> Optional[str]:
+    """Why the run's canary ran slow (``times``: ``canary_times``), None when it did not: its slowest
+    at least the hardware's A/A level (``thresholds.canary_s``), or at least ``CANARY_RATIO`` times its
+    own fastest (which the A/A level, where there is one, does not replace: it adds to it)."""
+    if not times:
+        return None
+    slowest, fastest = max(times), min(times)
+    if thresholds.canary_s is not None and slowest >= thresholds.canary_s:
+        return f"canary took {slowest:.3g} s (quiet A/A runs: under {thresholds.canary_s:.3g} s)"
+    if slowest >= CANARY_RATIO * fastest:
+        return f"canary ran {slowest / fastest:.2f}x slower than its fastest"
+    return None
+
+
 def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict:
     """One runs-table row's interference columns (``COLUMNS``); all None when no worker said."""
     events = list(events)
@@ -161,13 +249,20 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         return {**dict.fromkeys(COLUMNS), "contended": None,
                 "interference_unread": "no worker reported its host (a trainer from before mxbench read hosts)"}
     foreign = [_per_second(r.get("foreign_cpu_s"), r.get("wall_s")) for r in readings]
+    own = [_number(r.get("run_pressure")) for r in readings]
     gpu_foreign = sum(len(r["gpu_foreign_processes"]) for r in readings
                       if isinstance(r.get("gpu_foreign_processes"), list))
-    worst_foreign, worst_steal = _worst(foreign), _worst(r.get("steal") for r in readings)
+    worst_foreign, worst_steal, worst_own = _worst(foreign), _worst(r.get("steal") for r in readings), _worst(own)
+    times = canary_times(readings)
     row = {"hosts": ", ".join(sorted({str(r.get("host")) for r in readings})),
            "cpu_pressure": _worst(r.get("cpu_pressure") for r in readings), "steal": worst_steal,
            "foreign_cores": worst_foreign, "load1": _worst(r.get("load1") for r in readings),
-           "gpu_foreign": gpu_foreign}
+           "gpu_foreign": gpu_foreign, "run_pressure": worst_own,
+           "pressure_source": "; ".join(sorted({str(r["pressure_source"])[:200] for r in readings
+                                                if r.get("pressure_source")})) or None,
+           "canary_s": max(times) if times else None,
+           "canary_ratio": round(max(times) / min(times), 3) if times else None,
+           "canary_cost_s": _worst(r.get("canary_cost_s") for r in readings)}
     reasons = []
     if worst_foreign is not None and worst_foreign >= thresholds.foreign_cores:
         reasons.append(f"other processes used {worst_foreign:.2f} cores")
@@ -175,10 +270,24 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         reasons.append(f"steal {worst_steal:.0%}")
     if gpu_foreign:
         reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
+    if worst_own is not None and worst_own >= thresholds.run_pressure:
+        reasons.append(f"its own cgroup waited for a CPU {worst_own:.0%} of its time")
+    slow = canary_slow(times, thresholds)
+    if slow:
+        reasons.append(slow)
+    # where a host read neither the other processes nor its own cgroup, its host-wide PSI is all there is,
+    # judged where the hardware's A/A runs give it a level
+    unseen = [_number(r.get("cpu_pressure")) for r, f, o in zip(readings, foreign, own) if f is None and o is None]
+    judged = thresholds.host_pressure is not None and all(p is not None for p in unseen)
+    worst_unseen = _worst(unseen)
+    if judged and worst_unseen is not None and worst_unseen >= (thresholds.host_pressure or 0.0):
+        reasons.append(f"host-wide CPU pressure {worst_unseen:.0%} where nothing else was read "
+                       f"(quiet A/A runs: under {thresholds.host_pressure:.0%})")
     unread = sorted({str(u) for r in readings if isinstance(r.get("unreadable"), list) for u in r["unreadable"]}
                     | {str(r["gpu_unreadable"]) for r in readings if r.get("gpu_unreadable")})
-    # a host that could not see the other processes (a pod) cannot say the run was quiet
-    blind = any(f is None for f in foreign)
+    # a host that could neither see the other processes (a pod) nor read its own cgroup cannot say the
+    # run was quiet, unless its host-wide PSI was judged
+    blind = bool(unseen) and not judged
     contended = True if reasons else (None if blind else False)
     return {**row, "contended": contended, "contention": "; ".join(reasons) or None,
             "interference_unread": "; ".join(unread) or None, "contention_thresholds": str(thresholds)}
@@ -207,3 +316,28 @@ def thresholds_line(runs) -> Optional[str]:
     if not used:
         return None
     return "Contended means: " + "; ".join(used) + "."
+
+
+def readings_line(runs) -> Optional[str]:
+    """One line for the report's conditions: where the runs' own CPU pressure came from (how many
+    runs read their own cgroup, how many fell back to the host-wide PSI) and what the canary cost a
+    run (its workers time it at once: the slowest worker's two timings), or None when no run said."""
+    parts = []
+    if "pressure_source" in runs:
+        sources = runs["pressure_source"].dropna().astype(str)
+        if not sources.empty:
+            counts = sources.value_counts()
+            parts.append("the run's own CPU pressure from " + ", ".join(
+                f"{source} ({n} run{'s' if n != 1 else ''})" for source, n in sorted(counts.items())))
+    if "canary_cost_s" in runs:
+        cost = pd_numeric(runs["canary_cost_s"]).dropna()
+        if not cost.empty:
+            parts.append(f"the canary (a fixed workload each worker timed before and after its run) cost "
+                         f"{cost.median():.1f} s per run (at most {cost.max():.1f} s)")
+    return ("Interference readings: " + "; ".join(parts) + ".") if parts else None
+
+
+def pd_numeric(column: "pd.Series") -> "pd.Series":
+    import pandas as pd
+
+    return pd.to_numeric(column, errors="coerce")

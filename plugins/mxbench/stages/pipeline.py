@@ -124,16 +124,18 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
 
 def contention_thresholds(url: str) -> dict:
     """Each kind of machine's contention thresholds under each launcher from its latest A/A
-    calibrations in the results store (``interference.from_aa``): ``interference.table_key`` ->
+    calibrations in the results store (``interference.from_aa``), of the DAGs the deployer trusts
+    with them only (``config.calibration_dags``), their contended runs left out: ``interference.table_key`` ->
     ``Thresholds.as_dict``, looked up once when the DAG run expands; it reads, never makes or
     upgrades the store. Never fails the caller: a store that cannot be read gives no table (every
     machine's defaults) and says why, without the URL's password."""
     from mxbench import store
     from mxbench.store.errors import first_line
 
+    trusted = config.calibration_dags()
     try:
         with store.errors_without_password(url):  # a driver's message may quote the URL
-            rows = store.aa_interference(url)
+            rows = store.aa_interference(url, dag_ids=trusted)
     except Exception as exc:  # a database down, a driver missing: the defaults judge
         print(f"mxbench: contention thresholds: the defaults, the results store could not be read "
               f"({type(exc).__name__}: {first_line(exc)})")
@@ -141,8 +143,10 @@ def contention_thresholds(url: str) -> dict:
     table = {}
     for (machine, launcher), runs in rows.groupby(["environment", "launcher"]):
         calibrations = len(runs[["dag_id", "dag_run"]].drop_duplicates())
+        # run ids are unique per DAG only: a calibration is its DAG and run
+        runs = runs.assign(dag_run=runs["dag_id"].astype(str) + "/" + runs["dag_run"].astype(str))
         table[interference.table_key(str(machine), str(launcher))] = interference.from_aa(
-            runs.to_dict("records"), calibrations).as_dict()
+            runs.to_dict("records"), calibrations, sorted(set(runs["dag_id"].astype(str)))).as_dict()
     return table
 
 

@@ -221,27 +221,36 @@ def aa_calibrations(url: str, fingerprints: Iterable[str], latest: int = 20) -> 
 
 AA_INTERFERENCE_COLUMNS = [repeats.c.environment, repeats.c.launcher, repeats.c.dag_id,
                            repeats.c.dag_run.label("dag_run"), dag_runs.c.measured_at, repeats.c.foreign_cores,
-                           repeats.c.steal]
+                           repeats.c.steal, repeats.c.cpu_pressure]
+AA_FELT_COLUMNS = [repeats.c.run_pressure, repeats.c.canary_s]  # revision 0010
 
 
-def aa_interference(url: str, latest: int = 20) -> pd.DataFrame:
+def aa_interference(url: str, latest: int = 20, dag_ids: Optional[Iterable[str]] = None) -> pd.DataFrame:
     """What the measured runs of the ``latest`` A/A calibrations on each kind of machine and under
-    each launcher saw of other work (``foreign_cores``, ``steal``; revision 0009), newest first:
-    what the contention thresholds of that hardware are made of (``interference.from_aa``). A
-    reader (``reader``): a store not there yet, or from before revision 0009, has no rows."""
-    columns = [c.name for c in AA_INTERFERENCE_COLUMNS]
+    each launcher saw of other work (``foreign_cores``, ``steal``, ``cpu_pressure``; revision 0009; ``run_pressure``,
+    ``canary_s``: revision 0010, None before), newest first: what the contention thresholds of that
+    hardware are made of (``interference.from_aa``). Only calibrations of ``dag_ids`` (default
+    ``config.calibration_dags()``: the deployer's ``MXBENCH_CALIBRATION_DAGS``) count, and only their
+    runs not judged contended. A reader (``reader``): a store not there yet, or from before revision
+    0009, has no rows."""
+    trusted = list(config.calibration_dags() if dag_ids is None else dag_ids)
+    names = [c.name for c in AA_INTERFERENCE_COLUMNS + AA_FELT_COLUMNS]
     with reader(url, "repeats") as connection:
-        if connection is None or "foreign_cores" not in {c["name"] for c in
-                                                         sa.inspect(connection).get_columns("repeats")}:
-            return pd.DataFrame(columns=columns)
+        stored = set() if connection is None else {c["name"] for c in sa.inspect(connection).get_columns("repeats")}
+        if "foreign_cores" not in stored or not trusted:
+            return pd.DataFrame(columns=names)
+        felt = [c for c in AA_FELT_COLUMNS if c.name in stored]
         arm = repeats.alias("arm_b")  # a calibration: its DAG run measured an arm b
         calibration = sa.exists().where(arm.c.launcher.like("%-b") & (arm.c.status == "ok")
                                         & (arm.c.dag_id == repeats.c.dag_id) & (arm.c.dag_run == repeats.c.dag_run))
-        read = (repeats.c.foreign_cores.is_not(None) | repeats.c.steal.is_not(None))
-        query = (sa.select(*AA_INTERFERENCE_COLUMNS).join(dag_runs, OF_ITS_DAG_RUN)
-                 .where(calibration & (repeats.c.status == "ok") & repeats.c.environment.is_not(None) & read)
+        read = sa.or_(*[c.is_not(None) for c in [repeats.c.foreign_cores, repeats.c.steal, *felt]])
+        # a run judged contended saw a neighbour: it is no measure of this hardware's quiet
+        quiet = repeats.c.contended.is_(None) | (repeats.c.contended == sa.false())
+        query = (sa.select(*AA_INTERFERENCE_COLUMNS, *felt).join(dag_runs, OF_ITS_DAG_RUN)
+                 .where(calibration & (repeats.c.status == "ok") & repeats.c.environment.is_not(None) & read
+                        & quiet & repeats.c.dag_id.in_(trusted))
                  .order_by(dag_runs.c.measured_at.desc(), repeats.c.run_key))
-        rows = pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
+        rows = pd.DataFrame(connection.execute(query).mappings().all(), columns=names)
     # an arm b is its launcher: local and local-b ran alike
     rows["launcher"] = rows["launcher"].str.removesuffix("-b")
     # per kind of machine and launcher, its latest calibrations only: neighbours change over the months

@@ -123,6 +123,9 @@ repeats = sa.Table(
     sa.Column("steal", sa.Float),  # worst host's share of CPU time stolen by the hypervisor
     sa.Column("foreign_cores", sa.Float),  # worst host's CPU used by processes outside the run, in cores
     sa.Column("contended", sa.Boolean),
+    # revision 0010: what the run felt itself; NULL: not measured
+    sa.Column("run_pressure", sa.Float),  # worst worker's CPU pressure ("some") in its own cgroup
+    sa.Column("canary_s", sa.Float),  # slowest time of its workers' canary workload, before or after
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("duration_s", sa.Float),

@@ -496,3 +496,30 @@ def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
     with pytest.raises(MxbenchError, match=r"host h1 \(127.0.0.1\): fetching the run's logs over SFTP failed: "
                                            "Server connection dropped"):
         ssh._fetch(ssh.hosts, {"h1": "/nowhere"}, run_dir)
+
+
+def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contended(ssh_hosts, monkeypatch, cifar_rec,
+                                                                                  tmp_path):
+    """Issue 39: over real sshd, the supervisor puts the role in a cgroup of its own on the host
+    (removed after); with two busy loops outside it, the worker reads that cgroup's pressure and
+    the run is marked contended."""
+    from mxbench.results import interference
+    from mxbench_train import cgroup
+    from mxbench_train.events import parse_event
+
+    mount = cgroup.v2_mount()
+    before = {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)}
+    run_dir = run_dir_for(tmp_path)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(ONE_HOST, cifar_rec, run_dir, deadline_s=300)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    events = [e for e in map(parse_event, (run_dir / "rank0.log").read_text().splitlines()) if e]
+    (reading,) = interference.host_readings(events)
+    assert reading["pressure_source"] == "the role's own cgroup" and isinstance(reading["run_pressure"], float)
+    row = interference.summarise(events)
+    assert row["contended"] is True and row["run_pressure"] == reading["run_pressure"], row
+    assert {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} - before == set()
