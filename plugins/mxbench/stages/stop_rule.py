@@ -144,12 +144,25 @@ def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[s
     ``measured`` gives them) do not look like a regression (``regression.rule.suspected``) against the
     baseline on ``machine`` of ``setup`` (what the run measures), or there is nothing to confirm
     against; None: run it."""
-    from mxbench.regression.rule import MIN_BASELINE_RUNS, SUSPECT_SHARE, dag_run_keys, suspected, usable_speeds
+    from mxbench.regression.rule import (
+        MIN_BASELINE_RUNS,
+        SUSPECT_SHARE,
+        dag_run_keys,
+        left_out,
+        quiet_repeats,
+        suspected,
+        usable_speeds,
+    )
+    from mxbench.stats.verdict import MIN_REPEATS
 
     what = f"confirmation round {run['round']} of {run['variant']['id']} ({leg(run)}) skipped"
     if first.empty or not first["status"].isin(["ok", "failed"]).all():
         return None  # the first rounds have not all ended: not knowing means running
-    current = usable_speeds(first.loc[first["status"] == "ok", "samples_per_sec"])
+    # contended first rounds can neither suspect nor clear a regression: quiet rounds confirm it
+    quiet, busy = quiet_repeats(first)
+    current = usable_speeds(quiet["samples_per_sec"])
+    if busy and len(current) < MIN_REPEATS:
+        return None
     if not current or machine is None:
         return f"{what}: its first rounds measured nothing to confirm"
     stored = baseline_for(run["variant"]["id"], leg(run), machine, setup) if baseline_for else None
@@ -162,4 +175,4 @@ def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[s
     if looks:
         return None
     return (f"{what}: the first rounds' median is {ratio - 1:+.1%} against the baseline's, not a suspected "
-            f"regression (at most {-SUSPECT_SHARE * min_drop:+.1%})")
+            f"regression (at most {-SUSPECT_SHARE * min_drop:+.1%})" + (f"; {left_out(busy)}" if busy else ""))
