@@ -55,7 +55,9 @@ def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, u
                      "validation_accuracy": 0.1 if speed else None, "gpu_util_pct": None, "gpu_mem_mib": None,
                      "p2p_pairs": None, "started_at": start, "ended_at": start + 50, "duration_s": 50.0,
                      "trainer_wall_s": 45.0, "reused": False, "warnings": None, **(ran or {}).get(launcher, {}),
-                     **({} if contended is None else {"contended": repeat in contended})})
+                     **({} if contended is None else {
+                         "contended": repeat in contended,
+                         "contention": "other processes used 0.90 cores" if repeat in contended else None})})
         (dag_dir / key).mkdir()
         if status == "ok":
             (dag_dir / key / "metrics.json").write_text(json.dumps(
