@@ -301,7 +301,8 @@ def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop:
     first: dict = {}
     for dag_run, when in zip(measured["dag_run"], measured["when"]):
         first[dag_run] = min(first.get(dag_run, when), when)
-    order = sorted(first, key=lambda dag_run: (first[dag_run], dag_run))
+    order = sorted(first, key=lambda dag_run: (first[dag_run], str(dag_run)))
+    fed_runs = set(fed["dag_run"])
     rows = []
     for i, dag_run in enumerate(order):
         when = first[dag_run]
@@ -315,7 +316,7 @@ def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop:
             status, speed = CONTENDED_NOT_COMPARED, None
         else:
             # the last ``runs`` earlier DAG runs of the feeding DAGs with a quiet repeat: store.baseline's choice
-            feeding_before = [d for d in order[:i] if d in set(fed["dag_run"])]
+            feeding_before = [d for d in order[:i] if d in fed_runs]
             base = fed[fed["dag_run"].isin(feeding_before[-runs:] if runs else [])]
             finding = check("", "", mine["samples_per_sec"], base["samples_per_sec"], list(base["dag_run"]),
                             min_drop=min_drop)
