@@ -10,21 +10,21 @@ whose hosts had other work.
 
 - quiet: no hog;
 - hog, as landed before: the contended runs are judged as measured;
-- hog, handled: the stop rule plans from the quiet rounds and replaces each contended round of
-  the first stage by one more within the budget, and the verdict leaves the contended rounds out
-  (``metrics.launcher_ratios`` with the runs' ``contended`` flags, the pipeline's own code).
+- hog, handled: the stop rule plans from the first 6 quiet rounds and replaces each contended round
+  by one more, from its own budget (``--replacements`` beyond ``--max-rounds``), and the verdict
+  leaves the contended rounds out (``metrics.rounds_to_run`` and ``metrics.launcher_ratios`` with
+  the runs' ``contended`` flags, the pipeline's own code).
 
 For each: the k8s/ssh line's detectable gap (the smallest gap called "slower" in 80% of trials),
 the false-call rate per line (identical launchers) and per report (any of the three lines), and the
 mean number of rounds run. Target: with the hog and the handling, a detectable gap within 1.3x of
 quiet and false calls at most α, per line and per report.
 
-What is real: the verdict functions and the report's family control. What is simplified: the stop
-rule is re-enacted here from the same primitives (``metrics.contended_rounds``, ``paired_rounds``,
-``verdict.rounds_planned``) rather than read from run folders, round by round (a contended optional
-round is replaced too); every run of a round decides alike.
+What is real: the stop rule (``metrics.rounds_to_run``), the verdict functions and the report's
+family control. What is simplified: the rule reads rows, not run folders; every run of a round
+decides alike.
 
-    python benchmarks/contention.py [--trials 300] [--cv 0.02] [--hog 0.33] [--hog-slowdown 0.3]
+    python benchmarks/contention.py [--trials 300] [--cv 0.02] [--hog 0.33] [--hog-slowdown 0.3] [--replacements N]
 """
 import argparse
 import sys
@@ -35,9 +35,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from mxbench.results.metrics import contended_rounds, launcher_ratios, paired_rounds, without_rounds  # noqa: E402
+from mxbench.results.metrics import launcher_ratios, rounds_to_run  # noqa: E402
 from mxbench.stats.floors import ALPHA  # noqa: E402
-from mxbench.stats.verdict import rounds_planned  # noqa: E402
 
 LAUNCHERS = ("local", "ssh", "kubernetes")
 ORDERS = [("local", "ssh", "kubernetes"), ("kubernetes", "ssh", "local"), ("ssh", "kubernetes", "local"),
@@ -57,20 +56,14 @@ def one_round(rows, r, speeds, rng, cv, hog, slowdown, t):
     return t
 
 
-def runs_round(rows, r, first_n, most, gap, handled) -> bool:
-    """The stop rule's decision for optional round ``r`` of the three pairs, from the rounds before it."""
+def runs_round(rows, r, budget, handled) -> bool:
+    """The stop rule's decision for optional round ``r`` of the three pairs, from the rounds before it:
+    its own rule (``metrics.rounds_to_run``); as measured, blind to contention."""
     runs = pd.DataFrame(rows)
-    first = runs[runs["repeat"] <= first_n]
-    for a, b in (("ssh", "local"), ("kubernetes", "local"), ("kubernetes", "ssh")):
-        contended = contended_rounds(runs, a, b) if handled else []
-        of_first = [c for c in contended if c <= first_n]
-        pairs, _ = paired_rounds(without_rounds(first, of_first), a, b, len(of_first))
-        if pairs is None or len(pairs) < 3:
-            return True
-        planned, _ = rounds_planned(pairs, gap, most)
-        if r <= (min(most, max(planned, first_n) + len(contended)) if contended else planned):
-            return True
-    return False
+    if not handled:
+        runs = runs.drop(columns=["contended"])
+    return any(r <= rounds_to_run(runs, a, b, budget)[0]
+               for a, b in (("ssh", "local"), ("kubernetes", "local"), ("kubernetes", "ssh")))
 
 
 def trial(rng, gap_k8s, args, hog, handled):
@@ -79,15 +72,17 @@ def trial(rng, gap_k8s, args, hog, handled):
     for r in range(1, 7):
         t = one_round(rows, r, speeds, rng, args.cv, hog, args.hog_slowdown, t)
     total = 6
-    for r in range(7, args.max_rounds + 1):
-        if not runs_round(rows, r, 6, args.max_rounds, args.target_gap, handled):
+    spare = args.max_rounds // 2 if args.replacements is None else args.replacements
+    budget = (6, args.max_rounds, args.target_gap, spare if handled else 0)
+    for r in range(7, args.max_rounds + budget[3] + 1):
+        if not runs_round(rows, r, budget, handled):
             break
         t = one_round(rows, r, speeds, rng, args.cv, hog, args.hog_slowdown, t)
         total = r
     runs = pd.DataFrame(rows)
     if not handled:
         runs = runs.drop(columns=["contended"])
-    lines = launcher_ratios(runs, budget=(6, args.max_rounds, args.target_gap))
+    lines = launcher_ratios(runs, budget=budget)
     return lines, total
 
 
@@ -124,6 +119,8 @@ def main(argv=None):
     parser.add_argument("--hog-slowdown", type=float, default=0.3)
     parser.add_argument("--max-rounds", type=int, default=10)
     parser.add_argument("--target-gap", type=float, default=0.15)
+    parser.add_argument("--replacements", type=int, default=None,
+                        help="contended rounds replaced beyond --max-rounds (default: half of it)")
     args = parser.parse_args(argv)
     results = pd.DataFrame([design("quiet", 0.0, True, args, 1), design("hog, as measured", args.hog, False, args, 2),
                             design("hog, handled", args.hog, True, args, 3)])

@@ -29,6 +29,9 @@ def train_env_python() -> str:
 
 BASELINE_DAGS_ENV = "MXBENCH_BASELINE_DAGS"
 BASELINE_DAGS = ("mxbench_regression",)
+# DAG runs that measure builds chosen on purpose, old ones too (a bisect's probes): never in a
+# baseline, nor in the histories a regression is judged over
+PROBE_DAG_IDS = ("mxbench_bisect",)
 
 
 def baseline_dags(environ=os.environ) -> tuple:

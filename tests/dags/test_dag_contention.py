@@ -43,9 +43,11 @@ BASE = {"preset": "aa-calibration", "only_variants": [VARIANT], "launchers": ["l
         # the widest target gap: the quiet first stage plans no round beyond repeats (unless its spread
         # is over ~20%), so the only rounds beyond it are the ones that replace contended rounds
         "target_gap": 0.5}
-# budget for 5 more rounds: the hogged one and what background load may add (a round the plan does not
-# need is skipped, a few seconds each)
-REPLACED = {**BASE, "repeats": 6, "max_repeats": 11, "notes": ["contention test: hog, budget to spare"]}
+# a replacement budget of 5 rounds beyond the 6 planned: the hogged one and what background load may add (a round
+# not needed is skipped, a few seconds each)
+REPLACED = {**BASE, "repeats": 6, "max_repeats": 6, "contended_replacements": 5,
+            "notes": ["contention test: hog, budget to spare"]}
+SPARE = REPLACED["contended_replacements"]  # rounds beyond max_repeats, each in a contended round's place
 # 8 rounds: without the hogged one and one more marked by background load, still the 6 a paired verdict needs
 SPENT = {**BASE, "repeats": 8, "max_repeats": 8, "notes": ["contention test: hog, no budget"]}
 # the hogged runs: round 2 runs b a (ABBA), so local is its second run; round 3 runs b a too
@@ -206,18 +208,19 @@ def stein_planned(pairs: list, target_gap: float, most: int) -> int:
 
 def replacement(runs: pd.DataFrame) -> dict:
     """What the budget allowed, recomputed from the runs table: the contended rounds, the quiet ones in
-    time order, the quiet first stage, the rounds it planned, and whether the quiet rounds that ran
-    reach that plan (and ``repeats``): then every contended round was replaced. On a machine so busy
-    that background load marked more rounds than the budget could replace, or spread the quiet first
-    stage too wide to plan within it, it was not."""
+    time order, the first stage (the first ``repeats`` quiet rounds), the rounds it planned, and whether
+    the contended rounds were within the replacement budget and the quiet rounds that ran reach that
+    plan: then every contended round was replaced. On a machine so busy that background load marked
+    more rounds than the replacement budget allows, it was not."""
     contended = contended_rounds(runs)
     quiet = quiet_pairs(runs, contended)
-    first = quiet_pairs(runs[runs["repeat"] <= REPLACED["repeats"]], contended)
-    planned = stein_planned(first, REPLACED["target_gap"], REPLACED["max_repeats"]) if len(first) >= 3 else None
-    replaced = planned is not None and len(quiet) >= max(planned, REPLACED["repeats"])
+    first = quiet[:REPLACED["repeats"]]
+    planned = stein_planned(first, REPLACED["target_gap"], REPLACED["max_repeats"]) \
+        if len(first) == REPLACED["repeats"] else None
+    replaced = planned is not None and len(contended) <= SPARE and len(quiet) >= planned
     if not replaced:
-        warnings.warn(f"the machine was too busy to replace the contended rounds {contended} within the budget of "
-                      f"{REPLACED['max_repeats']} rounds ({len(quiet)} quiet, the first stage planned {planned}): "
+        warnings.warn(f"the machine was too busy to replace the contended rounds {contended} within the "
+                      f"replacement budget of {SPARE} rounds ({len(quiet)} quiet, the first stage planned {planned}): "
                       "checked that they were judged as measured and named instead", stacklevel=2)
     return {"contended": contended, "quiet": quiet, "first": first, "planned": planned, "replaced": replaced}
 
@@ -241,20 +244,21 @@ def test_every_contended_round_is_left_out_and_replaced_within_the_budget(replac
     measured_rounds = sorted(set(runs.loc[runs["status"] == "ok", "repeat"]))
     assert measured_rounds == list(range(1, len(measured_rounds) + 1))
     skipped = runs[runs["status"] == "skipped"]
-    assert set(skipped["repeat"]) == set(range(len(measured_rounds) + 1, REPLACED["max_repeats"] + 1))
+    assert set(skipped["repeat"]) == set(range(len(measured_rounds) + 1, REPLACED["max_repeats"] + SPARE + 1))
     assert all(" skipped: " in str(cause) for cause in skipped["cause"])
     if seen["replaced"]:
         # as many rounds beyond the plan ran as there were contended rounds (a contended replacement
         # round is itself replaced): the quiet rounds are what the quiet first stage planned, no more
-        assert len(seen["quiet"]) == max(seen["planned"], REPLACED["repeats"])
+        assert len(seen["quiet"]) == seen["planned"]
         assert row["verdict"].endswith(f". {len(contended)} contended round(s) (other work on their hosts: {rounds}) "
                                        "left out of the verdict and replaced by later rounds, within the budget")
         assert row["stopping"].startswith(f"stopped after {len(seen['quiet'])} rounds")  # the rounds judged
-        assert f"; {len(contended)} contended round(s) replaced" in row["stopping"]
+        assert f"; {len(contended)} contended round(s) replaced ({rounds}), of the {SPARE} the replacement budget " \
+            "allows" in row["stopping"]
     else:  # the budget ran out: judged as measured, and the line names them
         assert f"rounds contended (other work on their hosts: round{'s' if len(contended) > 1 else ''} {rounds}), " \
                "judged as measured; without them " in row["verdict"]
-        assert row["stopping"].startswith("budget spent")
+        assert "judged as measured: more than the" in row["stopping"]
 
 
 def test_the_verdict_judges_the_quiet_rounds_only(replaced):

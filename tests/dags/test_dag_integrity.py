@@ -158,8 +158,11 @@ def test_trigger_form_params_validate(dagbag):
     assert dag.params["target_gap"] == 0.05 and dag.params["max_repeats"] is None
     regression = dagbag.dags["mxbench_regression"]
     assert regression.params["repeats"] == repeats_needed() == 4 and "max_repeats" not in regression.params
+    # contended rounds' own replacement budget: where the form has max_repeats, and only there
+    assert dag.params["contended_replacements"] is None and "contended_replacements" not in regression.params
     for bad in ({"repeats": 0}, {"preset": "all"}, {"dataset": "x; rm -rf /"}, {"num_layers": 9},
-                {"target_gap": 0}, {"target_gap": 0.9}, {"max_repeats": 0}):
+                {"target_gap": 0}, {"target_gap": 0.9}, {"max_repeats": 0}, {"contended_replacements": -1},
+                {"contended_replacements": 26}, {"contended_replacements": "3; rm -rf /"}):
         params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
         with pytest.raises(Exception, match="Invalid input|is not|less than|does not match"):
             params.update(bad)

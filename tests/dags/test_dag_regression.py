@@ -4,6 +4,7 @@ faster history makes the same measurement a regression, and the DAG run fails na
 import json
 import os
 import shutil
+import warnings
 
 import pandas as pd
 import pendulum
@@ -50,9 +51,28 @@ def plant(url, dag_dir, run_id, when, scale):
     runs = pd.read_csv(copy / "tables" / "runs.csv")
     for column in ("samples_per_sec", "epoch_samples_per_sec"):
         runs[column] = runs[column] * scale
+    runs["contended"] = False  # planted history is quiet by construction: a contended repeat feeds no baseline
     runs.to_csv(copy / "tables" / "runs.csv", index=False)
     store.record_dag_run(url, copy, dag_id="mxbench_regression", run_id=run_id, trigger="backfill",
                          build={"package": "mxnet==1.9.1"}, logical_date=when, data_interval=(when, when))
+
+
+def busy(dag_dir, finding: dict) -> bool:
+    """Whether so many runs of this real DAG run had other work on their hosts (a machine shared
+    with other test suites) that fewer than 3 quiet ones are left: then the check raises nothing and
+    says what it left out, which is checked here instead of the speed comparison (issue 39 §4)."""
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv")
+    measured = runs[runs["status"] == "ok"]
+    contended = int(measured["contended"].astype(object).eq(True).sum())
+    if not contended or len(measured) - contended >= 3:
+        return False
+    assert finding["status"] in ("no result", "no baseline yet"), finding
+    assert f"{contended} contended run" in finding["message"], finding
+    if contended == len(measured):
+        assert "contended: not compared" in finding["message"], finding
+    warnings.warn(f"{contended} of {len(measured)} runs of {dag_dir.name} were contended (a busy machine): "
+                  "checked that they were left out and nothing was raised instead", stacklevel=2)
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +91,7 @@ def test_first_run_has_no_baseline_yet_and_lands_in_the_store(first_run, url):
     run, dag_dir = first_run
     assert run.state == "success"
     findings = pd.read_csv(dag_dir / "tables" / "regression.csv")
-    assert list(findings["status"]) == ["no baseline yet"]
+    assert busy(dag_dir, findings.iloc[0].to_dict()) or list(findings["status"]) == ["no baseline yet"]
     history = store.history(url, "cpu1-bs64", launcher="local")
     assert len(history) == 4 and set(history["run_id"]) == {run.run_id}
     assert set(history["mxnet_package"]) == {"mxnet==1.9.1"}
@@ -96,7 +116,8 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
                                         trigger="manual", logical_date=DAY)["fingerprints"]
     (finding,) = regression_check.check_regressions(dag_dir, url, run.dag_id, run.run_id, fingerprints,
                                                     baseline_runs=3, min_drop=0.05)
-    assert finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1", finding["message"]
+    assert busy(dag_dir, finding) or (finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1"), \
+        finding["message"]
     assert dag_run_failures.failure_message(dag_dir) is None
     build_report(dag_dir)
     assert (dag_dir / "report" / "history.png").stat().st_size > 10_000
@@ -109,6 +130,9 @@ def test_a_planted_faster_history_makes_the_same_speed_a_regression(first_run, u
     notified = tmp_path / "notified.txt"
     flagged, flagged_dir = run_regression(CONF, DAY.add(days=2), url, notified=notified)
     findings = pd.read_csv(flagged_dir / "tables" / "regression.csv")
+    if busy(flagged_dir, findings.iloc[0].to_dict()):
+        assert flagged.state == "success" and not notified.exists()  # a contended DAG run opens no alert
+        return
     assert list(findings["status"]) == ["regression"], findings["message"].tolist()
     assert flagged.state == "failed"  # so that Airflow's failure callbacks and alerting fire
     check_runs = next(ti for ti in flagged.get_task_instances() if ti.task_id == "check_runs")

@@ -31,12 +31,13 @@ def variant(id="cpu2-bs32", workers=2, batch_size=32):
 
 
 def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, unparsed=(), run_id=None, ran=None,
-                 params=None):
+                 params=None, contended=None):
     """A DAG run folder as join_results leaves it. ``runs``: (variant dict, launcher, repeat,
     status, samples/s or None, cause); keys in ``unparsed`` are in request.json but not runs.csv.
     ``ran``: launcher -> the runs.csv columns saying what its runs ran on (``mxnet_asked``,
     ``mxnet_reported``, ``runtime``); None: a folder from before those columns. ``params``: request.json's
-    (default ``FOLDER_PARAMS``)."""
+    (default ``FOLDER_PARAMS``). ``contended``: the repeats whose runs had other work on their hosts
+    (runs.csv's ``contended``, as parse_logs writes it); None: a folder from before that column."""
     dag_dir = root / name
     dag_dir.mkdir(parents=True)
     request_runs, rows = [], []
@@ -53,7 +54,10 @@ def make_dag_dir(root: Path, name: str, runs, started=T0, environment=CPU_BOX, u
                      "sec_per_epoch": speed and 3000 / speed, "first_epoch_s": None, "warmup_excluded": True,
                      "validation_accuracy": 0.1 if speed else None, "gpu_util_pct": None, "gpu_mem_mib": None,
                      "p2p_pairs": None, "started_at": start, "ended_at": start + 50, "duration_s": 50.0,
-                     "trainer_wall_s": 45.0, "reused": False, "warnings": None, **(ran or {}).get(launcher, {})})
+                     "trainer_wall_s": 45.0, "reused": False, "warnings": None, **(ran or {}).get(launcher, {}),
+                     **({} if contended is None else {
+                         "contended": repeat in contended,
+                         "contention": "other processes used 0.90 cores" if repeat in contended else None})})
         (dag_dir / key).mkdir()
         if status == "ok":
             (dag_dir / key / "metrics.json").write_text(json.dumps(

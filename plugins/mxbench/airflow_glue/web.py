@@ -344,8 +344,8 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
         log.error("mxbench history: the results store %s cannot be read: %s", store.shown(url),
                   store.without_password(str(exc), url))
         raise HTTPException(503, "The results store cannot be read; the api-server's log says why") from None
-    # judged over every stored run (a bisect's probes measure old builds on purpose: not history),
-    # as the regression DAG judges, then shown for the readable DAGs
+    # judged as the regression DAG judges (over MXBENCH_BASELINE_DAGS' quiet runs: judge_history; a
+    # bisect's probes measure old builds on purpose: not history), then shown for the readable DAGs
     rows = rows[rows["dag_id"].isin(DAG_IDS)]
     rows = judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
     source = f"the results store ({store.engine_name(url)})"

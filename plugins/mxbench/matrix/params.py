@@ -6,6 +6,7 @@ from typing import Dict, Mapping
 from mxbench.matrix.variants import (
     DEFAULT_KUBERNETES_CONNECTION,
     DEFAULT_SSH_CONNECTIONS,
+    DEFAULT_TARGET_GAP,
     DEPTHS,
     LAUNCHERS,
     PRESETS,
@@ -80,7 +81,15 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                                    "pair of the variant an interval of ±Target gap/2; the rounds beyond that are "
                                    "skipped.",
                     "section": "What to run"},
-    "target_gap": {"default": 0.05, "type": "number", "exclusiveMinimum": 0, "maximum": 0.5,
+    "contended_replacements": {"default": None, "type": ["null", "integer"], "minimum": 0, "maximum": 25,
+                               "title": "Rounds to replace contended ones",
+                               "description": "A round with other work on its hosts (contended) is left out of the "
+                                              "verdict and replaced by one more round, beyond Most rounds, up to "
+                                              "this many; each costs one round's time. Past it, the contended "
+                                              "rounds are judged as measured, and the verdict says so. Empty: "
+                                              "half of Most rounds (none when Most rounds is empty). 0: none.",
+                               "section": "What to run"},
+    "target_gap": {"default": DEFAULT_TARGET_GAP, "type": "number", "exclusiveMinimum": 0, "maximum": 0.5,
                    "title": "Smallest gap that matters",
                    "description": "With Most rounds: run as many rounds as make every launcher pair's interval "
                                   "± half of this or narrower (0.05: a 5% gap or more would stand outside it). "
@@ -137,7 +146,7 @@ PARAMS_SCHEMA: Dict[str, dict] = {
 REGRESSION_PARAMS_SCHEMA: Dict[str, dict] = {
     # stopping early and A/A arms compare launchers; the regression check compares a build with its history
     **{name: schema for name, schema in PARAMS_SCHEMA.items()
-       if name not in ("max_repeats", "target_gap", "aa_calibration")},
+       if name not in ("max_repeats", "contended_replacements", "target_gap", "aa_calibration")},
     "preset": {**PARAMS_SCHEMA["preset"], "enum": [p for p in PRESETS if p != "aa-calibration"]},
     "only_variants": {**PARAMS_SCHEMA["only_variants"], "default": ["cpu1-bs64", "cpu2w-bs64"]},
     # one launcher against its own history: the unpaired rule's floor

@@ -31,6 +31,7 @@ PRESETS = ("cpu-demo", "seed", "seed-k8s", "aa-calibration", "convergence")
 ARM_B = "-b"  # an A/A calibration's second arm of a launcher: local-b runs like local, compared with it
 HOST_NETWORK_SUFFIX = "-hostnet"  # a variant's twin that runs its pods with hostNetwork: true
 SYNTHETIC = "synthetic"
+DEFAULT_TARGET_GAP = 0.05  # the trigger form's (``params``): contended rounds replaced without max_repeats plan none
 
 
 class VariantError(ValueError):
@@ -301,13 +302,33 @@ def confirming(params: dict) -> bool:
     return bool(params.get("confirm_rounds"))
 
 
-def stop_budget(params: dict) -> Optional[Tuple[int, int, float]]:
-    """(first-stage rounds, most rounds, target gap) when the DAG run's first rounds chose how
-    many to run (``stop_rule``), else None."""
+def replacement_budget(params: dict) -> int:
+    """How many contended rounds (other work on their hosts) may each be replaced by one more round,
+    beyond ``max_repeats``: ``contended_replacements``; empty: half of ``max_repeats`` where it is
+    set, none where exactly ``repeats`` rounds run. Its own budget, so that a neighbour costs rounds,
+    not the plan's (the regression DAG confirms a suspected regression instead: none)."""
+    if confirming(params):
+        return 0
+    repeats, most = budget(params)
+    given = params.get("contended_replacements")
+    if given is None:
+        return most // 2 if most > repeats else 0
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise VariantError(f"contended_replacements must be a whole number of rounds, 0 or more, got {given!r}")
+    return given
+
+
+def stop_budget(params: dict) -> Optional[Tuple[int, int, float, int]]:
+    """(first-stage rounds, most rounds, target gap, contended rounds that may be replaced beyond
+    them) when the DAG run's first rounds chose how many to run, or contended rounds may be
+    replaced (``stop_rule``), else None."""
     if confirming(params):
         return None
     repeats, most = budget(params)
-    return (repeats, most, float(params["target_gap"])) if most > repeats else None
+    spare = replacement_budget(params)
+    if most == repeats and not spare:
+        return None
+    return repeats, most, float(params.get("target_gap", DEFAULT_TARGET_GAP)), spare
 
 
 def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[Dict[str, str]] = None,
@@ -316,7 +337,8 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     """Every (variant, launcher, repeat) as a small JSON-able dict; refuses what cannot run.
 
     Each run carries its ``round`` (= ``repeat``), its ``position`` in the round (1 = first) and
-    whether it is ``optional`` (a round beyond ``repeats``, up to ``max_repeats``).
+    whether it is ``optional`` (a round beyond ``repeats``, up to ``max_repeats`` and the
+    ``contended_replacements`` beyond it).
 
     All misfits are reported together, one line each, before anything starts. A launcher whose
     machines could not be asked (``unavailable``: launcher -> why) keeps its runs, each carrying
@@ -327,6 +349,7 @@ def expand_runs(params: dict, targets: Dict[str, Target], unavailable: Optional[
     variants = select_variants(params)
     launchers: Sequence[str] = params.get("launchers") or ["local"]
     repeats, most_rounds = budget(params)
+    most_rounds += replacement_budget(params)  # rounds beyond max_repeats run only in a contended round's place
     unavailable = unavailable or {}
     problems = []
     for launcher in launchers:

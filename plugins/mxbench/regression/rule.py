@@ -16,10 +16,11 @@ database.
 import math
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
+from mxbench import config
 from mxbench.stats import verdict
 from mxbench.stats.family import benjamini_hochberg
 from mxbench_train.redaction import redact
@@ -71,6 +72,34 @@ class Finding:
 def usable_speeds(values) -> List[float]:
     """The speeds a comparison can use: as floats, missing, infinite, NaN and non-positive ones left out."""
     return [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+
+
+# what a series says where every measured run of a DAG run had other work on its hosts
+CONTENDED_NOT_COMPARED = "contended: not compared"
+
+
+def feeding_dags(dag_ids: Optional[Iterable[str]] = None) -> List[str]:
+    """The DAGs whose runs may be a baseline: ``dag_ids``, default the deployer's
+    ``MXBENCH_BASELINE_DAGS`` (``config.baseline_dags``), a bisect's (``config.PROBE_DAG_IDS``) never.
+    ``store.baseline`` and the history page's judgement (``mark_regressions``) both take them from here."""
+    return [d for d in (config.baseline_dags() if dag_ids is None else dag_ids) if d not in config.PROBE_DAG_IDS]
+
+
+def quiet_repeats(rows: pd.DataFrame) -> Tuple[pd.DataFrame, int]:
+    """(the measured repeats of ``rows`` a comparison may use, how many measured ones it leaves out
+    as contended): status ok with a speed, and not contended (other work on their hosts,
+    ``results.interference``; a run that could not tell, or stored before revision 0009, counts as
+    quiet). A contended run neither raises an alarm nor hides one: it is never compared."""
+    ok = rows[(rows["status"] == "ok") & rows["samples_per_sec"].notna()]
+    if "contended" not in ok.columns:
+        return ok, 0
+    busy = ok["contended"].astype(object).eq(True)  # as ``interference.flags`` reads the column
+    return ok[~busy], int(busy.sum())
+
+
+def left_out(count: int, whose: str = "") -> str:
+    """How many contended runs a comparison left out, and why."""
+    return f"{count} contended run{'s' if count != 1 else ''}{whose} left out (other work on their hosts)"
 
 
 def check(variant: str, launcher: str, current: Sequence[float], baseline: Sequence[float],
@@ -163,9 +192,18 @@ def dag_run_findings(runs: pd.DataFrame, baselines: dict, min_drop: float = MIN_
     for (variant, launcher), group in runs.groupby(["variant", "launcher"], sort=False):
         base = baselines.get((variant, launcher))
         base = base if base is not None else pd.DataFrame(columns=["run_id", "samples_per_sec", "mxnet_package"])
-        ok = group[group["status"] == "ok"]
+        # contended repeats neither raise nor hide an alert: only quiet ones are judged (the store's
+        # baseline holds quiet ones only, and says how many it left out)
+        ok, busy = quiet_repeats(group)
         finding = check(variant, launcher, ok["samples_per_sec"], base["samples_per_sec"],
                         list(dict.fromkeys(dag_run_names(base))), min_drop=min_drop)
+        if busy and ok.empty:
+            finding.status = "no result"
+            finding.message = f"{variant} ({launcher}): {CONTENDED_NOT_COMPARED} ({left_out(busy)})"
+        elif busy:
+            finding.message += f"; {left_out(busy, ' of this DAG run')}"
+        if base.attrs.get("contended_left_out"):
+            finding.message += f"; {left_out(int(base.attrs['contended_left_out']), ' of the baseline')}"
         finding.baseline_builds = sorted({str(b) for b in base.get("mxnet_package", pd.Series(dtype=str)).dropna()})
         findings.append(with_noise(finding, (noise or {}).get((variant, launcher)), min_drop))
     return controlled(findings)
@@ -239,31 +277,62 @@ def _text(value) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else ", ".join(str(value).split())
 
 
-def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
-    """Each DAG run of one variant's history (``run_id``, ``dag_id`` where there are several DAGs,
-    ``when``, ``samples_per_sec``, ``status``), judged against the ``runs`` before it as the
-    regression DAG judges it: one row per DAG run (its ``dag_id`` and ``run_id``) with ``status``
-    (regression, improved, ok, no baseline yet) and its median samples/s."""
+def mark_regressions(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP,
+                     baseline_dags: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """Each DAG run of one series' history (``run_id``, ``dag_id`` where there are several DAGs,
+    ``when``, ``samples_per_sec``, ``status``, ``contended`` where stored) of the DAGs that feed a
+    baseline (``feeding_dags(baseline_dags)``: the regression check's own), judged as the regression
+    DAG judges it: its quiet repeats against those of the ``runs`` DAG runs of those DAGs before it
+    that measured a quiet one (``quiet_repeats``, as ``store.baseline`` takes them). One row per DAG run
+    (its ``dag_id`` and ``run_id``) with ``status`` (regression, improved, ok, no baseline yet;
+    ``CONTENDED_NOT_COMPARED`` where all its measured runs were contended; "not judged" for a DAG
+    run of a DAG that feeds no baseline, which the regression check never judges either), its median
+    samples/s and ``left_out``, how many contended runs of it were left out."""
     keys = dag_run_keys(history)
-    ok = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
-    ok = ok.assign(dag_run=list(zip(*(ok[k] for k in keys))) if not ok.empty else [])
-    order = ok.groupby("dag_run")["when"].min().sort_values().index.tolist()
+    columns = [*keys, "when", "samples_per_sec", "status", "left_out"]
+    measured = history[(history["status"] == "ok") & history["samples_per_sec"].notna()]
+    if measured.empty:
+        return pd.DataFrame(columns=columns)
+    quiet, _ = quiet_repeats(measured)
+    measured = measured.assign(dag_run=list(zip(*(measured[k] for k in keys))))
+    quiet = measured.loc[quiet.index]
+    feeding = set(feeding_dags(baseline_dags))
+    fed = quiet if "dag_id" not in quiet.columns else quiet[quiet["dag_id"].isin(feeding)]
+    first: dict = {}
+    for dag_run, when in zip(measured["dag_run"], measured["when"]):
+        first[dag_run] = min(first.get(dag_run, when), when)
+    order = sorted(first, key=lambda dag_run: (first[dag_run], str(dag_run)))
+    fed_runs = set(fed["dag_run"])
     rows = []
     for i, dag_run in enumerate(order):
-        base = ok[ok["dag_run"].isin(order[max(0, i - runs):i])]
-        this = ok[ok["dag_run"] == dag_run]
-        finding = check("", "", this["samples_per_sec"], base["samples_per_sec"], list(base["dag_run"]),
-                        min_drop=min_drop)
-        rows.append({**dict(zip(keys, dag_run)), "when": this["when"].min(), "samples_per_sec": finding.current,
-                     "status": finding.status})
-    return pd.DataFrame(rows, columns=[*keys, "when", "samples_per_sec", "status"])
+        when = first[dag_run]
+        this = measured[measured["dag_run"] == dag_run]
+        mine = quiet[quiet["dag_run"] == dag_run]
+        busy = len(this) - len(mine)
+        dag = dict(zip(keys, dag_run))
+        if "dag_id" in dag and dag["dag_id"] not in feeding:
+            status, speed = "not judged", float(this["samples_per_sec"].median())
+        elif mine.empty:
+            status, speed = CONTENDED_NOT_COMPARED, None
+        else:
+            # the last ``runs`` earlier DAG runs of the feeding DAGs with a quiet repeat: store.baseline's choice
+            feeding_before = [d for d in order[:i] if d in fed_runs]
+            base = fed[fed["dag_run"].isin(feeding_before[-runs:] if runs else [])]
+            finding = check("", "", mine["samples_per_sec"], base["samples_per_sec"], list(base["dag_run"]),
+                            min_drop=min_drop)
+            status, speed = finding.status, finding.current
+        rows.append({**dag, "when": when, "samples_per_sec": speed, "status": status, "left_out": busy})
+    return pd.DataFrame(rows, columns=columns)
 
 
-def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP) -> pd.DataFrame:
-    """``history`` (store rows with ``when``) with each DAG run's ``verdict`` from ``mark_regressions``,
-    every variant, launcher, kind of machine and setup judged against its own earlier DAG runs, and its
-    ``change_point``: the level change over the whole series that starts at that DAG run
-    (``change_points.mark_change_points``; NaN where none does)."""
+def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: float = MIN_DROP,
+                  baseline_dags: Optional[Iterable[str]] = None) -> pd.DataFrame:
+    """``history`` (store rows with ``when``) with each DAG run's ``verdict`` from ``mark_regressions``
+    (over the DAGs that feed the regression check's baselines, ``baseline_dags`` default the
+    deployer's, contended runs left out: ``left_out`` says how many), every variant, launcher, kind
+    of machine and setup judged against its own earlier DAG runs, and its ``change_point``: the level
+    change over the whole series that starts at that DAG run (``change_points.mark_change_points``;
+    NaN where none does)."""
     from mxbench.stats.change_points import mark_change_points
 
     parts = []
@@ -271,9 +340,11 @@ def judge_history(history: pd.DataFrame, runs: int = BASELINE_RUNS, min_drop: fl
     series = ["variant", "launcher", "environment"] + (["setup_key"] if "setup_key" in history.columns else [])
     for _, group in history.groupby(series, dropna=False):
         keys = dag_run_keys(group)
-        verdicts = mark_regressions(group, runs, min_drop)[[*keys, "status"]].rename(columns={"status": "verdict"})
+        verdicts = mark_regressions(group, runs, min_drop, baseline_dags)[[*keys, "status", "left_out"]].rename(
+            columns={"status": "verdict"})
         changes = mark_change_points(group, keys)[[*keys, "change_point"]]
         parts.append(group.merge(verdicts, on=keys, how="left").merge(changes, on=keys, how="left"))
     if not parts:
-        return history.assign(verdict=pd.Series(dtype=object), change_point=pd.Series(dtype=float))
+        return history.assign(verdict=pd.Series(dtype=object), left_out=pd.Series(dtype=float),
+                              change_point=pd.Series(dtype=float))
     return pd.concat(parts, ignore_index=True)

@@ -155,8 +155,11 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
              "control or triage, which only its own DAG runs' findings show) against the DAG runs before it on the "
-             "same variant, launcher and kind of machine (machine: the store's fingerprint of the hardware: GPU model "
-             "and count, driver, CUDA, CPU). MXNet build: the version the trainer reported, which is what ran "
+             "same variant, launcher, setup and kind of machine (machine: the store's fingerprint of the hardware: "
+             "GPU model and count, driver, CUDA, CPU), of the DAGs whose runs may be a baseline "
+             "(MXBENCH_BASELINE_DAGS; another DAG's runs are shown, not judged). Contended runs (other work on their "
+             "hosts) are left out of the judgement and counted in the tables; a DAG run whose runs were all "
+             "contended is not compared. MXNet build: the version the trainer reported, which is what ran "
              "whatever was asked for; runtime: the interpreter or image each run used."]
     if history.empty:
         return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],

@@ -9,7 +9,7 @@ verdict statistics of ``verdict``, paired by round when the runs came in rounds,
 the rounds its own plan asked for, and the lines of one report controlled as a family.
 """
 import math
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -182,12 +182,13 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
 
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
-                    budget: Optional[Tuple[int, int, float]] = None) -> pd.DataFrame:
+                    budget: Optional[tuple] = None) -> pd.DataFrame:
     """For every variant run under two or more launchers: the speed of each against each simpler
     one (or only against ``reference``), with the verdict statistics, how the two legs were
     ordered in time, and which analysis gave the verdict: paired by round when the two
     launchers' runs came in enough rounds (``paired_rounds``, ``floors.rounds_needed``), else the
-    unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap) when
+    unpaired rule, saying why. ``budget``: (first-stage rounds, most rounds, target gap[, contended
+    rounds that may be replaced beyond them]: ``variants.stop_budget``) when
     the rounds' number was chosen from the first stage (``verdict.rounds_planned``): then the
     paired verdict is the two-stage one over the rounds the pair's own first stage planned
     (``planned``: a round run for another pair is in ``stopping``, not in the verdict) and
@@ -219,13 +220,12 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
                 why_not = f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
                 rounds = None
-            first_stage = budget[0] - len([r for r in contended if r <= budget[0]]) if replacing and budget \
-                else (budget[0] if budget else 0)
+            # the first stage: the first ``repeats`` rounds judged (quiet ones, where contended ones were replaced)
+            first_stage = budget[0] if budget else 0
             first_n = first_stage if budget and rounds is not None and len(rounds) >= first_stage >= 3 else None
             if first_n and budget and rounds is not None:
-                # the rounds this pair's own plan asked for (with contended ones replaced: at least ``repeats``
-                # quiet ones); a round run for another pair is reported, not judged
-                own = rounds[:max(planned(rounds, (first_n, budget[1], budget[2])), budget[0] if replacing else 0)]
+                # the rounds this pair's own plan asked for; a round run for another pair is reported, not judged
+                own = rounds[:planned(rounds, budget)]
                 result = verdict.compare_two_stage(own, first_n, launcher, ref_name).to_dict()
             elif rounds is not None:
                 result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
@@ -240,8 +240,7 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
                 result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "order": leg_order(group, launcher, ref_name),
-                         "stopping": stopping(rounds, (first_stage, budget[1], budget[2]),
-                                              len(contended) if replacing else 0, budget[0]) if budget else None})
+                         "stopping": stopping(rounds, budget, contended, replacing) if budget else None})
     return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
 
 
@@ -279,32 +278,34 @@ def _not_across(row: pd.Series, name: str) -> str:
             f"{name}, adjusted p = {row['p_adjusted']:.3f}): not called a difference; more rounds would settle it")
 
 
-def planned(rounds: List[Tuple[float, float]], budget: Tuple[int, int, float]) -> int:
+def planned(rounds: List[Tuple[float, float]], budget: tuple) -> int:
     """How many rounds this pair's own first stage planned (``verdict.rounds_planned``)."""
-    first_n, most, target_gap = budget
+    first_n, most, target_gap, _ = stop_plan(budget)
     return verdict.rounds_planned(rounds[:first_n], target_gap, most)[0]
 
 
-def stopping(rounds: Optional[List[Tuple[float, float]]], budget: Tuple[int, int, float], replaced: int = 0,
-             repeats: int = 0) -> str:
+def stopping(rounds: Optional[List[Tuple[float, float]]], budget: tuple, contended: Sequence[int] = (),
+             replaced: bool = False) -> str:
     """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
-    rounds, target gap): the rounds the first stage planned (``verdict.rounds_planned``), and
-    how many of them ran; rounds beyond the plan (run for another pair of the variant) with
-    their ratios, reported but not judged."""
-    first_n, most, target_gap = budget
+    rounds, target gap, replacement rounds): the rounds the first stage planned
+    (``verdict.rounds_planned``), and how many of them ran; the ``contended`` rounds, ``replaced``
+    or judged as measured, and why; rounds beyond the plan (run for another pair of the variant)
+    with their ratios, reported but not judged."""
+    first_n, most, target_gap, spare = stop_plan(budget)
+    named = ", ".join(map(str, contended))
+    if replaced:
+        aside = (f"; {len(contended)} contended round(s) replaced ({named}), of the {spare} the replacement "
+                 "budget allows")
+    elif contended:
+        why = (f"more than the {spare} the replacement budget (contended_replacements) allows"
+               if len(contended) > spare else "the quiet rounds fell short of the plan")
+        aside = f"; {len(contended)} contended round(s) ({named}) judged as measured: {why}"
+    else:
+        aside = ""
     if rounds is None or len(rounds) < first_n:
-        return "budget spent: the runs could not be paired, so the first rounds could not plan fewer"
-    if first_n < MIN_REPEATS:  # most of the first stage contended: no spread to plan from
-        return (f"budget spent: {replaced} contended round(s) left {max(first_n, 0)} quiet round(s) in the first "
-                f"stage, too few to plan from")
+        return "budget spent: the runs could not be paired, so the first rounds could not plan fewer" + aside
     total, reason = verdict.rounds_planned(rounds[:first_n], target_gap, most)
-    if replaced:  # contended rounds, left out: as many more ran in their place, within the budget
-        plan, total = total, min(most - replaced, max(total, repeats))
-        head = f"stopped after {plan} rounds"
-        if total > plan and reason.startswith(head):  # fewer quiet first rounds plan fewer, but never below repeats
-            reason = f"stopped after {total} rounds (at least the {repeats} asked for; {plan} planned)" + \
-                reason[len(head):]
-        reason += f"; {replaced} contended round(s) replaced"
+    reason += aside
     if len(rounds) < total:
         return f"{reason} ({len(rounds)} of them ran)"
     if len(rounds) > total:
@@ -363,17 +364,63 @@ def contended_rounds(runs: pd.DataFrame, a: str, b: str) -> List[int]:
     return sorted(set(legs.loc[interference.flags(legs["contended"]), "repeat"].astype(int)))
 
 
-def replaced_in_budget(runs: pd.DataFrame, a: str, b: str, contended: List[int],
-                       budget: Tuple[int, int, float]) -> bool:
-    """Whether every contended round of ``a`` and ``b`` was replaced: the quiet rounds that ran reach
-    what the quiet first stage planned (never fewer than ``repeats``), as ``stop_rule`` asks. Else the
-    budget ran out, and the contended rounds are judged as measured (``contended_note``)."""
-    first_n, most, target_gap = budget
-    quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
-    first_quiet = first_n - len([r for r in contended if r <= first_n])
-    if most <= first_n or quiet is None or first_quiet < MIN_REPEATS or len(quiet) < first_quiet:
+def stop_plan(budget: tuple) -> Tuple[int, int, float, int]:
+    """(first-stage rounds, most rounds, target gap, contended rounds that may be replaced beyond
+    them): ``variants.stop_budget``'s, or a budget of three without replacements."""
+    first_n, most, target_gap = budget[:3]
+    return int(first_n), int(most), float(target_gap), int(budget[3]) if len(budget) > 3 else 0
+
+
+def rounds_to_run(runs: pd.DataFrame, a: str, b: str, budget: tuple) -> Tuple[int, str, List[int]]:
+    """(how many rounds the pair ``a``, ``b`` needs in all, why, its contended rounds) from the
+    rounds of ``runs`` that ended: the stop rule (``stop_rule``) and the verdict
+    (``replaced_in_budget``) both read it, so that they never disagree on which rounds count.
+
+    The first stage is the first ``repeats`` quiet rounds (a contended round of it is replaced
+    too); their spread plans how many quiet rounds to run (``verdict.rounds_planned``, at most
+    ``max_repeats``), and each contended round is replaced by one more, from the replacement budget
+    (the 4th of ``budget``), not the plan's. Past that budget the contended rounds are judged as
+    measured, and only the plan over every round stops the rest."""
+    first_n, most, target_gap, spare = stop_plan(budget)
+    runs = runs[runs["launcher"].isin([a, b]) & runs["status"].isin(["ok", "failed"])]  # the runs that ended
+    contended = contended_rounds(runs, a, b)
+    named = ", ".join(map(str, contended))
+    if len(contended) > spare:
+        pairs, _ = paired_rounds(_first_rounds(runs, [], first_n), a, b)
+        over = (f"{len(contended)} contended round(s) ({named}), more than the {spare} the replacement budget "
+                "(contended_replacements) allows: judged as measured")
+        if pairs is None or len(pairs) < first_n or first_n < MIN_REPEATS:
+            return most, f"the first rounds cannot plan: {over}", contended
+        total, reason = verdict.rounds_planned(pairs[:first_n], target_gap, most)
+        return total, f"{reason}; {over}", contended
+    quiet, _ = paired_rounds(_first_rounds(runs, contended, first_n), a, b, len(contended))
+    if quiet is None or len(quiet) < first_n or first_n < MIN_REPEATS:
+        why = (f"{len(contended)} contended round(s) ({named}) to replace, " if contended else "") + \
+            "the first stage's quiet rounds not all ended or paired"
+        return most + len(contended), f"budget spent: {why}", contended
+    total, reason = verdict.rounds_planned(quiet[:first_n], target_gap, most)
+    if contended:
+        reason += f"; {len(contended)} contended round(s) replaced ({named}): {total + len(contended)} rounds in all"
+    return total + len(contended), reason, contended
+
+
+def _first_rounds(runs: pd.DataFrame, contended: List[int], first_n: int) -> pd.DataFrame:
+    """The runs of the first ``first_n`` rounds but ``contended`` ones: the first stage, whatever
+    later rounds did (a failed one leaves only its own round unpaired)."""
+    quiet = sorted(set(runs["repeat"].astype(int)) - set(contended))[:first_n]
+    return runs[runs["repeat"].isin(quiet)]
+
+
+def replaced_in_budget(runs: pd.DataFrame, a: str, b: str, contended: List[int], budget: tuple) -> bool:
+    """Whether every contended round of ``a`` and ``b`` was replaced: within the replacement budget,
+    the quiet rounds that ran reach what the first ``repeats`` quiet ones planned
+    (``rounds_to_run``). Else the contended rounds are judged as measured (``contended_note``)."""
+    first_n, _, _, spare = stop_plan(budget)
+    total, _, counted = rounds_to_run(runs, a, b, budget)
+    if not contended or len(counted) > spare:
         return False
-    return len(quiet) >= max(planned(quiet, (first_quiet, most, target_gap)), first_n)
+    quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
+    return quiet is not None and len(quiet) >= max(first_n, total - len(contended)) and first_n >= MIN_REPEATS
 
 
 def without_rounds(runs: pd.DataFrame, rounds: List[int]) -> pd.DataFrame:

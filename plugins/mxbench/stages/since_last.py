@@ -8,7 +8,10 @@ regression check left ``tables/regression.csv``. Written to ``tables/since_last.
 launcher, hardware fingerprint and ``setup_key`` (``variants.measured_setup``); an override of
 depth or epochs is another setup and is never compared. The change and its 95% interval are the
 launcher verdict's own statistics (``stats.verdict.compare``: ratio of medians, bootstrap
-interval, permutation test) over the two DAG runs' repeats.
+interval, permutation test) over the two DAG runs' repeats. Contended runs (other work on their
+hosts, ``results.interference``) on either side are left out, and the note says how many: a busy
+neighbour must neither raise nor hide an alarm; a series whose runs here were all contended says
+"contended: not compared".
 """
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from mxbench.regression.rule import CONTENDED_NOT_COMPARED, left_out, quiet_repeats
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec",
@@ -53,15 +57,16 @@ def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str, unreadable: Op
     setups = measured_setups(dag_dir)
     rows: List[dict] = []
     if not runs.empty:
-        ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
         for variant, launcher in dict.fromkeys(zip(runs["variant"], runs["launcher"])):
             if launcher not in machines:
                 continue  # a launcher that measured nothing has no machine to compare on
-            mine = ok[(ok["variant"] == variant) & (ok["launcher"] == launcher)]["samples_per_sec"]
+            # contended runs (other work on their hosts) neither raise nor hide an alarm: left out, counted
+            quiet, busy = quiet_repeats(runs[(runs["variant"] == variant) & (runs["launcher"] == launcher)])
+            mine = quiet["samples_per_sec"]
             rows.append({"variant": variant, "launcher": launcher, "machine": machines[launcher][0],
                          "machine_class": machines[launcher][1], "n": len(mine),
                          "samples_per_sec": mine.median() if len(mine) else None,
-                         "setup": setups.get((variant, launcher)), "speeds": list(mine)})
+                         "setup": setups.get((variant, launcher)), "speeds": list(mine), "busy": busy})
     if rows:
         from mxbench import store
         from mxbench.store.errors import first_line
@@ -110,10 +115,15 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
         if row["setup"] is None:
             row["note"] = "not compared: this DAG run's request does not say what its runs measured"
             continue
+        if row["busy"] and not row["speeds"]:
+            row["note"] = f"{CONTENDED_NOT_COMPARED}: {left_out(row['busy'], ' of this DAG run')}"
+            continue
         # the newest earlier DAG run of this DAG that measured this setup on this kind of machine
         earlier = store.baseline(url, row["variant"], row["launcher"], row["machine"], before=before, runs=1,
                                  setup=row["setup"], dag_ids=[dag_id])
+        busy_before = earlier.attrs.get("contended_left_out", 0)
         earlier = earlier[~((earlier["dag_id"] == dag_id) & (earlier["run_id"] == run_id))]
+        earlier.attrs["contended_left_out"] = busy_before
         if earlier.empty:
             row["note"] = NO_PREVIOUS
             continue
@@ -124,10 +134,13 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
             row["note"] = "no measured repeat in this DAG run"
             continue
         compared = compare(row["speeds"], theirs, name="this DAG run", reference="the previous")
+        left = [left_out(count, whose) for count, whose in ((row["busy"], " of this DAG run"),
+                                                            (earlier.attrs.get("contended_left_out", 0),
+                                                             " of the previous")) if count]
         row.update(change=compared.ratio - 1,
                    ci_low=None if compared.ci_low is None else compared.ci_low - 1,
                    ci_high=None if compared.ci_high is None else compared.ci_high - 1,
-                   outcome=compared.outcome, note="")
+                   outcome=compared.outcome, note="; ".join(left))
 
 
 def _baseline(rows: List[dict], folder: DagRunFolder, url: str) -> None:

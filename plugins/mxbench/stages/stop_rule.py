@@ -1,15 +1,17 @@
 """Stop when sure: how many rounds a variant needs, between ``repeats`` and ``max_repeats``, and
 whether an optional round (beyond ``repeats``) is still worth its time.
 
-Stein's two-stage rule (``verdict.rounds_planned``): the first ``repeats`` rounds' spread fixes
-how many rounds give every launcher pair of the variant an interval of ±``target_gap``/2; the
-rounds beyond that are skipped. Only the first stage's speeds decide, so every run of one round
+Stein's two-stage rule (``verdict.rounds_planned``): the first ``repeats`` quiet rounds' spread
+fixes how many rounds give every launcher pair of the variant an interval of ±``target_gap``/2;
+the rounds beyond that are skipped. Only the first stage's speeds decide, so every run of one round
 decides alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``);
 of the later rounds, only whether an ended one was contended counts (it is replaced). A pair
 that cannot be paired (a failed run, overlapping runs) gets the whole budget. A contended round
 (a run that had other work on its hosts, ``results.interference``), of the first stage or a later
-round that has ended, is left out of the plan and replaced by one more round, within the budget;
-``metrics.launcher_ratios`` then judges the quiet rounds and says which were replaced.
+round that has ended, is left out of the plan and replaced by one more round, from a budget of its
+own (``contended_replacements``, beyond ``max_repeats``); past it the contended rounds are judged
+as measured. ``metrics.rounds_to_run`` is the rule, which ``metrics.launcher_ratios`` reads too,
+so the verdict judges the rounds the plan ran and says which were replaced.
 
 In the regression DAG the rounds beyond ``repeats`` are ``confirm_rounds``: they run only for a
 variant and launcher whose first rounds look like a regression against the baseline the check
@@ -25,20 +27,11 @@ from typing import Optional
 
 import pandas as pd
 
-from mxbench.matrix.variants import budget, confirming, leg, measured_setup
+from mxbench.matrix.variants import budget, confirming, leg, measured_setup, stop_budget
 from mxbench.results import interference
-from mxbench.results.metrics import (
-    NoSpeedLines,
-    contended_rounds,
-    launcher_pairs,
-    paired_rounds,
-    run_metrics,
-    without_rounds,
-)
+from mxbench.results.metrics import NoSpeedLines, contended_rounds, launcher_pairs, rounds_to_run, run_metrics
 from mxbench.results.parse import parse_run_logs
 from mxbench.run_folder import DagRunFolder, read_json
-from mxbench.stats.floors import MIN_REPEATS
-from mxbench.stats.verdict import rounds_planned
 from mxbench_train.errors import MxbenchError
 
 
@@ -87,7 +80,7 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     if confirming(params):
         first = [r for r in first if leg(r) == leg(run)]
     launchers = list(dict.fromkeys(leg(r) for r in first))
-    if len(launchers) < 2 and not confirming(params):
+    if len(launchers) < 2 and not confirming(params) and run["round"] <= most:
         return None  # one launcher: no comparison to settle, its budget is all it gets
     images = ((read_json(DagRunFolder(dag_dir).data, {}) or {}).get("records") or {}).get("train")
     scratch = Path(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
@@ -105,18 +98,18 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    plan = stop_budget(params)
+    ended_rows = pd.concat([rows, ended], ignore_index=True)
+    if len(launchers) < 2:  # one launcher: only a contended round of its own, within the replacement budget
+        contended = contended_rounds(ended_rows, launchers[0], launchers[0]) if launchers else []
+        if run["round"] <= most + min(len(contended), plan[3] if plan else 0):
+            return None
+        return (f"round {run['round']} of {run['variant']['id']} skipped: {most} rounds run, "
+                f"{len(contended)} contended round(s) replaced ({', '.join(map(str, contended)) or 'none'})")
     reasons = []
     for launcher, reference in launcher_pairs(launchers):
-        # a contended round (other work on its hosts) is replaced: planned from the quiet ones, and one more each
-        contended = contended_rounds(pd.concat([rows, ended], ignore_index=True), launcher, reference)
-        of_first = [c for c in contended if c <= first_n]
-        pairs, _ = paired_rounds(without_rounds(rows, of_first), launcher, reference, len(of_first))
-        if pairs is None or len(pairs) < MIN_REPEATS:
-            return None  # unpaired, or too few quiet rounds to plan from: only the budget stops it
-        total, reason = rounds_planned(pairs, float(params["target_gap"]), most)
-        if contended:  # the quiet rounds the plan asks for (never fewer than repeats), and one per replaced round
-            total = min(most, max(total, first_n) + len(contended))
-            reason += f"; {len(contended)} contended round(s) replaced ({', '.join(map(str, contended))})"
+        # the pair's first ``repeats`` quiet rounds plan; a contended round is replaced, from its own budget
+        total, reason, _ = rounds_to_run(ended_rows, launcher, reference, plan)
         if run["round"] <= total:
             return None
         reasons.append(f"{launcher}/{reference} {reason}")
@@ -150,12 +143,25 @@ def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[s
     ``measured`` gives them) do not look like a regression (``regression.rule.suspected``) against the
     baseline on ``machine`` of ``setup`` (what the run measures), or there is nothing to confirm
     against; None: run it."""
-    from mxbench.regression.rule import MIN_BASELINE_RUNS, SUSPECT_SHARE, dag_run_keys, suspected, usable_speeds
+    from mxbench.regression.rule import (
+        MIN_BASELINE_RUNS,
+        SUSPECT_SHARE,
+        dag_run_keys,
+        left_out,
+        quiet_repeats,
+        suspected,
+        usable_speeds,
+    )
+    from mxbench.stats.verdict import MIN_REPEATS
 
     what = f"confirmation round {run['round']} of {run['variant']['id']} ({leg(run)}) skipped"
     if first.empty or not first["status"].isin(["ok", "failed"]).all():
         return None  # the first rounds have not all ended: not knowing means running
-    current = usable_speeds(first.loc[first["status"] == "ok", "samples_per_sec"])
+    # contended first rounds can neither suspect nor clear a regression: quiet rounds confirm it
+    quiet, busy = quiet_repeats(first)
+    current = usable_speeds(quiet["samples_per_sec"])
+    if busy and len(current) < MIN_REPEATS:
+        return None
     if not current or machine is None:
         return f"{what}: its first rounds measured nothing to confirm"
     stored = baseline_for(run["variant"]["id"], leg(run), machine, setup) if baseline_for else None
@@ -168,4 +174,4 @@ def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[s
     if looks:
         return None
     return (f"{what}: the first rounds' median is {ratio - 1:+.1%} against the baseline's, not a suspected "
-            f"regression (at most {-SUSPECT_SHARE * min_drop:+.1%})")
+            f"regression (at most {-SUSPECT_SHARE * min_drop:+.1%})" + (f"; {left_out(busy)}" if busy else ""))

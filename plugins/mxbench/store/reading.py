@@ -11,6 +11,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from mxbench import config
+from mxbench.regression.rule import feeding_dags
 from mxbench.store.database import engine, ready_engine
 from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 from mxbench.store.recording import utc_time
@@ -23,9 +24,7 @@ HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.s
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
                    repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s,
                    repeats.c.contended]
-# DAG runs that measure builds chosen on purpose, old ones too (a bisect's probes): never in a
-# baseline, nor in the histories a regression is judged over
-PROBE_DAG_IDS = ("mxbench_bisect",)
+PROBE_DAG_IDS = config.PROBE_DAG_IDS
 # what a repeat ran, best source first: its trainer's own report (revision 0004), its DAG run's
 # first measured run's, the package asked for
 WHAT_RAN_SOURCES = ("mxnet_reported", "mxnet_version", "mxnet_package")
@@ -154,13 +153,19 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
     before ``before``: a datetime, or a DAG run, ``(dag_id, run_id)`` (that run's time, the run
     itself excluded; a DAG run not stored yet excludes nothing but itself), and, with ``since``,
     none measured before it (a distribution change starts the series over:
-    ``triage.baseline_start``). Ordered oldest first, as ``history``."""
+    ``triage.baseline_start``). Contended repeats (other work on their hosts, revision 0009) are never
+    taken, and a DAG run none of whose repeats was quiet is no baseline DAG run; ``attrs
+    ["contended_left_out"]`` says how many were left out of the DAG runs it spans. Ordered oldest
+    first, as ``history``."""
     measured = ((repeats.c.variant == variant) & (repeats.c.launcher == launcher)
                 & (repeats.c.environment == fingerprint)
                 # a row without a setup_key (stored before revision 0007) measured something unknown
                 & (repeats.c.setup_key == setup if setup is not None else sa.false())
                 & (repeats.c.status == "ok")
                 & repeats.c.samples_per_sec.is_not(None))
+    # a contended repeat (other work on its hosts) neither raises nor hides an alert: counted, never taken
+    busy = measured & (repeats.c.contended.is_(True))
+    measured = measured & repeats.c.contended.is_not(True)
     with ready_engine(url).connect() as connection:
         if isinstance(before, tuple):
             itself = (dag_runs.c.dag_id == before[0]) & (dag_runs.c.run_id == before[1])
@@ -173,8 +178,7 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
         if since is not None:
             earlier = earlier & (dag_runs.c.measured_at >= utc_time(since))
         # newest first through the measured_at index, each probed in ix_repeats_baseline
-        feeding = [d for d in (config.baseline_dags() if dag_ids is None else dag_ids) if d not in PROBE_DAG_IDS]
-        earlier = earlier & dag_runs.c.dag_id.in_(feeding)
+        earlier = earlier & dag_runs.c.dag_id.in_(feeding_dags(dag_ids))
         chosen = (sa.select(dag_runs.c.dag_id, dag_runs.c.run_id).where(earlier)
                   .where(sa.exists().where(measured & OF_ITS_DAG_RUN))
                   .order_by(dag_runs.c.measured_at.desc(), dag_runs.c.dag_id.desc(), dag_runs.c.run_id.desc())
@@ -183,7 +187,13 @@ def baseline(url: str, variant: str, launcher: str, fingerprint: str, before: Un
                  .join(chosen, (chosen.c.dag_id == repeats.c.dag_id) & (chosen.c.run_id == repeats.c.dag_run))
                  .where(measured)
                  .order_by(dag_runs.c.measured_at, dag_runs.c.dag_id, dag_runs.c.run_id, repeats.c.repeat))
-        return _frame(connection, query)
+        found = _frame(connection, query)
+        # the contended repeats of the DAG runs it spans (all of them while it holds fewer than ``runs``)
+        span = earlier if found.empty or found[["dag_id", "run_id"]].drop_duplicates().shape[0] < runs else \
+            earlier & (dag_runs.c.measured_at >= utc_time(found["measured_at"].min()))
+        found.attrs["contended_left_out"] = int(connection.execute(
+            sa.select(sa.func.count()).select_from(repeats.join(dag_runs, OF_ITS_DAG_RUN)).where(busy & span)).scalar())
+        return found
 
 
 def dag_run_time(url: str, dag_id: str, run_id: str) -> Optional[datetime]:

@@ -79,6 +79,8 @@ def test_a_launcher_without_a_target_is_refused():
     {"preset": "huge"}, {"repeats": 0}, {"launchers": []}, {"launchers": ["carrier-pigeon"]},
     {"num_layers": 10}, {"epochs": 0}, {"dataset": "ftp://x/y"}, {"dataset": "rel/path; rm -rf /"},
     {"synthetic_images": 52}, {"only_variants": ["a b"]},
+    {"contended_replacements": -1}, {"contended_replacements": 26}, {"contended_replacements": 1.5},
+    {"contended_replacements": "2"},
 ])
 def test_schema_refuses_bad_params(bad):
     with pytest.raises(jsonschema.ValidationError):
@@ -185,8 +187,12 @@ def test_a_variant_runs_only_its_own_launchers_in_counterbalanced_order():
 def test_rounds_beyond_repeats_up_to_the_budget_are_optional():
     runs = expand_runs(defaults(repeats=6, max_repeats=9, target_gap=0.05, launchers=["local"],
                                 only_variants=["cpu1-bs32"]), LOCAL)
-    assert [(r["round"], r["optional"]) for r in runs] == [(r, r > 6) for r in range(1, 10)]
+    # beyond max_repeats, the contended rounds' own replacement budget (default: half of max_repeats)
+    assert [(r["round"], r["optional"]) for r in runs] == [(r, r > 6) for r in range(1, 14)]
     assert [r["optional"] for r in expand_runs(defaults(repeats=2), LOCAL)] == [False] * 14  # no budget: none
+    assert len(expand_runs(defaults(repeats=2, contended_replacements=1), LOCAL)) == 21  # replacements alone
+    with pytest.raises(VariantError, match="contended_replacements must be a whole number"):
+        expand_runs(defaults(repeats=6, contended_replacements=-1), LOCAL)
     with pytest.raises(VariantError, match=r"max_repeats \(4\) is below repeats \(6\)"):
         expand_runs(defaults(repeats=6, max_repeats=4), LOCAL)
     with pytest.raises(VariantError, match="needs a target_gap"):

@@ -150,3 +150,26 @@ def test_the_report_gives_the_false_alerts_to_expect_from_the_noise(tmp_path):
     line = false_alert_line(tmp_path, findings)
     assert line.startswith(f"At most about {expected:.2g} a month") and "with 4 confirmation rounds" in line
     assert false_alert_line(tmp_path, findings.assign(noise_cv=None)).startswith("Not known")
+
+
+def busy_host() -> str:
+    """The run_end event of a worker whose host had a neighbour using 0.9 of a core (contended)."""
+    return format_event("run_end", rank=0, status="ok", host={"host": "box", "wall_s": 10.0, "foreign_cpu_s": 9.0,
+                                                               "steal": 0.0}) + "\n"
+
+
+def test_contended_first_rounds_neither_clear_nor_raise_a_suspicion_quiet_rounds_confirm(tmp_path):
+    """First rounds at the baseline, two of four with a neighbour on their host: two quiet ones
+    cannot clear the series, so the confirmation rounds run (an alert needs quiet rounds); with one
+    contended, the three quiet ones clear it and the reason counts the one left out."""
+    runs = first_rounds(tmp_path, [995.0, 1002.0, 990.0, 1004.0])
+    first = [r for r in runs if not r["optional"]]
+    for run in first[:2]:
+        log = tmp_path / run["key"] / "rank0.log"
+        log.write_text(log.read_text() + busy_host())
+    baseline = lambda *_: stored_baseline(1000.0)  # noqa: E731
+    assert stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=baseline) is None
+    (tmp_path / first[1]["key"] / "rank0.log").write_text(speed_log(1002.0))
+    reason = stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=baseline)
+    assert "not a suspected regression" in reason
+    assert reason.endswith("; 1 contended run left out (other work on their hosts)")

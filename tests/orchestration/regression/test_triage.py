@@ -343,3 +343,70 @@ def test_without_a_secret_to_sign_with_there_are_no_forms_and_cookie_writes_are_
     assert page.status_code == 200 and "<td>new</td>" in page.text and "<form" not in page.text
     refused = client.post("/history/alerts", data=alert_form(dropped, token="1.x"))
     assert refused.status_code == 403 and store.read_alerts(url).empty
+
+
+# --- contended runs and the DAGs a baseline comes from (issue 39 §4, issue 40 §3) ---------------
+
+def record_as(url, tmp_path, day: int, speeds, dag_id=DAG, contended=None) -> str:
+    """DAG run ``day`` of ``dag_id``: cpu2-bs32 on local, one repeat per speed; ``contended``: the
+    repeats that had other work on their hosts (runs.csv's column, as parse_logs writes it)."""
+    run_id = f"{'scheduled' if dag_id == DAG else 'manual'}__day{day}"
+    folder = make_dag_dir(tmp_path, run_id, ok_runs(speeds=speeds), started=T0 + timedelta(days=day),
+                          contended=contended)
+    store.record_dag_run(url, folder, dag_id=dag_id, run_id=run_id, trigger="scheduled")
+    (folder / "report").mkdir()
+    (folder / "report" / "report.md").write_text("report")
+    return run_id
+
+
+def verdicts(url):
+    """Each stored DAG run's verdict on the history page, as the history route judges them."""
+    rows = judged(url)
+    return dict(zip(rows["run_id"], rows["verdict"]))
+
+
+def test_a_contended_dag_run_opens_no_alert_and_feeds_no_baseline(url, tmp_path):
+    """A busy DAG run 20% slower, every repeat contended: no alert (nothing quiet to confirm it), and
+    "contended: not compared"; it is no baseline for the next, whose message counts what was left
+    out; a partly contended DAG run is judged on its quiet repeats only."""
+    for day in range(3):
+        record_as(url, tmp_path, day, BASE, contended=())
+    busy = record_as(url, tmp_path, 3, DROPPED, contended=(1, 2, 3, 4))
+    found = check(url, tmp_path, busy)
+    assert found["status"] == "no result" and found["failure"] is None
+    assert "contended: not compared (4 contended runs left out (other work on their hosts))" in found["message"]
+    assert verdicts(url)[busy] == "contended: not compared"
+    quiet = record_as(url, tmp_path, 4, BASE, contended=())
+    found = check(url, tmp_path, quiet)
+    assert found["status"] == "ok" and busy not in found["baseline_runs"].split()
+    assert "4 contended runs of the baseline left out (other work on their hosts)" in found["message"]
+    # two of six repeats slowed by a neighbour: left out, said so, and nothing slower
+    mixed = record_as(url, tmp_path, 5, (60.0, 61.0, 100.2, 99.6, 100.4, 99.9), contended=(1, 2))
+    found = check(url, tmp_path, mixed)
+    assert found["status"] == "ok" and found["n"] == 4 and found["failure"] is None
+    assert "2 contended runs of this DAG run left out (other work on their hosts)" in found["message"]
+    assert verdicts(url)[mixed] == "ok"
+
+
+def test_the_history_page_judges_over_the_regression_checks_dags_and_flags_what_it_flags(url, tmp_path):
+    """Benchmark-DAG runs of the same setup beside the regression DAG's (a faster team's machine
+    time, then a slower one): the history page's judgement takes its baselines from
+    MXBENCH_BASELINE_DAGS (by default the regression DAG's) as the check does, so the unchanged
+    regression run is not flagged and the real 20% drop is, in the verdicts and the triage list."""
+    for day in range(3):
+        record_as(url, tmp_path, day, BASE)
+    for day in range(3, 8):
+        record_as(url, tmp_path, day, tuple(s * 1.25 for s in BASE), dag_id="mxbench_benchmark")
+    unchanged = record_as(url, tmp_path, 8, BASE)
+    for day in range(9, 14):
+        record_as(url, tmp_path, day, tuple(s * 0.6 for s in BASE), dag_id="mxbench_benchmark")
+    dropped = record_as(url, tmp_path, 14, DROPPED)
+    judged_now = verdicts(url)
+    assert judged_now[unchanged] == "ok" and judged_now[dropped] == "regression"
+    assert {judged_now[f"manual__day{d}"] for d in (3, 9)} == {"not judged"}  # the check never judges them
+    # the same flags the regression check raises
+    assert check(url, tmp_path, unchanged)["status"] == "ok"
+    assert check(url, tmp_path, dropped)["status"] == "regression"
+    page = history_page(judged(url), "test", alerts=store.read_alerts(url))
+    triage_list = page.split("Regressions flagged", 1)[1].split("</table>", 1)[0]
+    assert dropped in triage_list and unchanged not in triage_list and "manual__day" not in triage_list

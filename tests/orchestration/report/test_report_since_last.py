@@ -27,9 +27,9 @@ def url(tmp_path):
     return f"sqlite:///{tmp_path / 'results.db'}"
 
 
-def folder(tmp_path, name, speeds, started, run_id, v=None, dag_id=DAG, params=None):
+def folder(tmp_path, name, speeds, started, run_id, v=None, dag_id=DAG, params=None, contended=None):
     dag_dir = make_dag_dir(tmp_path, name, ok_runs(v=v, speeds=speeds), started=started, run_id=run_id,
-                           params=params)
+                           params=params, contended=contended)
     request = json.loads((dag_dir / "request.json").read_text())
     (dag_dir / "request.json").write_text(json.dumps({**request, "dag_id": dag_id}))
     return dag_dir
@@ -130,3 +130,35 @@ def test_a_bisects_probe_is_not_compared_and_says_why(tmp_path, url):
     probe = folder(tmp_path, "probe", NOW, T0, "probe__1", dag_id="mxbench_bisect")
     (row,) = since_last(probe, url, "mxbench_bisect", "probe__1").to_dict("records")
     assert row["note"].startswith("not compared: a bisect's DAG runs") and pd.isna(row["previous_run_id"])
+
+
+QUIET_BEFORE = (100.0, 101.0, 99.0, 100.5, 99.5, 100.2)
+
+
+def test_a_busy_dag_run_after_a_quiet_one_calls_nothing_slower_from_its_contended_runs(tmp_path, url):
+    """Three of nine runs slowed 20% by a busy loop beside them (contended): left out and counted,
+    and the quiet six are no slower than last time; the previous DAG run's contended repeats are
+    left out too and counted."""
+    stored(url, folder(tmp_path, "previous", QUIET_BEFORE + (70.0, 71.0), T0, "manual__prev",
+                       contended=(7, 8)), "manual__prev")
+    busy = (80.0, 79.0, 81.0, 80.5, 100.1, 99.9, 100.6, 99.4, 100.3)
+    now = folder(tmp_path, "now", busy, T0 + timedelta(days=1), "manual__now", contended=(1, 2, 3, 4))
+    (row,) = since_last(now, url, DAG, "manual__now").to_dict("records")
+    assert row["previous_run_id"] == "manual__prev" and row["n"] == 5 and row["previous_n"] == 6
+    assert row["outcome"] != "slower" and abs(row["change"]) < 0.01
+    assert row["note"] == ("4 contended runs of this DAG run left out (other work on their hosts); "
+                           "2 contended runs of the previous left out (other work on their hosts)")
+    pipeline.join(now)
+    report.build_report(now)
+    section = (now / "report" / "report.md").read_text().split("## Since last time\n\n", 1)[1].split("\n## ", 1)[0]
+    assert "4 contended runs of this DAG run left out" in section
+
+
+def test_a_series_whose_runs_were_all_contended_is_not_compared_and_says_so(tmp_path, url):
+    stored(url, folder(tmp_path, "previous", QUIET_BEFORE, T0, "manual__prev", contended=()), "manual__prev")
+    now = folder(tmp_path, "now", (80.0, 79.0, 81.0, 80.5), T0 + timedelta(days=1), "manual__now",
+                 contended=(1, 2, 3, 4))
+    (row,) = since_last(now, url, DAG, "manual__now").to_dict("records")
+    assert row["note"] == ("contended: not compared: 4 contended runs of this DAG run left out (other work on "
+                           "their hosts)")
+    assert pd.isna(row["change"]) and pd.isna(row["outcome"])

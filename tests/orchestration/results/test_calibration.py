@@ -174,7 +174,7 @@ def test_the_regression_check_takes_the_a_a_spread_as_its_noise_estimate():
 
 
 def test_a_stopping_budget_is_read_from_the_params():
-    assert stop_budget({"repeats": 6, "max_repeats": 9, "target_gap": 0.1}) == (6, 9, 0.1)
+    assert stop_budget({"repeats": 6, "max_repeats": 9, "target_gap": 0.1}) == (6, 9, 0.1, 4)
     assert stop_budget({"repeats": 6}) is None
 
 

@@ -70,17 +70,17 @@ def test_with_the_budget_spent_a_contended_round_stays_in_and_the_line_says_what
 
 
 def test_a_contended_round_no_later_round_replaced_is_judged_as_measured_not_dropped():
-    """Budget 6 to 8, all 8 rounds ran, rounds 2, 7 and 8 contended: the replacements were contended
-    too and the budget is spent, 5 quiet rounds short of the 6 planned: the planned 6 are judged as
-    measured, round 2 among them (7 and 8 ran beyond this pair's plan)."""
+    """Budget 6 to 8 and 2 replacement rounds, all 8 rounds ran, rounds 2, 7 and 8 contended: more
+    than the replacement budget: the planned 6 are judged as measured, round 2 among them (7 and 8
+    ran beyond this pair's plan)."""
     from mxbench.results.metrics import launcher_ratios
 
-    (line,) = launcher_ratios(rounds_table(8, contended=(2, 7, 8)), budget=(6, 8, 0.05)).itertuples()
+    (line,) = launcher_ratios(rounds_table(8, contended=(2, 7, 8)), budget=(6, 8, 0.05, 2)).itertuples()
     assert line.n == 6
     assert "3 of 8 rounds contended (other work on their hosts: rounds 2, 7, 8), judged as measured" in line.verdict
     assert "replaced" not in line.verdict and "replaced" not in line.stopping
     # one contended round, replaced by round 7 within the plan of 6 quiet rounds: left out, said so
-    (line,) = launcher_ratios(rounds_table(8, contended=(2,)), budget=(6, 8, 0.05)).itertuples()
+    (line,) = launcher_ratios(rounds_table(8, contended=(2,)), budget=(6, 8, 0.05, 2)).itertuples()
     assert line.n == 6 and "left out of the verdict and replaced by later rounds" in line.verdict
 
 

@@ -62,10 +62,23 @@ def round_of(runs, r):
     return [run for run in runs if run["round"] == r]
 
 
+def rounds_after(runs, r):
+    """The runs of every round after ``r`` (up to max_repeats and the replacement rounds beyond it)."""
+    return [run for run in runs if run["round"] > r]
+
+
+def skip_after(dag_dir, runs, r, why="skipped: not needed"):
+    for run in rounds_after(runs, r):
+        record_skip(run, dag_dir, why)
+
+
 def test_runs_beyond_repeats_are_optional_up_to_the_budget():
+    """Up to max_repeats (8), and the contended rounds' own budget beyond it (default: half of 8)."""
     runs = expand_runs(PARAMS, TARGETS)
     assert [(r["round"], r["optional"]) for r in runs if r["launcher"] == "ssh"] == [
-        (r, r > 6) for r in range(1, 9)]
+        (r, r > 6) for r in range(1, 13)]
+    runs = expand_runs({**PARAMS, "contended_replacements": 0}, TARGETS)
+    assert max(r["round"] for r in runs) == 8
 
 
 def test_a_settled_variant_skips_its_optional_round_saying_why(tmp_path):
@@ -117,13 +130,12 @@ def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_pa
 
 def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
-    for r in (7, 8):
-        for run in round_of(runs, r):
-            record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
+    for run in rounds_after(runs, 6):
+        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
     pipeline.parse_all(dag_dir)
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     skipped = table[table["status"] == "skipped"]
-    assert len(skipped) == 4 and skipped["cause"].str.contains("stopped after 6 rounds").all()
+    assert len(skipped) == 12 and skipped["cause"].str.contains("stopped after 6 rounds").all()
     summary = summarise(table)
     assert list(summary["runs_ok"]) == [6, 6] and list(summary["runs_failed"]) == [0, 0]
     assert failed_runs(dag_dir) == []
@@ -142,6 +154,7 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
 
 def test_a_budget_spent_says_what_gap_the_rounds_could_detect(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.05, rounds=8)
+    skip_after(dag_dir, runs, 8)
     pipeline.parse_all(dag_dir)
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.02))
     (stopping,) = ratios["stopping"]
@@ -193,7 +206,7 @@ def test_a_round_with_one_run_skipped_is_left_out_not_the_pairing(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=6)
     first, second = round_of(runs, 7)
     ran(dag_dir, first, 1000.0, 1000.0)  # a retry let one run of round 7 start before its plan was known
-    for run in (second, *round_of(runs, 8)):
+    for run in (second, *rounds_after(runs, 7)):
         record_skip(run, dag_dir, "skipped: settled")
     pipeline.parse_all(dag_dir)
     (row,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1)).to_dict("records")
@@ -206,20 +219,19 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
     from mxbench import store
 
     dag_dir, runs = dag_run(tmp_path / "run", 0.95, spread=0.002)
-    for run in round_of(runs, 7) + round_of(runs, 8):
+    for run in rounds_after(runs, 6):
         record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
     pipeline.parse_all(dag_dir)
     url = f"sqlite:///{tmp_path / 'results.db'}"
     store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
     with sa.create_engine(url).connect() as db:
         assert db.execute(sa.text("select state, runs_ok, runs_failed from dag_runs")).one() == ("ok", 12, 0)
-        assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 4
+        assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 12
 
 
 def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
-    for run in round_of(runs, 8):
-        record_skip(run, dag_dir, "skipped: not needed")
+    skip_after(dag_dir, runs, 7)
     pipeline.parse_all(dag_dir)
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
     (stopping,) = ratios["stopping"]
@@ -238,14 +250,86 @@ def contend(dag_dir, run, foreign_cores=0.9):
 
 
 def test_a_contended_round_of_the_first_stage_is_replaced_by_one_more(tmp_path):
-    """The first stage is settled in 6 rounds; one of them had a hog beside it: planned from the 5
-    quiet ones, round 7 runs in its place, round 8 is still skipped, saying which round was replaced."""
+    """The first stage is settled in 6 rounds; one of them had a hog beside it: round 7 runs in its
+    place (the first stage is the first 6 quiet rounds), round 8 is skipped, saying which round was
+    replaced."""
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     contend(dag_dir, round_of(runs, 3)[1])
     assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    # round 8 waits for round 7: until it ends, the first stage's quiet rounds are not all there
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    play(dag_dir, runs, [7], 0.95)
     reason = stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir)
-    assert reason.startswith("round 8 of cpu1-bs64 skipped: ssh/local stopped after 5 rounds: the first 5 rounds'")
-    assert reason.endswith("; 1 contended round(s) replaced (3)")
+    assert reason.startswith("round 8 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 rounds'")
+    assert reason.endswith("; 1 contended round(s) replaced (3): 7 rounds in all")
+
+
+def play(dag_dir, runs, rounds, ssh_over_local, contended=(), t0=500.0):
+    """Run each of ``rounds`` as the run task would: a round the stop rule skips is recorded as
+    skipped; the others run (ssh at ``ssh_over_local`` of local), the ``contended`` ones with a hog
+    beside their ssh run. Returns the rounds that ran."""
+    ran_rounds = []
+    for r in rounds:
+        for i, run in enumerate(round_of(runs, r)):
+            reason = stop_rule.skip_reason(run, dag_dir)
+            if reason:
+                record_skip(run, dag_dir, reason)
+                continue
+            ran(dag_dir, run, 1000.0 * (ssh_over_local if run["launcher"] == "ssh" else 1.0), t0 + 10 * r + i)
+            if r in contended and run["launcher"] == "ssh":
+                contend(dag_dir, run)
+            ran_rounds.append(r)
+    return sorted(set(ran_rounds))
+
+
+def test_four_of_six_first_rounds_contended_are_replaced_from_their_own_budget(tmp_path):
+    """A neighbour over rounds 1-4 (4 of the 6 first rounds, as a busy loop in a real demo): the
+    first stage is the first 6 quiet rounds, so rounds 7-10 run in their place, from the
+    replacement budget (default: half of max_repeats, 4), not max_repeats'; rounds 11 and 12 are
+    skipped saying so. The whole path: expand -> the runs' own logs -> the stop rule -> the runs
+    table -> the verdict, which judges the 6 quiet rounds and names the 4 it left out."""
+    from mxbench.matrix.variants import stop_budget
+
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
+    for r in (1, 2, 3, 4):
+        contend(dag_dir, round_of(runs, r)[r % 2])  # local's run in some rounds, ssh's in others
+    assert play(dag_dir, runs, range(7, 13), 0.95) == [7, 8, 9, 10]
+    pipeline.parse_all(dag_dir)
+    table = pd.read_csv(dag_dir / "tables" / "runs.csv")
+    assert sorted(table.loc[table["contended"].fillna(False).astype(bool), "repeat"]) == [1, 2, 3, 4]
+    skipped = table[table["status"] == "skipped"]
+    assert sorted(skipped["repeat"]) == [11, 11, 12, 12]
+    assert skipped["cause"].str.contains("4 contended round(s) replaced (1, 2, 3, 4): 10 rounds in all",
+                                         regex=False).all()
+    pipeline.join(dag_dir)
+    (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
+    assert stop_budget(PARAMS) == (6, 8, 0.10, 4)
+    assert line.n == 6 and line.ratio == pytest.approx(0.95, rel=0.01)
+    assert "4 contended round(s) (other work on their hosts: 1, 2, 3, 4) left out of the verdict" in line.verdict
+    assert line.stopping.startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±")
+    assert line.stopping.endswith("; 4 contended round(s) replaced (1, 2, 3, 4), of the 4 the replacement budget "
+                                  "allows")
+
+
+def test_with_a_replacement_budget_of_0_contended_rounds_are_judged_as_measured_and_said_so(tmp_path):
+    """contended_replacements 0: nothing beyond max_repeats; the first stage plans from every round,
+    the contended ones as measured, and the stopping line and verdict say so."""
+    params = {**PARAMS, "contended_replacements": 0}
+    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params=params)
+    assert max(run["round"] for run in runs) == 8
+    for r in (1, 2, 3, 4):
+        contend(dag_dir, round_of(runs, r)[1])
+    reason = stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir)
+    assert reason.endswith("; 4 contended round(s) (1, 2, 3, 4), more than the 0 the replacement budget "
+                           "(contended_replacements) allows: judged as measured")
+    skip_after(dag_dir, runs, 6, reason)
+    pipeline.parse_all(dag_dir)
+    pipeline.join(dag_dir)
+    (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
+    assert line.n == 6
+    assert "4 of 6 rounds contended (other work on their hosts: rounds 1, 2, 3, 4), judged as measured" in line.verdict
+    assert line.stopping.endswith("; 4 contended round(s) (1, 2, 3, 4) judged as measured: more than the 0 the "
+                                  "replacement budget (contended_replacements) allows")
 
 
 def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_replaced(tmp_path):
@@ -255,30 +339,15 @@ def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_re
     (slow,) = [run for run in round_of(runs, 3) if run["launcher"] == "ssh"]
     (dag_dir / slow["key"] / "rank0.log").write_text(speed_log(700.0) + quiet_host())
     contend(dag_dir, slow)
-    record_skip(round_of(runs, 8)[0], dag_dir, "settled")
-    record_skip(round_of(runs, 8)[1], dag_dir, "settled")
+    skip_after(dag_dir, runs, 7, "settled")
     pipeline.parse_all(dag_dir)
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert table.loc[table["repeat"] == 3, "contended"].any()
-    (line,) = launcher_ratios(table, budget=(6, 8, 0.10)).itertuples()
+    (line,) = launcher_ratios(table, budget=(6, 8, 0.10, 4)).itertuples()
     assert line.n == 6 and line.ratio == pytest.approx(0.95, rel=0.01)
     assert "1 contended round(s) (other work on their hosts: 3) left out of the verdict" in line.verdict
-    assert line.stopping.endswith("; 1 contended round(s) replaced")
-
-
-def test_a_replaced_rounds_stopping_line_counts_the_rounds_judged_not_fewer(tmp_path):
-    """5 quiet first rounds plan 5, but a verdict is judged on at least ``repeats`` (6) quiet rounds:
-    the stopping line says 6, as the verdict's "6 rounds paired" does, not "stopped after 5 rounds"."""
-    dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
-    contend(dag_dir, round_of(runs, 3)[1])
-    record_skip(round_of(runs, 8)[0], dag_dir, "settled")
-    record_skip(round_of(runs, 8)[1], dag_dir, "settled")
-    pipeline.parse_all(dag_dir)
-    (line,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.10)).itertuples()
-    assert line.n == 6
-    assert line.stopping.startswith("stopped after 6 rounds (at least the 6 asked for; 5 planned): the first 5 "
-                                    "rounds' spread gives ±"), line.stopping
-    assert line.stopping.endswith("; 1 contended round(s) replaced")
+    assert line.stopping.startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±"), line.stopping
+    assert line.stopping.endswith("; 1 contended round(s) replaced (3), of the 4 the replacement budget allows")
 
 
 def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it_did_is_said(tmp_path):
@@ -296,13 +365,16 @@ def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it
 
 def test_a_contended_replacement_round_is_itself_replaced_within_the_budget(tmp_path):
     """Round 3 contended, round 7 runs in its place; round 7 contended too (it has ended): round 8
-    runs in its place; the budget (8) ends it."""
+    runs in its place; round 8 quiet: the 6 quiet rounds are there, round 9 is skipped."""
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     contend(dag_dir, round_of(runs, 3)[1])
     for t, run in enumerate(round_of(runs, 7)):
         ran(dag_dir, run, 1000.0 * (0.95 if run["launcher"] == "ssh" else 1.0), 500.0 + 10 * t)
     contend(dag_dir, round_of(runs, 7)[0])
     assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    play(dag_dir, runs, [8], 0.95)
+    assert stop_rule.skip_reason(round_of(runs, 9)[0], dag_dir).endswith(
+        "; 2 contended round(s) replaced (3, 7): 8 rounds in all")
 
 
 def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_alike(tmp_path):
