@@ -76,7 +76,7 @@ def test_compare_two_launchers_and_two_runs(tmp_path):
     write_runs(tmp_path / "b", {("v1", "ssh"): [8100, 8000, 8050, 7950, 8020]})
     done = mxbench("compare", tmp_path / "a", tmp_path / "b")
     assert done.returncode == 0 and "b at " in done.stdout and "of a" in done.stdout
-    assert "within noise (p = " in done.stdout and "would have been detected" in done.stdout
+    assert "can't tell (p = " in done.stdout and "would have been detected" in done.stdout
 
 
 def test_scaling_prints_the_fit_projections_hold_out_and_cost(tmp_path, capsys, monkeypatch):

@@ -35,7 +35,7 @@ def test_a_round_another_pair_needed_is_reported_with_this_pair_not_judged_in_it
     speeds = [[1000.0, 1000.0 * math.exp(d), 1000.0 * k] for d, k in zip(QUIET, noisy)] + [[1000.0, 700.0, 1000.0]]
     ratios = launcher_ratios(rounds_table(speeds), budget=(6, 7, 0.15)).set_index("launcher")
     ssh = ratios.loc["ssh"]
-    assert ssh["n"] == 6 and ssh["outcome"] == "within noise"
+    assert ssh["n"] == 6 and ssh["outcome"] == "within the band"
     assert ssh["stopping"].endswith("; 1 more ran, as another pair of the variant needed (round 7 at 70.0%): "
                                     "reported, not in this pair's verdict")
     six = launcher_ratios(rounds_table(speeds[:6]), budget=(6, 7, 0.15)).set_index("launcher").loc["ssh"]

@@ -35,7 +35,10 @@ def test_identical_launchers_get_no_verdict_of_difference_in_95_percent_of_trial
               for _ in range(1000)]
     false_alarms = sum(o in ("slower", "faster") for o in called)
     assert false_alarms <= 50, f"{false_alarms} of 1000 identical pairs called different"
-    assert "within noise" in called  # the common answer, not a refusal to answer
+    assert "can't tell" in called and "within the band" not in called  # no band: absence is never equivalence
+    banded = [compare(repeats(rng, 8000, 0.02, 5), repeats(rng, 8000, 0.02, 5), "k8s", "ssh", target_gap=0.05).outcome
+              for _ in range(200)]
+    assert sum(o == "within the band" for o in banded) > 100  # shown equivalent: the common answer with a band
 
 
 def test_a_5_percent_gap_at_cv_1_percent_and_5_repeats_is_detected():
@@ -60,7 +63,7 @@ def test_within_noise_says_how_large_a_gap_it_rules_out():
     rng = np.random.default_rng(3)
     a, b = repeats(rng, 8000, 0.02, 6), repeats(rng, 8000, 0.02, 6)
     r = compare(a, b, "k8s", "ssh")
-    assert r.outcome == "within noise"
+    assert r.outcome == "can't tell"
     assert f"a gap of {r.min_detectable:.1%} or more would have been detected (80% power)" in r.verdict
     # the detectable gap grows with the spread and shrinks with the repeats
     assert min_detectable(a * [1, 1.05, 1, 0.95, 1, 1], b) > r.min_detectable
@@ -135,7 +138,7 @@ def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
     r = compare([7586.0, 7600.0, 7590.0, float("inf"), float("nan")], [8010.0, 8000.0, 7990.0], "k8s", "ssh")
     assert (r.n, r.n_reference) == (3, 3)
     flat = compare([8000.0] * 5, [8000.0] * 5, "k8s", "ssh")
-    assert flat.outcome == "within noise" and flat.min_detectable is None
+    assert flat.outcome == "can't tell" and flat.min_detectable is None
     assert flat.verdict.endswith("the repeats show no spread to judge a gap by")
 
 
@@ -211,7 +214,7 @@ def test_a_planted_gap_is_found_and_identical_arms_rarely_called():
     order = abba(8)
     alike = [compare_paired(as_rounds(order, timed_speeds(rng, order, 0.02, 0.005))).outcome for _ in range(1000)]
     assert sum(o in ("slower", "faster") for o in alike) <= 50
-    assert "within noise" in alike
+    assert "can't tell" in alike
 
 
 def test_abba_order_cancels_a_drift_that_fools_blocked_order():
@@ -238,7 +241,7 @@ def test_the_paired_detectable_gap_is_what_the_paired_rule_really_detects():
     assert paired_min_detectable(d[:2]) is None  # 2 rounds: no verdict at all
     assert paired_min_detectable(np.tile(d, 2)) < gap
     r = compare_paired([(8000 * np.exp(x), 8000.0) for x in d - d.mean()], "k8s", "ssh")
-    assert r.outcome == "within noise"
+    assert r.outcome == "can't tell"
     assert f"a gap of {r.min_detectable:.1%} or more would have been detected (80% power)" in r.verdict
 
 
