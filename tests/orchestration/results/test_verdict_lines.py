@@ -146,3 +146,24 @@ def test_the_printed_detectable_gap_is_the_one_the_family_rule_gives():
     assert holm_power(np.random.default_rng(39), 0.85 * printed, 200, cv, rounds) < 0.8
     assert holm_power(np.random.default_rng(40), printed, 150, cv, rounds, local_at=0.0) >= 0.8
     assert holm_power(np.random.default_rng(41), alone, 200, cv, rounds) < 0.70
+
+
+def test_each_answer_row_says_which_rounds_were_contended_and_what_became_of_them():
+    from mxbench.report.answer import answer_rows
+
+    rng = np.random.default_rng(8)
+    speeds = 1000.0 * np.exp(rng.normal(0, 0.01, (7, 3)))
+    runs = rounds_table(speeds)
+    runs["contended"] = runs["repeat"].isin([3]) & (runs["launcher"] == "kubernetes")  # a pod read its own pressure
+    replaced = launcher_ratios(runs, budget=(6, 8, 0.15)).set_index(["launcher", "reference"])
+    assert replaced.loc[("kubernetes", "ssh"), "contended_rounds"] == "round 3, replaced"
+    assert pd.isna(replaced.loc[("ssh", "local"), "contended_rounds"])  # neither leg contended there
+    tags = {row.pair: row.tags for row in answer_rows(replaced.reset_index(), lambda pair: ["CPU only"])}
+    assert tags["kubernetes / ssh"] == ["CPU only", "contended: round 3, replaced"]
+    assert tags["ssh / local"] == ["CPU only"]
+    runs["contended"] = runs["repeat"].isin([2, 3, 4]) & (runs["launcher"] != "local")
+    measured = launcher_ratios(runs.iloc[:18]).set_index(["launcher", "reference"])  # no budget: nothing to replace
+    tags = {row.pair: row.tags for row in answer_rows(measured.reset_index(), lambda pair: [])}
+    assert tags == {"ssh / local": ["contended: rounds 2-4, judged as measured"],
+                    "kubernetes / local": ["contended: rounds 2-4, judged as measured"],
+                    "kubernetes / ssh": ["contended: rounds 2-4, judged as measured"]}
