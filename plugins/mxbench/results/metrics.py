@@ -209,11 +209,22 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     launchers = list(dict.fromkeys(ok["launcher"]))
     pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
     gap = budget[2] if budget else target_gap
-    rows = _ratio_rows(runs, ok, pairs, budget, gap, None)
-    tested = [row for row in rows if row.get("p_value") is not None and not str(row["launcher"]).endswith(ARM_B)]
-    if len(tested) > 1:  # the family calls a line at a stricter level than α alone: detect at that level
-        rows = _ratio_rows(runs, ok, pairs, budget, gap, family.detection_alpha(ALPHA, len(tested), FAMILY_METHOD))
+    # the family calls a line at a stricter level than α alone, and its detectable gap is printed at that
+    # level: from the lines that will be tested (both sides measured MIN_REPEATS times), checked after
+    expected = _family_size(ok, pairs)
+    rows = _ratio_rows(runs, ok, pairs, budget, gap, family.detection_alpha(ALPHA, expected, FAMILY_METHOD))
+    tested = sum(row.get("p_value") is not None and not str(row["launcher"]).endswith(ARM_B) for row in rows)
+    if tested != expected:  # a line left untested after its contended rounds were left out
+        rows = _ratio_rows(runs, ok, pairs, budget, gap, family.detection_alpha(ALPHA, tested, FAMILY_METHOD))
     return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
+
+
+def _family_size(ok: pd.DataFrame, pairs: List[tuple]) -> int:
+    """The lines ``controlled`` will adjust together, as far as the measured runs tell: an A/A arm's
+    line is none, nor a pair one of whose sides has fewer than MIN_REPEATS measured runs."""
+    counts = ok.groupby(["variant", "launcher"]).size()
+    return sum(1 for variant in ok["variant"].unique() for a, b in pairs if not str(a).endswith(ARM_B)
+               and min(counts.get((variant, a), 0), counts.get((variant, b), 0)) >= MIN_REPEATS)
 
 
 def _ratio_rows(runs: pd.DataFrame, ok: pd.DataFrame, pairs: List[tuple], budget: Optional[Tuple[int, int, float]],
