@@ -503,6 +503,7 @@ def kubernetes_gap(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
 
 
-def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b") -> dict:
-    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict."""
-    return verdict.compare(a, b, name, reference).to_dict()
+def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b", target_gap: Optional[float] = None) -> dict:
+    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict; equivalence
+    judged against the band 100% ± ``target_gap`` (none: a line not called reads "can't tell")."""
+    return verdict.compare(a, b, name, reference, target_gap=target_gap).to_dict()
