@@ -21,7 +21,10 @@ What each launcher can read, and so flag (no "every busy run is flagged on both 
 The designs: quiet; busy, pods blind (today); busy, pods reading their pressure.
 
 For each line: "printed", the median detectable gap the report prints beside the line over the
-identical-launcher trials (computed at the family's level, ``family.detection_alpha``); "true",
+identical-launcher trials (computed at the family's level, ``family.detection_alpha``), and its
+80th percentile: a report's printed figure is for its own rounds' spread, and where some reports
+judge busy rounds (a busy run no leg flagged, or the budget spent) the design's 80%-power gap is
+set by those, which the median does not see; "true",
 the smallest gap the whole rule (stop rule, paired/two-stage verdict, Holm over the three lines)
 calls slower in 80% of trials, found by bisection on common random numbers, the line's launcher
 that much slower than its reference and the third launcher midway (where the other lines help
@@ -38,7 +41,7 @@ every run of a round is busy alike.
 About 3 minutes on 2 quiet cores at the defaults; ``--quick`` about a minute.
 
     python benchmarks/contention.py [--quick] [--trials 150] [--cv 0.02] [--hog 0.33] [--hog-slowdown 0.3]
-        [--host-detect 0.9] [--pod-detect 0.8] [--max-rounds 7] [--target-gap 0.15]
+        [--host-detect 0.9] [--pod-detect 0.8] [--max-rounds 12] [--target-gap 0.15]
 """
 import argparse
 import math
@@ -154,10 +157,12 @@ def run_design(name, design, args, seed):
     power_seeds = seeds[:args.power_trials]
     rows = []
     for line in LINES:
-        shown = float(np.nanmedian(np.array(printed[line], float)))
+        shown = np.array(printed[line], float)
         true = true_gap(line, args, design, power_seeds, args.steps)
-        rows.append({"design": name, "line": f"{line[0]}/{line[1]}", "printed gap": shown, "true 80% gap": true,
-                     "true / printed": true / shown, "false calls, line": false_lines[line] / args.trials,
+        rows.append({"design": name, "line": f"{line[0]}/{line[1]}", "printed gap": float(np.nanmedian(shown)),
+                     "printed, p80": float(np.nanpercentile(shown, 80)), "true 80% gap": true,
+                     "true / printed": true / float(np.nanmedian(shown)),
+                     "false calls, line": false_lines[line] / args.trials,
                      "false calls, report": false_reports / args.trials, "mean rounds": float(np.mean(rounds))})
     return rows
 
@@ -174,7 +179,8 @@ def main(argv=None):
     parser.add_argument("--host-detect", type=float, default=0.9, help="chance local/ssh flag a busy run")
     parser.add_argument("--pod-detect", type=float, default=0.8,
                         help="chance a pod reading its own pressure and a canary flags a busy run")
-    parser.add_argument("--max-rounds", type=int, default=7)
+    parser.add_argument("--max-rounds", type=int, default=12, help="max_repeats (the demo's: 7, which can replace "
+                                                                  "one contended round)")
     parser.add_argument("--target-gap", type=float, default=0.15)
     args = parser.parse_args(argv)
     if args.quick:
@@ -196,11 +202,11 @@ def main(argv=None):
         ratios = busy["true 80% gap"] / quiet["true 80% gap"]
         worst_line = busy["false calls, line"].max()
         report = busy["false calls, report"].iloc[0]
+        margin = 2 * math.sqrt(ALPHA * (1 - ALPHA) / args.trials)
         print(f"{name}: true gap busy / quiet " + ", ".join(f"{line} {r:.2f}x" for line, r in ratios.items())
               + f" (target <= 1.3x: {'met' if (ratios <= 1.3).all() else 'NOT met'}); false calls per line at most "
               f"{worst_line:.3f}, per report {report:.3f} (target <= α = {ALPHA}: "
-              f"{'met' if max(worst_line, report) <= ALPHA else 'NOT met'}, ±{2 * math.sqrt(ALPHA * (1 - ALPHA) / args.trials):.3f} "
-              "at these trials)")
+              f"{'met' if max(worst_line, report) <= ALPHA else 'NOT met'}, ±{margin:.3f} at these trials)")
     print(f"{time.monotonic() - started:.0f} s")
 
 
