@@ -189,8 +189,8 @@ def _judged(head: str, ratio: float, low: float, high: float, p: float, alpha: f
     detect = eq.detect_alpha if eq.detect_alpha is not None else alpha
     at = f"{POWER:.0%} power" + (f", at the family's α = {detect:.3g}" if detect < alpha else "")
     said = f"{head}: {CANT_TELL} ({_p_text(p)} ≥ {alpha_text}; {eq.text()})" + (
-        f"; a gap of {detectable:.1%} or more would have been detected ({at})"
-        if detectable is not None else f"; the {what} show no spread to judge a gap by")
+        f"; a gap of {detectable:.1%} or more would have been detected ({at})" if detectable is not None
+        else f"; {eq.unreachable}" if eq.unreachable else f"; the {what} show no spread to judge a gap by")
     if eq.rounds is not None and eq.target_gap:
         said += f"; about {eq.rounds} {what} would narrow the interval to ±{eq.target_gap / 2:.1%}"
     return CANT_TELL, said
@@ -206,6 +206,7 @@ class Equivalence:
     alpha: float
     detect_alpha: Optional[float] = None
     rounds: Optional[int] = None
+    unreachable: Optional[str] = None  # why no gap could be called at ``detect_alpha`` at this n
 
     @property
     def shown(self) -> bool:
@@ -270,9 +271,11 @@ def compare(a: Sequence[float], b: Sequence[float], name="a", reference="b", lev
     undecidable = (f"{n} vs {m} repeats cannot give p below {smallest_p(n, m):.2f}, {alpha_text}): run at least "
                    f"{repeats_needed(alpha)} a side") if smallest_p(n, m) > alpha else None
     tost_low, tost_high = bootstrap_ratio_ci(a, b, 1 - 2 * alpha, seed)
+    unreachable = (f"{n} vs {m} repeats cannot give p below {smallest_p(n, m):.3f}, so no gap can be called at the "
+                   f"family's α = {detect:.3g}") if smallest_p(n, m) > detect else None
     equivalence = Equivalence(tost_low, tost_high, target_gap, alpha, detect,
                               rounds_for(math.sqrt(2) * _pooled_sd(a, b), min(n, m), target_gap, level)
-                              if target_gap else None)
+                              if target_gap else None, unreachable)
     outcome, verdict = _judged(head, ratio, low, high, p, alpha, detectable, "repeats", undecidable, equivalence)
     return Comparison(ratio, low, high, level, p, alpha, n, m, detectable, outcome, verdict,
                       f"unpaired, {n} vs {m} repeats", **equivalence.fields())

@@ -8,6 +8,7 @@ import pytest
 
 from mxbench.results.metrics import launcher_ratios, leg_order, summarise, throughput_check
 from mxbench.stats.verdict import (
+    ALPHA,
     NORMALITY_ALPHA,
     called_paired,
     compare,
@@ -310,3 +311,13 @@ def test_importing_the_verdicts_loads_no_scipy():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_a_line_no_gap_of_which_the_family_can_call_says_so_not_that_it_has_no_spread():
+    """4 vs 4 repeats reach p = 0.029 at best: a line alone can be called, but not at the family's α/3."""
+    r = compare([7900.0, 8050.0, 8000.0, 8100.0], [8010.0, 7950.0, 8080.0, 7990.0], "k8s", "ssh",
+                target_gap=0.001, detect_alpha=ALPHA / 3)
+    assert r.outcome == "can't tell" and r.min_detectable is None
+    assert "4 vs 4 repeats cannot give p below 0.029, so no gap can be called at the family's α = 0.0167" in r.verdict
+    alone = compare([7900.0, 8050.0, 8000.0, 8100.0], [8010.0, 7950.0, 8080.0, 7990.0], "k8s", "ssh")
+    assert alone.min_detectable is not None and "(80% power)" in alone.verdict
