@@ -167,3 +167,14 @@ def test_each_answer_row_says_which_rounds_were_contended_and_what_became_of_the
     assert tags == {"ssh / local": ["contended: rounds 2-4, judged as measured"],
                     "kubernetes / local": ["contended: rounds 2-4, judged as measured"],
                     "kubernetes / ssh": ["contended: rounds 2-4, judged as measured"]}
+
+
+def test_the_two_stage_lines_printed_gap_is_its_t_tests_own_at_the_family_level():
+    """The two-stage line prints the gap Stein's t test calls in 80% of trials at the family's level
+    (the noncentral t, not the sum of quantiles, which understates it at few rounds). Seeded."""
+    rng = np.random.default_rng(12)
+    sd, first_n, level = 0.03, 6, ALPHA / 3
+    printed = math.expm1(verdict._stein_detectable_in_sd(first_n - 1, level, verdict.POWER) * sd / math.sqrt(first_n))
+    called = [compare_two_stage([(1000.0 * math.exp(d), 1000.0) for d in rng.normal(math.log1p(-printed), sd, first_n)],
+                                first_n, alpha=level).outcome == "slower" for _ in range(1500)]
+    assert 0.76 <= np.mean(called) <= 0.84, np.mean(called)
