@@ -218,8 +218,9 @@ class Equivalence:
             return "no target band to show equivalence by"
         g, level = self.target_gap, 1 - 2 * self.alpha
         where = "lies inside" if self.shown else "runs past"
-        return (f"the {level:.0%} interval [{self.low:.1%}, {self.high:.1%}] {where} the ±{g:.0%} target band "
-                f"[{1 - g:.0%}, {1 + g:.0%}], equivalence test (TOST) at α = {self.alpha:g}")
+        shown = ".0%" if abs(g * 100 - round(g * 100)) < 1e-9 else ".1%"  # ±15%, but ±0.5%
+        return (f"the {level:.0%} interval [{self.low:.1%}, {self.high:.1%}] {where} the ±{g:{shown}} target band "
+                f"[{1 - g:{shown}}, {1 + g:{shown}}], equivalence test (TOST) at α = {self.alpha:g}")
 
     def fields(self) -> dict:
         return {"target_gap": self.target_gap, "tost_low": self.low, "tost_high": self.high,
