@@ -2,7 +2,7 @@
 
     mxbench parse LOG [LOG ...] [--json]
     mxbench report RUN_DIR [--url URL]
-    mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B]
+    mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B] [--target-gap G]
     mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
     mxbench fetch DAG_ID RUN_ID [--to DIR]
@@ -97,6 +97,17 @@ def cmd_fetch(args) -> int:
     return 0
 
 
+def band_gap(text: str) -> float:
+    """``--target-gap``: a share between 0 and 1 (0.05: the band 95%..105%)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and 1 (0.05: ±5%), got {text}")
+    return value
+
+
 def cmd_compare(args) -> int:
     from mxbench.run_folder import DagRunFolder, load_table
 
@@ -117,7 +128,7 @@ def cmd_compare(args) -> int:
     for key, speeds_b in ok_b.groupby(keys, sort=False):
         if key not in speeds_a:
             continue
-        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"], *names)
+        cmp = compare_speeds(speeds_a[key], speeds_b["samples_per_sec"], *names, target_gap=args.target_gap)
         rows.append({**dict(zip(keys, key)), "verdict": cmp["verdict"]})
     if not rows:
         print("error: no variant has successful runs on both sides", file=sys.stderr)
@@ -293,6 +304,8 @@ def build_parser():
     p.add_argument("run_dir")
     p.add_argument("other", nargs="?", help="a second DAG run folder: ratio other / run_dir")
     p.add_argument("--launchers", nargs=2, metavar=("A", "B"), help="ratio A / B within run_dir")
+    p.add_argument("--target-gap", type=band_gap, default=0.05,
+                   help="the band a ratio must be shown inside to read 'within the band': 100%% ± this (default 0.05)")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("scaling", help="the scaling model of a DAG run folder, or of every stored DAG run (--store): "
                                        "fitted terms, measured and PROJECTED sizes with prediction intervals, the "

@@ -15,7 +15,7 @@ trains.
 
 Robust to a busy machine: another round may be marked contended by background load, so the
 assertions are that the hogged run is contended and that every contended round is handled, never
-that exactly one was. Nothing here asserts the A/A outcome ("within noise"): identical arms are
+that exactly one was. Nothing here asserts the A/A outcome ("within the band"): identical arms are
 called different in about α of DAG runs by chance, so the test checks what the code computed.
 The two DAG runs follow each other, never at once: each one's processes would be foreign to the
 other's runs.
@@ -31,6 +31,7 @@ import warnings
 import pandas as pd
 import pytest
 
+from mxbench.stats.outcomes import BORDERLINE, CANT_TELL, FASTER, SLOWER, UNDECIDABLE, WITHIN_BAND
 from standins.airflow_stack import AirflowStack, StackError
 
 pytestmark = pytest.mark.slow  # two DAG runs of real training under a real Airflow stack
@@ -55,7 +56,7 @@ HOGGED_REPLACED = f"{VARIANT}__local__r2"
 HOGGED_SPENT = f"{VARIANT}__local-b__r3"
 HOG_PROCESSES = 2  # the test machine's cores (CI: 2); more would only slow the hogged run further
 RUN_DEADLINE_S = 12 * 60
-OUTCOMES = ("within noise", "slower", "faster", "borderline", "undecidable at this n")  # stats.verdict's
+OUTCOMES = (WITHIN_BAND, CANT_TELL, SLOWER, FASTER, BORDERLINE, UNDECIDABLE)  # stats.outcomes
 
 
 def _hog() -> list:

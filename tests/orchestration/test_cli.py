@@ -76,7 +76,12 @@ def test_compare_two_launchers_and_two_runs(tmp_path):
     write_runs(tmp_path / "b", {("v1", "ssh"): [8100, 8000, 8050, 7950, 8020]})
     done = mxbench("compare", tmp_path / "a", tmp_path / "b")
     assert done.returncode == 0 and "b at " in done.stdout and "of a" in done.stdout
-    assert "within noise (p = " in done.stdout and "would have been detected" in done.stdout
+    assert "within the band (p = " in done.stdout and "inside the ±5% target band [95%, 105%]" in done.stdout
+    done = mxbench("compare", tmp_path / "a", tmp_path / "b", "--target-gap", "0.001")
+    assert "can't tell (p = " in done.stdout and "would have been detected" in done.stdout
+    assert "runs past the ±0.1% target band [99.9%, 100.1%]" in done.stdout
+    refused = mxbench("compare", tmp_path / "a", tmp_path / "b", "--target-gap", "1.5")
+    assert refused.returncode == 2 and "must lie between 0 and 1" in refused.stderr
 
 
 def test_scaling_prints_the_fit_projections_hold_out_and_cost(tmp_path, capsys, monkeypatch):

@@ -8,11 +8,15 @@ from typing import Callable, List, NamedTuple
 
 import pandas as pd
 
-# the verdicts' outcomes (stats.verdict) as the four labels a reader scans for
-LABELS = {"slower": "slower", "faster": "faster", "within noise": "within noise"}
+from mxbench.stats.outcomes import CANT_TELL, FASTER, SLOWER, WITHIN_BAND
+
+# the verdicts' outcomes (stats.outcomes) as the five labels a reader scans for; only an equivalence
+# test's "within the band" is green: a line that showed neither a difference nor equivalence is grey
+LABELS = {SLOWER: SLOWER, FASTER: FASTER, WITHIN_BAND: WITHIN_BAND, CANT_TELL: CANT_TELL}
 NOT_SETTLED = "not enough rounds"  # borderline, too few repeats, undecidable at this n
 # Okabe-Ito colours (told apart with colour-blindness); each label also has its own marker shape
-COLOURS = {"slower": "#D55E00", "faster": "#0072B2", "within noise": "#009E73", NOT_SETTLED: "#6B6B6B"}
+COLOURS = {SLOWER: "#D55E00", FASTER: "#0072B2", WITHIN_BAND: "#009E73", CANT_TELL: "#6B6B6B",
+           NOT_SETTLED: "#6B6B6B"}
 
 
 class AnswerRow(NamedTuple):
@@ -30,7 +34,8 @@ class AnswerRow(NamedTuple):
 
 def answer_rows(ratios: pd.DataFrame, tags_for: Callable[[tuple], List[str]]) -> List[AnswerRow]:
     """One row per line of ``ratios`` (``metrics.launcher_ratios``); ``tags_for((launcher,
-    reference))`` gives the tags of the conditions that bear on that pair."""
+    reference))`` gives the tags of the conditions that bear on that pair; a line whose rounds
+    were contended also carries "contended: rounds 2-4, replaced" (or "..., judged as measured")."""
     rows = []
     for row in ratios.to_dict("records"):
         outcome = row.get("outcome") if isinstance(row.get("outcome"), str) else ""
@@ -38,8 +43,14 @@ def answer_rows(ratios: pd.DataFrame, tags_for: Callable[[tuple], List[str]]) ->
             str(row["variant"]), f"{row['launcher']} / {row['reference']}", number(row.get("ratio")),
             number(row.get("ci_low")), number(row.get("ci_high")), number(row.get("level"), 0.95),
             number(row.get("min_detectable")), LABELS.get(outcome, NOT_SETTLED), why(row, outcome),
-            tags_for((row["launcher"], row["reference"]))))
+            tags_for((row["launcher"], row["reference"])) + contended_tags(row)))
     return rows
+
+
+def contended_tags(row: dict) -> List[str]:
+    """The tag of a line some of whose rounds were contended (``metrics.contended_text``)."""
+    said = text_of(row.get("contended_rounds"))
+    return [f"contended: {said}"] if said else []
 
 
 def number(value, default=math.nan) -> float:
@@ -61,18 +72,33 @@ def why(row: dict, outcome: str) -> str:
     detectable = number(row.get("min_detectable"))
     adjusted = number(row.get("p_adjusted"))
     family = f" ({text_of(row.get('family'))}: adjusted p = {adjusted:.3f})" if not math.isnan(adjusted) else ""
-    if outcome in ("slower", "faster"):
+    if outcome in (SLOWER, FASTER):
         reason = f"{p_text}{family} < α = {alpha:g} and the interval excludes 100%"
     elif outcome == "borderline" and p < alpha and not math.isnan(adjusted) and adjusted >= alpha:
         reason = f"{p_text} < α alone, not across the family{family}: more rounds would settle it"
-    elif outcome == "within noise":
-        reason = (f"{p_text}; a gap of {detectable:.0%} or more would have shown" if not math.isnan(detectable)
-                  else f"{p_text}; the runs show no spread to judge a gap by")
+    elif outcome == WITHIN_BAND:
+        reason = f"{p_text}; {band_text(row, 'inside')}"
+    elif outcome == CANT_TELL:
+        reason = f"{p_text}; " + (band_text(row, "runs past") if not math.isnan(number(row.get("target_gap")))
+                                  else "no target band to show equivalence by")
+        reason += (f"; a gap of {detectable:.1%} or more would have shown" if not math.isnan(detectable)
+                   else "; the runs show no spread to judge a gap by")
+        rounds = number(row.get("rounds_to_resolve"))
+        if not math.isnan(rounds) and not math.isnan(number(row.get("target_gap"))):
+            reason += f"; about {int(rounds)} {'rounds' if analysis.startswith('paired') else 'repeats a side'} " \
+                      "would resolve it"
     elif outcome == "borderline":
         reason = f"{p_text} < α but the interval includes 100%: more rounds would settle it"
     else:
         reason = f"{p_text}: no result at this number of runs could reach α = {alpha:g}"
     return f"{reason} ({runs})" if runs else reason
+
+
+def band_text(row: dict, where: str) -> str:
+    """'the 90% interval [97.1%, 104.0%] inside the ±15% band' (TOST at α)."""
+    alpha, gap = number(row.get("alpha"), 0.05), number(row.get("target_gap"))
+    return (f"the {1 - 2 * alpha:.0%} interval [{percent(number(row.get('tost_low')))}, "
+            f"{percent(number(row.get('tost_high')))}] {where} the ±{gap:.0%} band")
 
 
 def text_of(value) -> str:
@@ -125,7 +151,8 @@ def forest_svg(rows: List[AnswerRow], target_gap: float) -> str:
         y = TOP + ROW * i + ROW / 2
         colour = COLOURS[r.label]
         parts.append(f"<g class='forest-row' data-variant='{html.escape(r.variant, quote=True)}' "
-                     f"data-pair='{html.escape(r.pair, quote=True)}' data-verdict='{r.label}'>")
+                     f"data-pair='{html.escape(r.pair, quote=True)}' "
+                     f"data-verdict='{html.escape(r.label, quote=True)}'>")
         parts.append(f"<text x='{LEFT - 8}' y='{y + 4:.1f}' text-anchor='end' fill='#222'>"
                      f"{html.escape(r.variant)} · {html.escape(r.pair)}</text>")
         if not math.isnan(r.detectable):  # the detectable gap: ticks at 100% ± it
@@ -151,12 +178,15 @@ def forest_svg(rows: List[AnswerRow], target_gap: float) -> str:
 
 
 def marker(label: str, x: float, y: float, colour: str) -> str:
-    """A shape per verdict, so the plot reads without colour: ◀ slower, ▶ faster, ● within noise,
-    ○ not enough rounds."""
-    if label in ("slower", "faster"):
-        tip, back = (x - 6, x + 6) if label == "slower" else (x + 6, x - 6)
+    """A shape per verdict, so the plot reads without colour: ◀ slower, ▶ faster, ● within the band,
+    □ can't tell, ○ not enough rounds."""
+    if label in (SLOWER, FASTER):
+        tip, back = (x - 6, x + 6) if label == SLOWER else (x + 6, x - 6)
         return f"<polygon points='{back:.1f},{y - 6:.1f} {back:.1f},{y + 6:.1f} {tip:.1f},{y:.1f}' fill='{colour}'/>"
-    fill = colour if label == "within noise" else "white"
+    if label == CANT_TELL:
+        return (f"<rect x='{x - 5:.1f}' y='{y - 5:.1f}' width='10' height='10' fill='white' stroke='{colour}' "
+                "stroke-width='2'/>")
+    fill = colour if label == WITHIN_BAND else "white"
     return f"<circle cx='{x:.1f}' cy='{y:.1f}' r='5.5' fill='{fill}' stroke='{colour}' stroke-width='2'/>"
 
 

@@ -35,9 +35,13 @@ def has_curve(summary: pd.DataFrame) -> bool:
     return bool(ok.groupby(["launcher", "num_layers", "batch_per_device"])["devices"].nunique().max() > 1)
 
 
+CONTENDED_LABEL = "contended (other work on its hosts)"
+
+
 def plot_run_order(runs: pd.DataFrame, path: Path):
     """Every measured run's speed in the order the runs started, one colour and marker per launcher:
-    drift, a contended stretch and outliers show at a glance."""
+    drift, a contended stretch and outliers show at a glance. Every contended run is ringed, whatever
+    its launcher (a pod that read its own pressure too), with a legend entry."""
     fig, ax = _figure()
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()].copy()
     ok["started_at"] = pd.to_numeric(ok["started_at"], errors="coerce")
@@ -48,7 +52,7 @@ def plot_run_order(runs: pd.DataFrame, path: Path):
     contended = ok[flags(ok["contended"])] if "contended" in ok else ok.iloc[:0]
     if not contended.empty:  # a ring around each run that had other work on its hosts
         ax.plot(contended.index + 1, contended["samples_per_sec"], linestyle="none", marker="o", markersize=14,
-                markerfacecolor="none", markeredgecolor="black", label="contended (other work on its hosts)")
+                markerfacecolor="none", markeredgecolor="black", label=CONTENDED_LABEL, gid="contended-rings")
     ax.set(xlabel="run, in the order it started", ylabel="samples/s (Speedometer)",
            title="Every run's speed in the order it ran")
     if ax.get_legend_handles_labels()[0]:

@@ -81,7 +81,8 @@ def verdict_lines(ratios: pd.DataFrame) -> List[str]:
     if families:
         lines.append(f"Family: {families[0]}: each line's p is adjusted over them all and a difference is "
                      f"called only when the adjusted p < α, so identical launchers give a false line in at most "
-                     f"α of reports.")
+                     f"α of reports; each line's detectable gap is the one the family can call (at α over the "
+                     f"number of lines).")
     return lines
 
 

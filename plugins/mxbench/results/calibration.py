@@ -26,9 +26,9 @@ import pandas as pd
 
 from mxbench.matrix.variants import ARM_B, launcher_of, stop_budget
 from mxbench.results.metrics import launcher_ratios
+from mxbench.stats.outcomes import CALLED
 from mxbench.stats.verdict import ALPHA
 
-CALLED = ("slower", "faster")  # the verdict outcomes that call a difference
 NOISE_COLUMNS = {"variant": "string", "launcher": "string", "runs": "Int64", "rounds": "Int64",
                  "cv": "float64", "drift_per_run": "float64", "ratio": "float64", "ci_low": "float64",
                  "ci_high": "float64", "outcome": "string", "analysis": "string", "false_call": "boolean",

@@ -17,7 +17,8 @@ from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
 from mxbench.results import interference
 from mxbench.results.parse import ParsedLog
 from mxbench.stats import family, verdict
-from mxbench.stats.floors import MIN_REPEATS, rounds_needed
+from mxbench.stats.floors import ALPHA, MIN_REPEATS, rounds_needed
+from mxbench.stats.outcomes import BORDERLINE, CALLED
 
 
 class NoSpeedLines(ValueError):
@@ -160,7 +161,9 @@ RATIO_COLUMNS = {"variant": "string", "launcher": "string", "reference": "string
                  "ci_low": "float64", "ci_high": "float64", "level": "float64", "p_value": "float64",
                  "alpha": "float64", "n": "Int64", "n_reference": "Int64", "min_detectable": "float64",
                  "outcome": "string", "order": "string", "analysis": "string", "verdict": "string",
-                 "stopping": "string", "noise_floor": "string", "p_adjusted": "float64", "family": "string"}
+                 "stopping": "string", "noise_floor": "string", "p_adjusted": "float64", "family": "string",
+                 "target_gap": "float64", "tost_low": "float64", "tost_high": "float64", "detect_alpha": "float64",
+                 "rounds_to_resolve": "Int64", "contended_rounds": "string"}
 
 
 # simplest first: each launcher is compared with every simpler one that ran (ssh / local is what
@@ -182,7 +185,8 @@ def launcher_pairs(launchers: List[str]) -> List[tuple]:
 
 
 def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
-                    budget: Optional[tuple] = None) -> pd.DataFrame:
+                    budget: Optional[tuple] = None,
+                    target_gap: Optional[float] = None) -> pd.DataFrame:
     """For every variant run under two or more launchers: the speed of each against each simpler
     one (or only against ``reference``), with the verdict statistics, how the two legs were
     ordered in time, and which analysis gave the verdict: paired by round when the two
@@ -193,7 +197,11 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     paired verdict is the two-stage one over the rounds the pair's own first stage planned
     (``planned``: a round run for another pair is in ``stopping``, not in the verdict) and
     ``stopping`` says why the rounds stopped. A round skipped as not needed is no run here; so is
-    the rest of a round one of whose runs was skipped. The lines are a family (``controlled``)."""
+    the rest of a round one of whose runs was skipped. ``target_gap`` (else the budget's): the
+    band a line must be shown inside to read "within the band" (``verdict``). The lines are a
+    family (``controlled``), and each line's detectable gap is the one the family rule gives
+    (``family.detection_alpha``). ``contended_rounds``: which rounds were contended, and whether
+    they were replaced or judged as measured."""
     skipped = runs[runs["status"] == "skipped"]
     if not skipped.empty:
         part_skipped = set(zip(skipped["variant"], skipped["repeat"]))
@@ -201,6 +209,29 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
     ok = runs[(runs["status"] == "ok") & runs["samples_per_sec"].notna()]
     launchers = list(dict.fromkeys(ok["launcher"]))
     pairs = [(a, reference) for a in launchers if a != reference] if reference else launcher_pairs(launchers)
+    gap = budget[2] if budget else target_gap
+    # the family calls a line at a stricter level than α alone, and its detectable gap is printed at that
+    # level: from the lines that will be tested (both sides measured MIN_REPEATS times), checked after
+    expected = _family_size(ok, pairs)
+    rows = _ratio_rows(runs, ok, pairs, budget, gap, family.detection_alpha(ALPHA, expected, FAMILY_METHOD))
+    tested = sum(row.get("p_value") is not None and not str(row["launcher"]).endswith(ARM_B) for row in rows)
+    if tested != expected:  # a line left untested after its contended rounds were left out
+        rows = _ratio_rows(runs, ok, pairs, budget, gap, family.detection_alpha(ALPHA, tested, FAMILY_METHOD))
+    return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
+
+
+def _family_size(ok: pd.DataFrame, pairs: List[tuple]) -> int:
+    """The lines ``controlled`` will adjust together, as far as the measured runs tell: an A/A arm's
+    line is none, nor a pair one of whose sides has fewer than MIN_REPEATS measured runs."""
+    counts = ok.groupby(["variant", "launcher"]).size()
+    return sum(1 for variant in ok["variant"].unique() for a, b in pairs if not str(a).endswith(ARM_B)
+               and min(counts.get((variant, a), 0), counts.get((variant, b), 0)) >= MIN_REPEATS)
+
+
+def _ratio_rows(runs: pd.DataFrame, ok: pd.DataFrame, pairs: List[tuple], budget: Optional[tuple],
+                target_gap: Optional[float], detect_alpha: Optional[float]) -> List[dict]:
+    """``launcher_ratios``'s lines, each judged alone, the detectable gap at ``detect_alpha``."""
+    judge = {"target_gap": target_gap, "detect_alpha": detect_alpha}
     rows = []
     for variant, group in ok.groupby("variant", sort=False):
         every_run = runs[runs["variant"] == variant]
@@ -226,22 +257,23 @@ def launcher_ratios(runs: pd.DataFrame, reference: Optional[str] = None,
             if first_n and budget and rounds is not None:
                 # the rounds this pair's own plan asked for; a round run for another pair is reported, not judged
                 own = rounds[:planned(rounds, budget)]
-                result = verdict.compare_two_stage(own, first_n, launcher, ref_name).to_dict()
+                result = verdict.compare_two_stage(own, first_n, launcher, ref_name, **judge).to_dict()
             elif rounds is not None:
-                result = verdict.compare_paired(rounds, launcher, ref_name).to_dict()
+                result = verdict.compare_paired(rounds, launcher, ref_name, **judge).to_dict()
             else:
-                result = {**verdict.compare(other, ref, launcher, ref_name).to_dict(),
+                result = {**verdict.compare(other, ref, launcher, ref_name, **judge).to_dict(),
                           "analysis": f"unpaired: {why_not}"}
             if contended:
                 note = (f"{len(contended)} contended round(s) (other work on their hosts: "
                         f"{', '.join(map(str, contended))}) left out of the verdict and replaced by later rounds, "
                         "within the budget"
-                        if replacing else contended_note(every_run, launcher, ref_name, rounds, contended))
+                        if replacing else contended_note(every_run, launcher, ref_name, rounds, contended, target_gap))
                 result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
+                         "contended_rounds": contended_text(contended, replacing) if contended else None,
                          "order": leg_order(group, launcher, ref_name),
                          "stopping": stopping(rounds, budget, contended, replacing) if budget else None})
-    return controlled(pd.DataFrame(rows, columns=list(RATIO_COLUMNS)).astype(RATIO_COLUMNS))
+    return rows
 
 
 FAMILY_METHOD = "holm"  # the report's lines: any false call among them at most α (``family.holm``)
@@ -262,10 +294,10 @@ def controlled(ratios: pd.DataFrame, method: str = FAMILY_METHOD) -> pd.DataFram
     ratios = ratios.copy()
     ratios.loc[tested, "p_adjusted"] = adjusted
     ratios.loc[tested, "family"] = name
-    demoted = tested & ratios["outcome"].isin(["slower", "faster"]) & (ratios["p_adjusted"] >= ratios["alpha"])
+    demoted = tested & ratios["outcome"].isin(list(CALLED)) & (ratios["p_adjusted"] >= ratios["alpha"])
     for i in ratios.index[demoted]:
         ratios.loc[i, "verdict"] = _not_across(ratios.loc[i], name)
-        ratios.loc[i, "outcome"] = "borderline"
+        ratios.loc[i, "outcome"] = BORDERLINE
     return ratios
 
 
@@ -427,8 +459,20 @@ def without_rounds(runs: pd.DataFrame, rounds: List[int]) -> pd.DataFrame:
     return runs[~runs["repeat"].isin(rounds)] if rounds else runs
 
 
+def contended_text(contended: List[int], replaced: bool) -> str:
+    """The answer row's tag text: 'rounds 2-4, replaced' or 'round 3, judged as measured'."""
+    spans: List[str] = []
+    start = contended[0]
+    for i, previous in enumerate(contended):
+        if i + 1 == len(contended) or contended[i + 1] != previous + 1:
+            spans.append(str(start) if start == previous else f"{start}-{previous}")
+            start = contended[i + 1] if i + 1 < len(contended) else previous
+    rounds = f"round{'s' if len(contended) > 1 else ''} {', '.join(spans)}"
+    return f"{rounds}, {'replaced' if replaced else 'judged as measured'}"
+
+
 def contended_note(runs: pd.DataFrame, a: str, b: str, rounds: Optional[List[Tuple[float, float]]],
-                   contended: List[int]) -> str:
+                   contended: List[int], target_gap: Optional[float] = None) -> str:
     """What contended rounds did to a pair judged with them in (no budget left to re-measure them):
     the verdict without them, so that they never decide silently."""
     quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
@@ -436,7 +480,7 @@ def contended_note(runs: pd.DataFrame, a: str, b: str, rounds: Optional[List[Tup
             f"round{'s' if len(contended) > 1 else ''} {', '.join(map(str, contended))}), judged as measured")
     if quiet is None or len(quiet) < rounds_needed():
         return f"{head}; without them too few rounds to judge"
-    alone = verdict.compare_paired(quiet, a, b)
+    alone = verdict.compare_paired(quiet, a, b, target_gap=target_gap)
     if alone.ci_low is None or alone.ci_high is None:
         return f"{head}; without them {alone.ratio:.1%}"
     return f"{head}; without them {alone.ratio:.1%}, CI [{alone.ci_low:.1%}, {alone.ci_high:.1%}], {alone.outcome}"
@@ -506,6 +550,7 @@ def kubernetes_gap(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(GAP_COLUMNS)).astype(GAP_COLUMNS)
 
 
-def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b") -> dict:
-    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict."""
-    return verdict.compare(a, b, name, reference).to_dict()
+def compare_speeds(a: pd.Series, b: pd.Series, name="a", reference="b", target_gap: Optional[float] = None) -> dict:
+    """``a`` against ``b`` (lists of per-repeat samples/s): ratio, interval, p, verdict; equivalence
+    judged against the band 100% ± ``target_gap`` (none: a line not called reads "can't tell")."""
+    return verdict.compare(a, b, name, reference, target_gap=target_gap).to_dict()

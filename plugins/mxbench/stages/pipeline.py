@@ -367,7 +367,7 @@ def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str
     runs = load_table(folder.table("runs"))
     params = read_json(folder.request, {}).get("params") or {}
     summarise(runs).to_csv(folder.table("summary"), index=False)
-    ratios = launcher_ratios(runs, budget=stop_budget(params))
+    ratios = launcher_ratios(runs, budget=stop_budget(params), target_gap=params.get("target_gap"))
     own = calibration.noise_floor(runs, ratios)
     own.to_csv(folder.table("aa_noise"), index=False)
     noise = calibration.Stored(own, "this DAG run's A/A arms") if not own.empty else stored

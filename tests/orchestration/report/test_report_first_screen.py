@@ -4,6 +4,7 @@ people can say, only plots that carry information; in headless Chromium at 1366x
 lies within the first screen, above the conditions box, and axe-core finds no serious or critical
 accessibility violation."""
 import json
+import math
 import re
 
 import pandas as pd
@@ -24,20 +25,28 @@ def ratio_row(**columns):
     return {**row, **columns}
 
 
-OUTCOMES = {"slower": "slower", "faster": "faster", "within noise": "within noise", "borderline": answer.NOT_SETTLED,
-            "too few repeats": answer.NOT_SETTLED, "undecidable at this n": answer.NOT_SETTLED}
+OUTCOMES = {"slower": "slower", "faster": "faster", "within the band": "within the band", "can't tell": "can't tell",
+            "borderline": answer.NOT_SETTLED, "too few repeats": answer.NOT_SETTLED,
+            "undecidable at this n": answer.NOT_SETTLED}
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)
-def test_each_outcome_reads_as_one_of_four_labels_with_its_reason(outcome):
+def test_each_outcome_reads_as_one_of_five_labels_with_its_reason(outcome):
     ratio = 1.06 if outcome == "faster" else 0.947
-    (row,) = answer.answer_rows(pd.DataFrame([ratio_row(outcome=outcome, ratio=ratio)]), lambda pair: [])
+    band = {"target_gap": 0.15, "tost_low": 0.9, "tost_high": 1.1 if outcome == "within the band" else 1.2,
+            "rounds_to_resolve": 11}
+    (row,) = answer.answer_rows(pd.DataFrame([ratio_row(outcome=outcome, ratio=ratio, **band)]), lambda pair: [])
     assert row.label == OUTCOMES[outcome] and row.pair == "kubernetes / ssh"
     assert row.why.endswith("(6 rounds paired)") and "p = 0.031" in row.why
     if outcome in ("slower", "faster"):
         assert "interval excludes 100%" in row.why
-    elif outcome == "within noise":
-        assert "a gap of 3% or more would have shown" in row.why
+    elif outcome == "within the band":
+        assert "the 90% interval [90.0%, 110.0%] inside the ±15% band" in row.why
+        assert answer.COLOURS[row.label] == "#009E73"  # the one green label
+    elif outcome == "can't tell":
+        assert "the 90% interval [90.0%, 120.0%] runs past the ±15% band" in row.why
+        assert "a gap of 3.0% or more would have shown; about 11 rounds would resolve it" in row.why
+        assert answer.COLOURS[row.label] != answer.COLOURS["within the band"]  # grey, not green
     else:
         assert "more rounds" in row.why or "could reach" in row.why
 
@@ -45,17 +54,21 @@ def test_each_outcome_reads_as_one_of_four_labels_with_its_reason(outcome):
 def test_the_forest_plot_has_one_row_per_pair_with_its_verdicts_shape():
     rows = answer.answer_rows(pd.DataFrame([
         ratio_row(), ratio_row(reference="local", ratio=1.08, ci_low=1.03, ci_high=1.13, outcome="faster"),
-        ratio_row(variant="cpu1-bs64", ratio=0.99, ci_low=0.9, ci_high=1.1, outcome="within noise",
-                  min_detectable=float("nan"))]), lambda pair: ["shared cores"])
+        ratio_row(variant="cpu1-bs64", ratio=0.99, ci_low=0.9, ci_high=1.1, outcome="can't tell",
+                  min_detectable=float("nan")),
+        ratio_row(variant="cpu1-bs32", ratio=1.0, ci_low=0.98, ci_high=1.02, outcome="within the band")]),
+        lambda pair: ["shared cores"])
     svg = answer.forest_svg(rows, target_gap=0.05)
     found = re.findall(r"<g class='forest-row' data-variant='([^']+)' data-pair='([^']+)' data-verdict='([^']+)'>",
                        svg)
     assert found == [("cpu2h-bs64", "kubernetes / ssh", "slower"), ("cpu2h-bs64", "kubernetes / local", "faster"),
-                     ("cpu1-bs64", "kubernetes / ssh", "within noise")]
-    assert svg.count("<polygon") == 2 and svg.count("<circle") == 1  # shapes, not colour alone
+                     ("cpu1-bs64", "kubernetes / ssh", "can&#x27;t tell"),
+                     ("cpu1-bs32", "kubernetes / ssh", "within the band")]
+    # shapes, not colour alone: the band is one rect, "can't tell" a hollow square, "within the band" a dot
+    assert svg.count("<polygon") == 2 and svg.count("<circle") == 1 and svg.count("<rect") == 2
     assert "target band ±5%" in svg and "<title id='forest-title'>" in svg and "role='img'" in svg
     # the detectable gap's ticks: two for each row that has one
-    assert svg.count("stroke='#888'") == 4
+    assert svg.count("stroke='#888'") == 6
 
 
 def test_an_interval_beyond_the_axis_is_cut_at_its_edge():
@@ -194,3 +207,52 @@ def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tm
     pd.read_csv(runs_csv).assign(contention_thresholds=str(interference.DEFAULTS), quiet=None).to_csv(
         runs_csv, index=False)
     assert not {"Contended means", "Quiet check"} & {c.short.split(":")[0] for c in notes.conditions(dag_dir)}
+
+
+# per-round log ratios ssh/local: a tight variant (its 90% interval well inside ±10%) and a wide one (its
+# interval runs past ±10%, and no difference is called either)
+TIGHT = [0.004, -0.003, 0.002, -0.004, 0.001, 0.0]
+WIDE = [0.2, -0.15, 0.12, -0.18, 0.06, -0.03]
+
+
+@pytest.fixture
+def banded(tmp_path):
+    runs = []
+    for name, ratios in (("cpu1-bs64", TIGHT), ("cpu2h-bs64", WIDE)):
+        v = variant(name)
+        for r, d in enumerate(ratios, start=1):  # counterbalanced rounds, back to back (make_dag_dir's order)
+            legs = [("local", 100.0), ("ssh", 100.0 * math.exp(d))]
+            runs += [(v, launcher, r, "ok", speed, None) for launcher, speed in (legs if r % 2 else legs[::-1])]
+    dag_dir = make_dag_dir(tmp_path, "banded", runs)
+    request = json.loads((dag_dir / "request.json").read_text())
+    request["params"].update(target_gap=0.1)
+    (dag_dir / "request.json").write_text(json.dumps(request))
+    pipeline.join(dag_dir)
+    report.build_report(dag_dir)
+    return dag_dir
+
+
+def test_only_a_line_shown_inside_the_band_reads_within_the_band_everywhere(banded):
+    """The issue's demo: a line whose interval runs past the band read green "within noise"; now it
+    reads "can't tell" (grey) in the answer rows, report.md and report.html, with what would resolve it."""
+    ratios = pd.read_csv(banded / "tables" / "ratios.csv").set_index("variant")
+    assert ratios.loc["cpu1-bs64", "outcome"] == "within the band"
+    assert ratios.loc["cpu2h-bs64", "outcome"] == "can't tell"
+    assert ratios.loc["cpu2h-bs64", "tost_high"] > 1.1 and ratios.loc["cpu1-bs64", "tost_high"] < 1.1
+    rows = {r.variant: r for r in answer.answer_rows(ratios.reset_index(), lambda pair: [])}
+    assert rows["cpu1-bs64"].label == "within the band" and rows["cpu2h-bs64"].label == "can't tell"
+    assert "would resolve it" in rows["cpu2h-bs64"].why
+    md = (banded / "report" / "report.md").read_text()
+    answer_part = md[md.index("## Answer"):md.index("## Conditions\n")]
+    (tight,) = [line for line in answer_part.splitlines() if line.startswith("| cpu1-bs64 |")]
+    (wide,) = [line for line in answer_part.splitlines() if line.startswith("| cpu2h-bs64 |")]
+    assert " | within the band | " in tight and " | can't tell | " in wide and "within the band" not in wide
+    assert "within noise" not in md
+    page = (banded / "report" / "report.html").read_text()
+    assert "within noise" not in page
+    svg = page[page.index("<svg xmlns='http://www.w3.org/2000/svg' class='forest'"):]
+    svg = svg[:svg.index("</svg>")]
+    verdicts = dict(re.findall(r"data-variant='([^']+)' data-pair='[^']+' data-verdict='([^']+)'", svg))
+    assert verdicts == {"cpu1-bs64": "within the band", "cpu2h-bs64": "can&#x27;t tell"}
+    wide_row = svg[svg.index("data-variant='cpu2h-bs64'"):]
+    assert answer.COLOURS["within the band"] not in wide_row[:wide_row.index("</g>")]  # not green

@@ -31,3 +31,21 @@ def test_epochs_are_whole_numbers(figures, tmp_path):
     (ax,) = figures[0].axes
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_the_run_order_plot_rings_the_contended_runs_of_every_launcher_with_a_legend_entry(figures, tmp_path):
+    """Rings read from the plot's own data, not its pixels: a contended pod's run is ringed like a
+    contended ssh run; a run that could not tell (None) is not."""
+    rows = []
+    for r, (launchers, contended) in enumerate([(("local", "ssh", "kubernetes"), (None, False, True)),
+                                                (("kubernetes", "ssh", "local"), (False, True, False))], start=1):
+        for i, (launcher, flag) in enumerate(zip(launchers, contended)):
+            rows.append({"variant": "v", "launcher": launcher, "repeat": r, "status": "ok",
+                         "samples_per_sec": 100.0 + 10 * r + i, "started_at": 10.0 * r + i, "contended": flag})
+    plots.plot_run_order(pd.DataFrame(rows), tmp_path / "run_order.png")
+    (ax,) = figures[-1].axes
+    (rings,) = [line for line in ax.get_lines() if line.get_gid() == "contended-rings"]
+    assert list(rings.get_xdata()) == [3, 5] and list(rings.get_ydata()) == [112.0, 121.0]  # kubernetes r1, ssh r2
+    assert rings.get_marker() == "o" and rings.get_markerfacecolor() == "none"
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert plots.CONTENDED_LABEL in legend and {"local", "ssh", "kubernetes"} <= set(legend)

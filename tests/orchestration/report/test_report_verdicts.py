@@ -38,20 +38,22 @@ def test_a_paired_verdict_leads_with_the_ratio_interval_rounds_and_words():
                     "not explained by noise (p = 0.031 < α = 0.05)")
 
 
-def test_one_line_per_pair_faster_and_within_noise_alike():
+def test_one_line_per_pair_faster_and_cant_tell_alike():
     faster = ratio_row(variant="cpu1-bs64", launcher="ssh", reference="local", ratio=1.052, ci_low=1.01,
                        ci_high=1.09, outcome="faster",
                        verdict="ssh at 105.2% of local, 95% CI [101.0%, 109.0%], 6 rounds paired: faster, not "
                                "explained by noise (p = 0.031 < α = 0.05)")
-    noise = ratio_row(ratio=0.99, ci_low=0.96, ci_high=1.02, outcome="within noise", p_value=0.56,
-                      verdict="kubernetes at 99.0% of ssh, 95% CI [96.0%, 102.0%], 6 rounds paired: within noise "
-                              "(p = 0.562 ≥ α = 0.05); a gap of 3.0% or more would have been detected (80% power)")
+    noise = ratio_row(ratio=0.99, ci_low=0.96, ci_high=1.02, outcome="can't tell", p_value=0.56,
+                      verdict="kubernetes at 99.0% of ssh, 95% CI [96.0%, 102.0%], 6 rounds paired: can't tell "
+                              "(p = 0.562 ≥ α = 0.05; no target band to show equivalence by); a gap of 3.0% or "
+                              "more would have been detected (80% power)")
     lines = verdict_lines(pd.DataFrame([faster, noise]))
     assert lines == [
         "cpu1-bs64: ssh at 105.2% of local, 95% CI [101.0%, 109.0%], 6 rounds paired: faster, not explained by "
         "noise (p = 0.031 < α = 0.05)",
-        "cpu2h-bs64: kubernetes at 99.0% of ssh, 95% CI [96.0%, 102.0%], 6 rounds paired: within noise "
-        "(p = 0.562 ≥ α = 0.05); a gap of 3.0% or more would have been detected (80% power)"]
+        "cpu2h-bs64: kubernetes at 99.0% of ssh, 95% CI [96.0%, 102.0%], 6 rounds paired: can't tell "
+        "(p = 0.562 ≥ α = 0.05; no target band to show equivalence by); a gap of 3.0% or more would have been "
+        "detected (80% power)"]
 
 
 def test_an_unpaired_verdict_says_so_and_why_with_the_repeats_of_each_side():

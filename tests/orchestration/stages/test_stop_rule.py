@@ -334,7 +334,7 @@ def test_with_a_replacement_budget_of_0_contended_rounds_are_judged_as_measured_
 
 def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_replaced(tmp_path):
     """Round 3's ssh run slowed to 70% by a hog: judged on the quiet rounds (the replacement among
-    them), ssh is within noise of its real 95%; the line names the round."""
+    them), ssh is not called different from its real 95%; the line names the round."""
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
     (slow,) = [run for run in round_of(runs, 3) if run["launcher"] == "ssh"]
     (dag_dir / slow["key"] / "rank0.log").write_text(speed_log(700.0) + quiet_host())

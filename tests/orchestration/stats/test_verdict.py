@@ -8,6 +8,7 @@ import pytest
 
 from mxbench.results.metrics import launcher_ratios, leg_order, summarise, throughput_check
 from mxbench.stats.verdict import (
+    ALPHA,
     NORMALITY_ALPHA,
     called_paired,
     compare,
@@ -35,7 +36,10 @@ def test_identical_launchers_get_no_verdict_of_difference_in_95_percent_of_trial
               for _ in range(1000)]
     false_alarms = sum(o in ("slower", "faster") for o in called)
     assert false_alarms <= 50, f"{false_alarms} of 1000 identical pairs called different"
-    assert "within noise" in called  # the common answer, not a refusal to answer
+    assert "can't tell" in called and "within the band" not in called  # no band: absence is never equivalence
+    banded = [compare(repeats(rng, 8000, 0.02, 5), repeats(rng, 8000, 0.02, 5), "k8s", "ssh", target_gap=0.05).outcome
+              for _ in range(200)]
+    assert sum(o == "within the band" for o in banded) > 100  # shown equivalent: the common answer with a band
 
 
 def test_a_5_percent_gap_at_cv_1_percent_and_5_repeats_is_detected():
@@ -56,11 +60,11 @@ def test_the_seed_studys_single_pair_is_too_few_repeats():
     assert r.verdict == "k8s at 94.7% of ssh, 1 vs 1 repeats: too few repeats to tell (at least 3 a side)"
 
 
-def test_within_noise_says_how_large_a_gap_it_rules_out():
+def test_cant_tell_says_how_large_a_gap_it_would_have_detected():
     rng = np.random.default_rng(3)
     a, b = repeats(rng, 8000, 0.02, 6), repeats(rng, 8000, 0.02, 6)
     r = compare(a, b, "k8s", "ssh")
-    assert r.outcome == "within noise"
+    assert r.outcome == "can't tell"
     assert f"a gap of {r.min_detectable:.1%} or more would have been detected (80% power)" in r.verdict
     # the detectable gap grows with the spread and shrinks with the repeats
     assert min_detectable(a * [1, 1.05, 1, 0.95, 1, 1], b) > r.min_detectable
@@ -135,7 +139,7 @@ def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
     r = compare([7586.0, 7600.0, 7590.0, float("inf"), float("nan")], [8010.0, 8000.0, 7990.0], "k8s", "ssh")
     assert (r.n, r.n_reference) == (3, 3)
     flat = compare([8000.0] * 5, [8000.0] * 5, "k8s", "ssh")
-    assert flat.outcome == "within noise" and flat.min_detectable is None
+    assert flat.outcome == "can't tell" and flat.min_detectable is None
     assert flat.verdict.endswith("the repeats show no spread to judge a gap by")
 
 
@@ -211,7 +215,7 @@ def test_a_planted_gap_is_found_and_identical_arms_rarely_called():
     order = abba(8)
     alike = [compare_paired(as_rounds(order, timed_speeds(rng, order, 0.02, 0.005))).outcome for _ in range(1000)]
     assert sum(o in ("slower", "faster") for o in alike) <= 50
-    assert "within noise" in alike
+    assert "can't tell" in alike
 
 
 def test_abba_order_cancels_a_drift_that_fools_blocked_order():
@@ -238,7 +242,7 @@ def test_the_paired_detectable_gap_is_what_the_paired_rule_really_detects():
     assert paired_min_detectable(d[:2]) is None  # 2 rounds: no verdict at all
     assert paired_min_detectable(np.tile(d, 2)) < gap
     r = compare_paired([(8000 * np.exp(x), 8000.0) for x in d - d.mean()], "k8s", "ssh")
-    assert r.outcome == "within noise"
+    assert r.outcome == "can't tell"
     assert f"a gap of {r.min_detectable:.1%} or more would have been detected (80% power)" in r.verdict
 
 
@@ -307,3 +311,13 @@ def test_importing_the_verdicts_loads_no_scipy():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_a_line_no_gap_of_which_the_family_can_call_says_so_not_that_it_has_no_spread():
+    """4 vs 4 repeats reach p = 0.029 at best: a line alone can be called, but not at the family's α/3."""
+    r = compare([7900.0, 8050.0, 8000.0, 8100.0], [8010.0, 7950.0, 8080.0, 7990.0], "k8s", "ssh",
+                target_gap=0.001, detect_alpha=ALPHA / 3)
+    assert r.outcome == "can't tell" and r.min_detectable is None
+    assert "4 vs 4 repeats cannot give p below 0.029, so no gap can be called at the family's α = 0.0167" in r.verdict
+    alone = compare([7900.0, 8050.0, 8000.0, 8100.0], [8010.0, 7950.0, 8080.0, 7990.0], "k8s", "ssh")
+    assert alone.min_detectable is not None and "(80% power)" in alone.verdict
