@@ -10,6 +10,7 @@ that ran beside other work (``contended``) is left out and counted. The step fin
 the tidy rows; ``builds_table`` (report and UI: links to each DAG run's report and to a bisect) and
 ``builds_lines`` (the command line) show them.
 """
+import html
 import json
 from typing import Dict, List, Optional, Sequence
 
@@ -46,8 +47,10 @@ def builds_view(history: pd.DataFrame, manifest: Sequence = (), names: Optional[
                        **{c: rows[c].astype(object).fillna("") for c in SERIES if c in rows})
     keys = dag_run_keys(rows)
     found: List[dict] = []
-    for series, group in rows.groupby([c for c in SERIES if c in rows], sort=True):
-        found += _series(dict(zip(SERIES, series)), group, keys, list(manifest), names or {})
+    by = [c for c in SERIES if c in rows]
+    for series, group in rows.groupby(by, sort=True):
+        where = {"environment": "", "setup_key": "", **dict(zip(by, series))}
+        found += _series(where, group, keys, list(manifest), names or {})
     return pd.DataFrame(found, columns=COLUMNS)
 
 
@@ -85,16 +88,16 @@ def _series(where: dict, rows: pd.DataFrame, keys: List[str], manifest: list, na
     for build, group in rows.groupby("build", sort=False):
         since = _since(group, manifest)
         first = group["when"].min()
-        builds.append((since or first.strftime("%Y-%m-%d"), first, build, group))
+        builds.append((since or first.strftime("%Y-%m-%d"), first, build, group, since))
     builds.sort(key=lambda b: (b[0], b[1]))
     machine = where["environment"]
     found, previous = [], None
-    for since, _, build, group in builds:
+    for _, _, build, group, since in builds:
         speeds = [float(v) for v in group.loc[~group["contended"], "speed"]]
         runs = group.sort_values("when").drop_duplicates(keys)
         asked = ", ".join(dict.fromkeys(str(v) for v in group.get("mxnet_asked", pd.Series(dtype=object)).dropna()))
         row = {"variant": where["variant"], "launcher": where["launcher"], "machine": names.get(machine) or machine,
-               "fingerprint": machine, "setup": where.get("setup_key", ""), "build": build, "since": since,
+               "fingerprint": machine, "setup": where["setup_key"], "build": build, "since": since,
                "asked": asked, "dag_runs": [tuple(str(r[k]) for k in keys) for r in runs.to_dict("records")],
                "repeats": len(speeds), "contended": int(group["contended"].sum()),
                "samples_per_sec": float(pd.Series(speeds).median()) if speeds else None, "low": None, "high": None,
@@ -127,6 +130,24 @@ def _bisect(good: str, bad: str, manifest: list, where: dict) -> Optional[dict]:
     except (ValueError, IndexError):
         return None
     return start_conf(step, manifest, where["variant"], where["launcher"])
+
+
+class Machine(Links):
+    """A machine by name in a table, its fingerprint a hover away (``<abbr>``); in text "name [fingerprint]"."""
+
+    def __init__(self, name: str, fingerprint: str):
+        super().__init__(f"{name} [{fingerprint}]" if name and name != fingerprint else fingerprint)
+        self.name, self.fingerprint = name or fingerprint, fingerprint
+
+    def html(self) -> str:
+        if self.name == self.fingerprint:
+            return html.escape(self.fingerprint)
+        return f"<abbr title='{html.escape(self.fingerprint, quote=True)}'>{html.escape(self.name)}</abbr>"
+
+
+def named_machines(fingerprints: pd.Series, names: Dict[str, str]) -> List[Machine]:
+    """A table's machine column (fingerprints) as ``Machine`` cells."""
+    return [Machine(names.get(fp) or "", fp) if isinstance(fp, str) and fp else fp for fp in fingerprints]
 
 
 def _percent(value, low=None, high=None) -> str:
@@ -176,8 +197,8 @@ def builds_table(view: pd.DataFrame, dag_id: Optional[str] = None) -> pd.DataFra
                           [(r[-1], report_href(r[0], r[1])) for r in runs if len(r) == 2])
         conf = row["bisect"]
         shown.append({
-            "series": f"{row['variant']} ({row['launcher']})", "machine": f"{row['machine']} [{row['fingerprint']}]"
-            if row["machine"] != row["fingerprint"] else row["machine"],
+            "series": f"{row['variant']} ({row['launcher']})",
+            "machine": Machine(row["machine"], row["fingerprint"]),
             "MXNet build": row["build"] + (f" (since {row['since']})" if row["since"] else ""),
             "DAG runs": run_links, "samples/s [95% CI]": speed_text(row),
             "change [95% CI], verdict": change_text(row),

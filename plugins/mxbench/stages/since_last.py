@@ -18,8 +18,8 @@ import pandas as pd
 
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
-COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec",
-           "previous_dag_id", "previous_run_id", "previous_n", "previous_samples_per_sec",
+COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec", "build",
+           "previous_dag_id", "previous_run_id", "previous_n", "previous_samples_per_sec", "previous_build",
            "change", "ci_low", "ci_high", "outcome", "note",
            "baseline_status", "baseline_change", "baseline_ci_low", "baseline_ci_high", "baseline_runs",
            "baseline_dag_id", "baseline_run_id"]
@@ -58,7 +58,10 @@ def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str, unreadable: Op
             if launcher not in machines:
                 continue  # a launcher that measured nothing has no machine to compare on
             mine = ok[(ok["variant"] == variant) & (ok["launcher"] == launcher)]["samples_per_sec"]
+            # what ran: the version its trainers reported (``store.what_ran``'s first source)
+            built = ok.loc[mine.index, "mxnet_reported"].dropna() if "mxnet_reported" in ok else pd.Series()
             rows.append({"variant": variant, "launcher": launcher, "machine": machines[launcher][0],
+                         "build": ", ".join(dict.fromkeys(map(str, built))) or None,
                          "machine_class": machines[launcher][1], "n": len(mine),
                          "samples_per_sec": mine.median() if len(mine) else None,
                          "setup": setups.get((variant, launcher)), "speeds": list(mine)})
@@ -119,7 +122,8 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
             continue
         theirs = [float(v) for v in earlier["samples_per_sec"]]
         row.update(previous_dag_id=earlier["dag_id"].iloc[-1], previous_run_id=earlier["run_id"].iloc[-1],
-                   previous_n=len(theirs), previous_samples_per_sec=float(pd.Series(theirs).median()))
+                   previous_n=len(theirs), previous_samples_per_sec=float(pd.Series(theirs).median()),
+                   previous_build=", ".join(dict.fromkeys(map(str, earlier["build"]))))
         if not row["speeds"]:
             row["note"] = "no measured repeat in this DAG run"
             continue

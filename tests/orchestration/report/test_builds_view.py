@@ -95,7 +95,8 @@ def test_the_table_links_each_dag_run_and_a_bisect_over_the_builds_between(backf
     assert [href for _, href in links.anchors] == [
         "../../report/mxbench_regression/backfill__2026-11-03T00%3A00%3A00%2B00%3A00",
         "../../report/mxbench_regression/backfill__2026-11-04T00%3A00%3A00%2B00%3A00"]
-    assert step["machine"] == f"cpu: AMD EPYC 7B13 x2 [{CPU_FP}]"
+    assert str(step["machine"]) == f"cpu: AMD EPYC 7B13 x2 [{CPU_FP}]"
+    assert step["machine"].html() == f"<abbr title='{CPU_FP}'>cpu: AMD EPYC 7B13 x2</abbr>"
     # 1.8.0 -> 1.9.0 are neighbours in the manifest: nothing to bisect; a view over 1.6.0 -> 1.9.0 has
     assert step["bisect (trigger mxbench_bisect with this conf)"] == ""
     history = store.history(url, "cpu2-bs32")
