@@ -212,7 +212,8 @@ def builds_table(view: pd.DataFrame, dag_id: Optional[str] = None) -> pd.DataFra
 
 
 def builds_lines(view: pd.DataFrame) -> List[str]:
-    """The view as text lines, a header per series (the command line's)."""
+    """The view as text lines (the command line's): a header per series, a line per build, and
+    under it its DAG runs."""
     lines: List[str] = []
     for (variant, launcher, machine, fingerprint, setup), group in view.groupby(
             ["variant", "launcher", "machine", "fingerprint", "setup"], sort=False):
@@ -223,6 +224,7 @@ def builds_lines(view: pd.DataFrame) -> List[str]:
             left = f"; {row['contended']} contended repeat(s) left out" if row["contended"] else ""
             step = "" if row["level_change"] is None or pd.isna(row["level_change"]) else \
                 f"; level change starts here ({row['level_change']:+.1%})"
-            lines.append(f"  {row['build']}{since}: {speed_text(row)} samples/s over {len(row['dag_runs'])} DAG "
-                         f"run(s) [{', '.join(r[-1] for r in row['dag_runs'])}]; {change_text(row)}{left}{step}")
+            lines.append(f"  {row['build']}{since}: {speed_text(row)} samples/s of {len(row['dag_runs'])} DAG "
+                         f"run(s); {change_text(row)}{left}{step}")
+            lines.append(f"    DAG runs: {', '.join(r[-1] for r in row['dag_runs'])}")
     return lines
