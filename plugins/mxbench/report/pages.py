@@ -204,10 +204,15 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     sections = [builds_section(history, names),
                 ("Throughput by variant and MXNet build", by_build),
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
-                (STEP_FINDER, step_table(history))]
+                (STEP_FINDER, named_steps(step_table(history), names or {}))]
     sections[1:1] = scaling_by_build(history, sizes)
     page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
     return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
+
+
+def named_steps(steps: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """The step finder's machines by name, the fingerprint a hover away."""
+    return steps.assign(machine=named_machines(steps["machine"], names)) if not steps.empty else steps
 
 
 def builds_section(history: pd.DataFrame, names: Optional[dict]) -> tuple:

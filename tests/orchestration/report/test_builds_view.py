@@ -131,3 +131,18 @@ def test_mxbench_builds_prints_the_view(backfilled, capsys):
                                     store.machine_names(url))) == lines
     assert cli.main(["builds", "no-such-variant", "--url", url]) == 1
     assert "no results for variant no-such-variant" in capsys.readouterr().err
+
+
+def test_the_history_page_shows_the_builds_first_and_machines_by_name(backfilled):
+    from mxbench.regression.rule import judge_history
+    from mxbench.report import history_page
+
+    url, _ = backfilled
+    rows = store.read_history(url)
+    page = history_page(judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True))), "test",
+                        names=store.machine_names(url))
+    assert page.index("<h2>Builds: what each MXNet build did to speed") < page.index(
+        "<h2>Throughput by variant and MXNet build")
+    named = f"<abbr title='{CPU_FP}'>cpu: AMD EPYC 7B13 x2</abbr>"
+    assert page.count(named) >= 3  # the builds view, the table by build, the step finder
+    assert "<td>2</td>" in page.split("<h2>Builds", 1)[1].split("</table>", 1)[0]  # contended, left out
