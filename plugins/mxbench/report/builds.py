@@ -116,8 +116,7 @@ def _series(where: dict, rows: pd.DataFrame, keys: List[str], manifest: list, na
         elif previous is not None:
             row["previous_build"] = previous["build"]
         found.append(row)
-        if speeds:
-            previous = {"build": build, "speeds": speeds, "asked": asked}
+        previous = {"build": build, "speeds": speeds, "asked": asked}
     return found
 
 

@@ -157,8 +157,8 @@ def report_title(dag_dir: Path, runs: pd.DataFrame) -> str:
 
 def measured_night(dag_dir: Path) -> str:
     """The night a DAG run stands for, from what the store task recorded (``stored.json``): "night
-    of 2026-11-03" (a one-day data interval), "backfill night of ...", the interval where it is
-    longer; "" for a DAG run with none (a manual one)."""
+    of 2026-11-03" (a data interval of a day or none), "backfill night of ...", the interval where it
+    is longer; "" for a DAG run with none (a manual one)."""
     stored = read_json(DagRunFolder(dag_dir).stored, {}) or {}
     interval, logical = stored.get("data_interval"), stored.get("logical_date")
     if stored.get("trigger") not in ("scheduled", "backfill") or not (interval or logical):
@@ -166,7 +166,8 @@ def measured_night(dag_dir: Path) -> str:
     kind = "backfill night" if stored["trigger"] == "backfill" else "night"
     if interval:
         start, end = (pd.Timestamp(t) for t in interval)
-        if end - start != pd.Timedelta(days=1):
+        # a cron schedule's DAG runs (Airflow 3's default timetable) have an empty interval at the logical date
+        if end - start > pd.Timedelta(days=1):
             return f"{kind}s {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
         return f"{kind} of {start:%Y-%m-%d}"
     return f"{kind} of {pd.Timestamp(logical):%Y-%m-%d}"

@@ -107,6 +107,17 @@ def test_the_table_links_each_dag_run_and_a_bisect_over_the_builds_between(backf
     assert conf.anchors[0][1] == "../../../dags/mxbench_bisect"
 
 
+def test_a_build_with_no_quiet_repeat_says_so_and_stays_the_next_ones_previous(backfilled):
+    url, _ = backfilled
+    history = store.history(url, "cpu2-bs32")
+    history.loc[history["build"] == "1.9.0", "contended"] = True  # every repeat beside other work
+    view = builds_table(builds_view(history, load_manifest(), {}))
+    assert list(view["samples/s [95% CI]"])[1] == "n/a (no quiet repeat)"
+    assert list(view["change [95% CI], verdict"])[1:] == ["from 1.8.0: n/a (no quiet repeat)",
+                                                          "from 1.9.0: n/a (no quiet repeat)"]
+    assert list(view["contended repeats left out"]) == [0, 2 * REPEATS, 0]
+
+
 def test_without_the_manifest_builds_go_in_the_order_they_were_first_measured(backfilled):
     url, _ = backfilled
     view = builds_view(store.history(url, "cpu2-bs32"))
