@@ -163,7 +163,7 @@ def speed_text(row: dict) -> str:
     said = f"{row['samples_per_sec']:.4g}"
     if row["low"] is not None and pd.notna(row["low"]):
         said += f" [{row['low']:.4g}–{row['high']:.4g}]"
-    return said + f" ({row['repeats']} repeats)"
+    return said + f" ({row['repeats']} repeat{'' if row['repeats'] == 1 else 's'})"
 
 
 def change_text(row: dict) -> str:
