@@ -4,6 +4,7 @@
     mxbench report RUN_DIR [--url URL]
     mxbench compare RUN_DIR [OTHER_RUN_DIR] [--launchers A B] [--target-gap G]
     mxbench history VARIANT [--launcher L] [--fingerprint F] [--url URL]
+    mxbench builds VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
     mxbench fetch DAG_ID RUN_ID [--to DIR]
     mxbench scaling RUN_DIR [--threshold T] [--throughput X] [--seed S]
@@ -236,6 +237,22 @@ def cmd_history(args) -> int:
     return 0
 
 
+def cmd_builds(args) -> int:
+    """``mxbench builds VARIANT``: per series, the builds in order, each build's speed and its change
+    from the build before (``report.builds``); a bisect's probes are left out."""
+    from mxbench import store
+    from mxbench.report.builds import builds_lines, builds_view, manifest_or_none
+
+    url = args.url or store.default_url()
+    found = store.history(url, args.variant, args.launcher, args.fingerprint)
+    found = found[~found["dag_id"].isin(store.PROBE_DAG_IDS)]
+    if found.empty:
+        print(f"error: no results for variant {args.variant}", file=sys.stderr)
+        return 1
+    print("\n".join(builds_lines(builds_view(found, manifest_or_none(), store.machine_names(url)))))
+    return 0
+
+
 def cmd_import(args) -> int:
     from mxbench import config, store
 
@@ -335,6 +352,14 @@ def build_parser():
     p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
     p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
     p.set_defaults(func=cmd_history)
+    p = sub.add_parser("builds", help="what each MXNet build did to a variant's speed: per launcher, machine and "
+                                      "setup, the builds in manifest order, each one's samples/s and its change from "
+                                      "the build before, with its interval and verdict (the results store)")
+    p.add_argument("variant")
+    p.add_argument("--launcher")
+    p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
+    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
+    p.set_defaults(func=cmd_builds)
     p = sub.add_parser("import",
                        help="record DAG run folders in the results store (default: all of $MXBENCH_HOME/runs)")
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
@@ -368,7 +393,7 @@ def cmd_doctor(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command not in ("history", "import", "scaling"):
+    if args.command not in ("history", "builds", "import", "scaling"):
         return args.func(args)
     from mxbench.store import StoreError
 

@@ -71,6 +71,39 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     assert "Step finder" in (folder / "report" / "report.md").read_text()
 
 
+def test_the_backfills_reports_name_their_night_and_build_and_the_last_shows_its_builds_first(backfilled, capsys):
+    """Issue 43: each report's title says the night and the build it measured; the last backfill
+    DAG run's report opens with the builds view over the backfill; ``mxbench builds`` gives it too."""
+    from mxbench import cli
+    from mxbench.report import BACKFILL_BUILDS
+
+    stack, _ = backfilled
+    reports = {}
+    for folder in (stack.home / "runs").iterdir():
+        stored = json.loads((folder / "stored.json").read_text()) if (folder / "stored.json").is_file() else {}
+        if stored.get("trigger") == "backfill":
+            reports[stored["logical_date"][:10]] = (folder / "report" / "report.md").read_text()
+    assert sorted(reports) == [FROM, TO]
+    assert reports[FROM].startswith(f"# mxbench_regression · backfill night of {FROM} · MXNet 1.9.0 (mxnet==1.9.0) · ")
+    assert reports[TO].startswith(f"# mxbench_regression · backfill night of {TO} · MXNet 1.9.1 (mxnet==1.9.1) · ")
+    last = reports[TO]
+    assert last.index(f"## {BACKFILL_BUILDS}") < last.index("## Answer")
+    section = last.split(f"## {BACKFILL_BUILDS}\n\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| cpu1-bs64 (local)")]
+    assert len(rows) == 2 and "| 1.9.0 (since 2026-11-04) |" in rows[0] and "| 1.9.1 (since 2026-11-08) |" in rows[1]
+    assert "first build" in rows[0] and "from 1.9.0: " in rows[1]
+    since = last.split("## Since last time\n\n", 1)[1].split("\n## ", 1)[0]
+    assert "build changed: 1.9.0 → 1.9.1" in since
+    assert cli.main(["builds", "cpu1-bs64", "--launcher", "local", "--url",
+                     f"sqlite:///{stack.home / 'results.db'}"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("cpu1-bs64 (local) on cpu: ")
+    # the backfill's setup (its conf's epochs): its two builds in order; today's scheduled run is another setup
+    builds = [line.split(":")[0].strip() for line in printed if line.startswith("  ") and not line.startswith("    ")]
+    at = builds.index("1.9.0 (since 2026-11-04)")
+    assert builds[at + 1] == "1.9.1 (since 2026-11-08)"
+
+
 def test_the_ui_shows_a_regression_run_and_the_history_of_both_builds(backfilled):
     stack, runs = backfilled
     viewer = stack.token("viewer")
@@ -81,4 +114,5 @@ def test_the_ui_shows_a_regression_run_and_the_history_of_both_builds(backfilled
     history = stack.call("GET", "/mxbench/history", viewer)
     assert history.status == 200
     assert "<td>mxnet==1.9.0</td>" in history.text and "<td>mxnet==1.9.1</td>" in history.text
+    assert "Builds: what each MXNet build did to speed" in history.text and "<abbr title='" in history.text
     assert stack.call("GET", "/mxbench/history", stack.token("outsider")).status == 403

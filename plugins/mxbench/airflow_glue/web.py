@@ -340,6 +340,7 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
         rows = store.read_history(url)
         alerts = store.read_alerts(url)
         sizes = store.read_sizes(url)
+        names = store.machine_names(url)
     except store.StoreError as exc:
         log.error("mxbench history: the results store %s cannot be read: %s", store.shown(url),
                   store.without_password(str(exc), url))
@@ -353,7 +354,7 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     secret = form_secret() if editable else None
     token = form_token(user.get_id(), secret) if secret else None
     return HTMLResponse(history_page(rows[rows["dag_id"].isin(dag_ids)], source, alerts=alerts, editable=editable,
-                                     form_token=token, sizes=sizes))
+                                     form_token=token, sizes=sizes, names=names))
 
 
 async def writer(request: Request, credentials: Annotated[Optional[HTTPAuthorizationCredentials],

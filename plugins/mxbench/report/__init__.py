@@ -9,23 +9,27 @@ HTML pages, the UI's history page too). Their public names are exported here too
 written whole (``run_folder.write_atomically``): the UI serves them while a report task may be
 rebuilding them.
 """
+import html
 from pathlib import Path
 from typing import Dict, Optional
 
 import pandas as pd
 
 from mxbench.report.answer import answer_rows, answer_table, forest_svg
+from mxbench.report.builds import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
 from mxbench.report.links import Links, run_evidence
 from mxbench.report.notes import (
     conditions,
     data_line,
     environment,
+    measured_build,
+    measured_night,
     pair_tags,
     provenance,
     report_title,
     retried_notes,
 )
-from mxbench.report.pages import answer_block, history_page, render_page, since_last_block
+from mxbench.report.pages import answer_block, history_page, render_page, since_last_block, table_html
 from mxbench.report.plots import (
     has_curve,
     plot_accuracy,
@@ -169,8 +173,13 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     details = [f"DAG: {request.get('dag_id') or '?'}", f"DAG run: {request.get('run_id') or '?'}",
                f"Folder: {dag_dir}", data_line(data)]
 
+    measured = measured_line(dag_dir, request, runs)
+    backfill = backfill_builds(dag_dir, runs)
     # every string in report.md that is not ours alone goes through markdown_text (markdown_body escapes its own)
-    md = [f"# {markdown_text(title)}\n", "## Answer\n"]
+    md = [f"# {markdown_text(title)}\n", f"{markdown_text(measured)}\n"]
+    if backfill is not None:
+        md.append(f"## {BACKFILL_BUILDS}\n\n{markdown_body(backfill)}")
+    md.append("## Answer\n")
     if forest:
         md.append(f"![Launcher speed ratios with their 95% intervals]({FOREST})\n")
     md.append(markdown_body(answer) if not answer.empty or rows else "")
@@ -192,7 +201,10 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     md.append("## Run details\n\n" + markdown_body(details))
     write_atomically(folder.report_markdown, lambda tmp: tmp.write_text("\n".join(md), encoding="utf-8"))
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
-    lead = answer_block(answer, forest, "" if rows else NO_RATIO)
+    lead = f"<p class='measured'>{html.escape(measured)}</p>"
+    if backfill is not None:  # a backfill's report answers which build changed the speed, first
+        lead += f"<section id='backfill-builds'><h2>{html.escape(BACKFILL_BUILDS)}</h2>{table_html(backfill)}</section>"
+    lead += answer_block(answer, forest, "" if rows else NO_RATIO)
     if since is not None:
         lead += since_last_block(since, SINCE_LAST)
     page = render_page(title, [], sections, images, intro=[data_line(data)], footer=[METHOD, REFERENCE],
@@ -278,10 +290,51 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
     history = load_table(folder.table("history"))
     if not history.empty:
         history = with_build(history)
-        plot_history(history, out / "history.png")
+        names = folder_machine_names(dag_dir)
+        plot_history(history, out / "history.png", names=names)
         plots["history.png"] = "Throughput history by MXNet build"
+        sections.append((BUILDS_VIEW, builds_table(builds_view(history, manifest_or_none(), names))))
         sections.append((STEP_FINDER, step_table(history)))
     return sections
+
+
+BACKFILL_BUILDS = f"{BUILDS_VIEW}, over this backfill's DAG runs so far"
+
+
+def measured_line(dag_dir: Path, request: dict, runs: pd.DataFrame) -> str:
+    """What this DAG run measured, in one line above its answer: the night, the build, the variants."""
+    variants = ", ".join(dict.fromkeys(run["variant"]["id"] for run in request.get("runs", []) if "variant" in run))
+    launchers = ", ".join(dict.fromkeys(str(run.get("launcher")) for run in request.get("runs", [])))
+    parts = [measured_night(dag_dir), measured_build(request, runs),
+             f"variants {variants}" + (f" on {launchers}" if launchers else "") if variants else ""]
+    return "Measured: " + ("; ".join(p for p in parts if p) or "no runs")
+
+
+def folder_machine_names(dag_dir: Path) -> Dict[str, str]:
+    """Fingerprint -> machine name of the machines this DAG run's runs measured on."""
+    from mxbench.store import fingerprint
+
+    folder, names = DagRunFolder(dag_dir), {}
+    for key in load_table(folder.table("runs")).get("key", []):
+        env = (read_json(folder.run(key).metrics) or {}).get("environment")
+        if isinstance(env, dict):
+            digest, facts = fingerprint(env)
+            names[digest] = facts["host_class"]
+    return names
+
+
+def backfill_builds(dag_dir: Path, runs: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """For a backfill's DAG run: the builds view over the backfill DAG runs of its history
+    (``tables/history.csv``, the regression check's), so the last one's report answers for the
+    range; None for any other DAG run."""
+    folder = DagRunFolder(dag_dir)
+    if (read_json(folder.stored, {}) or {}).get("trigger") != "backfill":
+        return None
+    history = load_table(folder.table("history"))
+    if history.empty or "trigger" not in history:
+        return None
+    backfilled = with_build(history[history["trigger"] == "backfill"])
+    return builds_table(builds_view(backfilled, manifest_or_none(), folder_machine_names(dag_dir)))
 
 
 def false_alert_line(dag_dir: Path, findings) -> str:

@@ -140,8 +140,10 @@ def pair_tags(request: dict, data: dict, launchers) -> List[str]:
 
 
 def report_title(dag_dir: Path, runs: pd.DataFrame) -> str:
-    """What people call the report: the DAG, when its runs started (UTC), the preset and variants.
-    The run id and folder are in the report's details."""
+    """What people call the report: the DAG, the night it stands for (a scheduled or backfill DAG
+    run's logical date; else when its runs started, UTC), the MXNet build it measured (where its
+    DAG chose one: the regression and bisect DAGs), the preset and variants, and, for a night, when
+    it ran. The run id and folder are in the report's details."""
     folder = DagRunFolder(dag_dir)
     request = read_json(folder.request, {}) or {}
     dag_id = request.get("dag_id") or "mxbench"
@@ -150,7 +152,47 @@ def report_title(dag_dir: Path, runs: pd.DataFrame) -> str:
     shown = ", ".join(variants[:3]) + (f" and {len(variants) - 3} more" if len(variants) > 3 else "")
     preset = (request.get("params") or {}).get("preset")
     what = f"{preset}: {shown}" if preset and shown else (preset or shown)
-    return " · ".join(part for part in (dag_id, when.strftime("%Y-%m-%d %H:%M UTC"), what) if part)
+    ran = when.strftime("%Y-%m-%d %H:%M UTC")
+    night = measured_night(dag_dir)
+    parts = (dag_id, night or ran, measured_build(request, runs), what, f"ran {ran}" if night else "")
+    return " · ".join(part for part in parts if part)
+
+
+def measured_night(dag_dir: Path) -> str:
+    """The night a DAG run stands for, from what the store task recorded (``stored.json``): "night
+    of 2026-11-03" (a data interval of a day or none), "backfill night of ...", the interval where it
+    is longer; "" for a DAG run with none (a manual one)."""
+    stored = read_json(DagRunFolder(dag_dir).stored, {}) or {}
+    interval, logical = stored.get("data_interval"), stored.get("logical_date")
+    if stored.get("trigger") not in ("scheduled", "backfill") or not (interval or logical):
+        return ""
+    kind = "backfill night" if stored["trigger"] == "backfill" else "night"
+    if interval:
+        start, end = (pd.Timestamp(t) for t in interval)
+        # a cron schedule's DAG runs (Airflow 3's default timetable) have an empty interval at the logical date
+        if end - start > pd.Timedelta(days=1):
+            return f"{kind}s {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+        return f"{kind} of {start:%Y-%m-%d}"
+    return f"{kind} of {pd.Timestamp(logical):%Y-%m-%d}"
+
+
+def measured_build(request: dict, runs: pd.DataFrame) -> str:
+    """The MXNet build a DAG run measured, where its DAG chose one (``request.json``'s ``build``):
+    "MXNet 1.8.0 (mxnet==1.8.0.post0)", the version its trainers reported (each, where they differ),
+    the commit and, where pods ran, their image; "" where the DAG chose none."""
+    from mxbench_train.redaction import redact
+
+    build = request.get("build") or {}
+    if not build.get("package"):
+        return ""
+    ok = runs[runs["status"] == "ok"] if "status" in runs else runs
+    reported = list(dict.fromkeys(str(v) for v in ok.get("mxnet_reported", pd.Series(dtype=object)).dropna()))
+    said = f"MXNet {', '.join(reported) or build.get('version') or '?'} ({redact(build['package'])}"
+    if build.get("commit"):
+        said += f", commit {str(build['commit'])[:10]}"
+    images = (list(dict.fromkeys(str(v) for v in ok.loc[ok["launcher"] == "kubernetes", "runtime"].dropna()))
+              if {"launcher", "runtime"} <= set(ok.columns) else [])
+    return said + (f", image {', '.join(images)}" if images else "") + ")"
 
 
 def started(runs: pd.DataFrame) -> Optional[datetime]:

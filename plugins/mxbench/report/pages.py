@@ -7,6 +7,7 @@ from typing import Iterable, List, Optional, Tuple
 
 import pandas as pd
 
+from mxbench.report.builds import named_machines
 from mxbench.report.plots import plot_history
 from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_build
 from mxbench.results.interference import flags
@@ -142,7 +143,7 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
                  editable: Iterable[str] = (), form_token: Optional[str] = None,
-                 sizes: Optional[pd.DataFrame] = None) -> str:
+                 sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
@@ -150,7 +151,8 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     ``form_token``. A DAG run with a contended run (other work on its hosts) is counted beside its
     series, and a flagged regression says how many of its runs were contended. With ``sizes``
     (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
-    efficiency and cost per million images by MXNet build (``scaling_by_build``)."""
+    efficiency and cost per million images by MXNet build (``scaling_by_build``). First, the builds
+    view (``report.builds``), machines named by ``names`` (``store.machine_names``)."""
     title = "mxbench: benchmark history"
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
@@ -199,14 +201,32 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                             "contended runs": flagged["contended"].astype(int)})
     flagged = with_triage(flagged, alerts)
     png = io.BytesIO()
-    plot_history(history, png, alerts)
+    plot_history(history, png, alerts, names)
     forms = bool(form_token) and not flagged.empty and flagged["DAG"].isin(list(editable)).any()
-    sections = [("Throughput by variant and MXNet build", by_build),
+    by_build = by_build.assign(machine=named_machines(by_build["machine"], names or {}))
+    sections = [builds_section(history, names),
+                ("Throughput by variant and MXNet build", by_build),
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
-                (STEP_FINDER, step_table(history))]
+                (STEP_FINDER, named_steps(step_table(history), names or {}))]
     sections[1:1] = scaling_by_build(history, sizes)
     page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
     return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
+
+
+def named_steps(steps: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """The step finder's machines by name, the fingerprint a hover away."""
+    return steps.assign(machine=named_machines(steps["machine"], names)) if not steps.empty else steps
+
+
+def builds_section(history: pd.DataFrame, names: Optional[dict]) -> tuple:
+    """The history page's builds view (``report.builds``): a bisect's probes measure old builds on
+    purpose and are left out."""
+    from mxbench.report.builds import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
+    from mxbench.store import PROBE_DAG_IDS
+
+    judged = history[~history["dag_id"].isin(PROBE_DAG_IDS)] if "dag_id" in history else history
+    return (f"{BUILDS_VIEW} (per series; contended repeats left out and counted)",
+            builds_table(builds_view(judged, manifest_or_none(), names)))
 
 
 def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame]) -> list:

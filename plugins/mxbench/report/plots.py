@@ -147,12 +147,15 @@ def plot_accuracy(epochs: pd.DataFrame, path: Path):
     _save(fig, path)
 
 
-def plot_history(history: pd.DataFrame, path, alerts: Optional[pd.DataFrame] = None):
+def plot_history(history: pd.DataFrame, path, alerts: Optional[pd.DataFrame] = None,
+                 names: Optional[dict] = None):
     """Throughput per series (variant, launcher, kind of machine) over the DAG runs' dates, as small
-    multiples, one panel each with its own scale, one colour per MXNet build; DAG runs the regression
+    multiples, one panel each with its own scale, one colour per MXNet build (named in the legend),
+    each DAG run's median with the min–max of its repeats; DAG runs the regression
     rule flagged are ringed red and labelled with their triage state where a person set one
     (``alerts``: ``store.read_alerts``' rows), and the first DAG run of each new level (a change
-    point) is boxed in a black diamond with its level change."""
+    point) is boxed in a black diamond with its level change. Machines by name where ``names``
+    (fingerprint -> name) has one; dates as dates, fitted to the span (``date_axis``)."""
     from matplotlib.figure import Figure
 
     history = history.dropna(subset=["samples_per_sec"]).assign(when=lambda h: pd.to_datetime(h["when"], utc=True))
@@ -167,23 +170,21 @@ def plot_history(history: pd.DataFrame, path, alerts: Optional[pd.DataFrame] = N
     states = _triage_states(alerts)
     for ax, ((variant, launcher, machine), group) in zip(axes, series):
         _history_panel(ax, group, colours, states)
-        ax.set_title(f"{variant} ({launcher}" + (f", machine {machine})" if machines > 1 else ")"), fontsize=8)
+        named = (names or {}).get(machine) or machine
+        ax.set_title(f"{variant} ({launcher}" + (f", {named})" if machines > 1 or named != machine else ")"),
+                     fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes[len(series):]:
         ax.set_visible(False)
     axes[0].set_ylabel("samples/s (median over repeats)", fontsize=7)
     for build, colour in colours.items():
-        axes[0].scatter([], [], color=colour, label=build)
-    fig.suptitle("Throughput history by MXNet build, one panel per series", fontsize=9)
+        axes[0].scatter([], [], color=colour, label=f"MXNet {build}")
+    fig.suptitle("Throughput history by MXNet build, one panel per series (bars: min–max of repeats)", fontsize=9)
     limits = time_limits(history["when"])
     if limits:
-        from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-
         axes[0].set_xlim(*(t.to_pydatetime() for t in limits))
         for ax in axes[:len(series)]:
-            locator = AutoDateLocator(tz=timezone.utc)
-            ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
+            date_axis(ax, limits[1] - limits[0])
     legend = {}  # one entry per label over every panel
     for ax in axes[:max(len(series), 1)]:
         legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
@@ -192,6 +193,23 @@ def plot_history(history: pd.DataFrame, path, alerts: Optional[pd.DataFrame] = N
         fig.legend(handles, labels, fontsize=7, loc="lower center", ncols=min(len(labels), 5))
     fig.tight_layout(rect=(0, 0.08 if handles else 0, 1, 0.95))
     _save(fig, path)
+
+
+def date_axis(ax, span: pd.Timedelta):
+    """Dates a reader can read under a panel: a few ticks, each labelled whole (no offset text to
+    match against them), as days over a span of days or more, with the hour under two days, as
+    months over years."""
+    from matplotlib.dates import AutoDateLocator, DateFormatter
+
+    if span > pd.Timedelta(days=730):
+        shown = "%Y-%m"
+    elif span > pd.Timedelta(days=2):
+        shown = "%Y-%m-%d"
+    else:
+        shown = "%Y-%m-%d %H:%M"
+    ax.xaxis.set_major_locator(AutoDateLocator(tz=timezone.utc, minticks=2, maxticks=5))
+    ax.xaxis.set_major_formatter(DateFormatter(shown, tz=timezone.utc))
+    ax.tick_params(axis="x", labelrotation=30)
 
 
 def _triage_states(alerts: Optional[pd.DataFrame]) -> dict:
@@ -208,6 +226,10 @@ def _history_panel(ax, group: pd.DataFrame, colours: dict, states: dict):
         when=("when", "min"), samples_per_sec=("samples_per_sec", "median"), verdict=("verdict", "first"),
         change_point=("change_point", "first"), variant=("variant", "first"), launcher=("launcher", "first"),
         environment=("environment", "first")).sort_values("when")
+    spread = group.groupby(dag_run_keys(group))["samples_per_sec"].agg(["min", "max"])
+    spread = per_run.join(spread, on=dag_run_keys(group))
+    ax.vlines(spread["when"], spread["min"], spread["max"], colors=[colours[b] for b in spread["build"]],
+              linewidth=1.5, alpha=0.7, zorder=2)
     ax.plot(per_run["when"], per_run["samples_per_sec"], color="grey", alpha=0.4, linewidth=1)
     ax.scatter(per_run["when"], per_run["samples_per_sec"], c=[colours[b] for b in per_run["build"]], s=18, zorder=3)
     flagged = per_run[per_run["verdict"] == "regression"]

@@ -319,6 +319,14 @@ def change_text(change, low, high, outcome=None) -> str:
     return said + (f", {outcome}" if text(outcome) else "")
 
 
+def builds_said(build, previous) -> str:
+    """"; build changed: 1.8.0 → 1.9.0" or "; same build 1.9.0" (nothing where either is not known)."""
+    build, previous = text(build), text(previous)
+    if not build or not previous:
+        return ""
+    return f"; same build {build}" if build == previous else f"; build changed: {previous} → {build}"
+
+
 def since_last_table(since: pd.DataFrame, dag_id=None) -> pd.DataFrame:
     """``tables/since_last.csv`` for people: per series this DAG run's speed, the previous DAG run of
     the same setup and the change since (its interval, the launcher verdict's outcome), and, where
@@ -336,6 +344,7 @@ def since_last_table(since: pd.DataFrame, dag_id=None) -> pd.DataFrame:
         if isinstance(row.get("previous_run_id"), str):
             shown["previous DAG run"] = run_link(row["previous_dag_id"], row["previous_run_id"])
             shown["change since [95% CI]"] = (change_text(row["change"], row["ci_low"], row["ci_high"], row["outcome"])
+                                              + builds_said(row.get("build"), row.get("previous_build"))
                                               + (f"; {row['note']}" if text(row.get("note")) else ""))
         else:
             shown["previous DAG run"] = text(row.get("note")) or "n/a"

@@ -22,8 +22,8 @@ import pandas as pd
 from mxbench.regression.rule import CONTENDED_NOT_COMPARED, left_out, quiet_repeats
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
-COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec",
-           "previous_dag_id", "previous_run_id", "previous_n", "previous_samples_per_sec",
+COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec", "build",
+           "previous_dag_id", "previous_run_id", "previous_n", "previous_samples_per_sec", "previous_build",
            "change", "ci_low", "ci_high", "outcome", "note",
            "baseline_status", "baseline_change", "baseline_ci_low", "baseline_ci_high", "baseline_runs",
            "baseline_dag_id", "baseline_run_id"]
@@ -63,7 +63,10 @@ def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str, unreadable: Op
             # contended runs (other work on their hosts) neither raise nor hide an alarm: left out, counted
             quiet, busy = quiet_repeats(runs[(runs["variant"] == variant) & (runs["launcher"] == launcher)])
             mine = quiet["samples_per_sec"]
+            # what ran: the version its trainers reported (``store.what_ran``'s first source)
+            built = quiet["mxnet_reported"].dropna() if "mxnet_reported" in quiet else pd.Series()
             rows.append({"variant": variant, "launcher": launcher, "machine": machines[launcher][0],
+                         "build": ", ".join(dict.fromkeys(map(str, built))) or None,
                          "machine_class": machines[launcher][1], "n": len(mine),
                          "samples_per_sec": mine.median() if len(mine) else None,
                          "setup": setups.get((variant, launcher)), "speeds": list(mine), "busy": busy})
@@ -129,7 +132,8 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
             continue
         theirs = [float(v) for v in earlier["samples_per_sec"]]
         row.update(previous_dag_id=earlier["dag_id"].iloc[-1], previous_run_id=earlier["run_id"].iloc[-1],
-                   previous_n=len(theirs), previous_samples_per_sec=float(pd.Series(theirs).median()))
+                   previous_n=len(theirs), previous_samples_per_sec=float(pd.Series(theirs).median()),
+                   previous_build=", ".join(dict.fromkeys(map(str, earlier["build"]))))
         if not row["speeds"]:
             row["note"] = "no measured repeat in this DAG run"
             continue

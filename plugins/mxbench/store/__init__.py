@@ -54,6 +54,7 @@ from mxbench.store.reading import (
     baseline,
     dag_run_time,
     history,
+    machine_names,
     read_history,
     read_sizes,
     what_ran,
@@ -67,5 +68,5 @@ __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_with
            "read_history", "read_sizes", "baseline", "start_chain", "chain", "chain_started_by", "chains_over",
            "advance_chain",
            "params_digest", "claim", "ChainRefused", "blocks_range", "run_id_for", "starter_kind",
-           "dag_run_time", "what_ran", "aa_calibrations", "aa_interference", "metadata", "NoSuchAlert",
+           "dag_run_time", "machine_names", "what_ran", "aa_calibrations", "aa_interference", "metadata", "NoSuchAlert",
            "set_alert_state", "series_alerts", "read_alerts", "alert_history", "PROBE_DAG_IDS", "ConcurrentChange"]

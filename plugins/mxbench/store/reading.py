@@ -15,7 +15,7 @@ from mxbench.regression.rule import feeding_dags
 from mxbench.store.database import engine, ready_engine
 from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 from mxbench.store.recording import utc_time
-from mxbench.store.schema import dag_runs, repeats, variants
+from mxbench.store.schema import dag_runs, environments, repeats, variants
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
@@ -267,3 +267,12 @@ def aa_interference(url: str, latest: int = 20, dag_ids: Optional[Iterable[str]]
     kinds = ["environment", "launcher"]
     newest = rows.drop_duplicates([*kinds, "dag_id", "dag_run"]).groupby(kinds).head(latest)
     return rows.merge(newest[[*kinds, "dag_id", "dag_run"]], on=[*kinds, "dag_id", "dag_run"])
+
+
+def machine_names(url: str) -> dict:
+    """Fingerprint -> the machine's name (``host_class``: "cpu: AMD EPYC 7B13 x2"), for a reader
+    (``reader``): empty where the store is not there yet."""
+    with reader(url, "environments") as connection:
+        if connection is None:
+            return {}
+        return dict(connection.execute(sa.select(environments.c.fingerprint, environments.c.host_class)).all())

@@ -108,8 +108,9 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     used one (a build's ``image`` says what a Kubernetes run would use, not that one ran).
     ``folder``: where the DAG run's files live, as recorded (default: ``dag_dir``; the artifact
     store's URL of it when ``dag_dir`` is a task's scratch copy).
-    Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}`` (the first measured run's machine)
-    and ``"fingerprints"``: launcher -> its runs' machine.
+    Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}`` (the first measured run's machine),
+    ``"fingerprints"``: launcher -> its runs' machine, and the night it stands for: ``"trigger"``,
+    ``"logical_date"`` and ``"data_interval"`` (ISO times, None where it has none).
     """
     dag_dir = Path(dag_dir)
     if trigger not in TRIGGERS:
@@ -209,8 +210,11 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     for row in repeat_rows:
         if row["environment"]:
             by_launcher.setdefault(row["launcher"], row["environment"])
+    # the night it stands for, for the report's title (stored.json)
+    night = {"trigger": trigger, "logical_date": logical.isoformat() if logical else None,
+             "data_interval": [t.isoformat() for t in interval] if all(interval) else None}
     return {"dag_id": dag_id, "run_id": run_id, "repeats": len(repeat_rows),
-            "fingerprint": dag_run_row["environment"], "fingerprints": by_launcher}
+            "fingerprint": dag_run_row["environment"], "fingerprints": by_launcher, **night}
 
 
 def _times_to_target(dag_dir: Path, csv_rows: List[dict], params: dict) -> dict:

@@ -91,8 +91,16 @@ def test_each_variant_launcher_and_machine_is_judged_on_its_own():
 
 def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
     page = history_page(judge_history(seeded()), "sqlite:///results.db")
-    by_build, flagged, steps = Tables(page).frames
+    builds, by_build, flagged, steps = Tables(page).frames
     assert set(by_build["MXNet build"]) == {"1.8.0", "1.9.0"}
+    # the builds view first: per series each build and its change from the one before
+    step = builds.assign(**{"MXNet build": builds["MXNet build"].str.split(" ").str[0]}).set_index(
+        ["series", "machine", "MXNet build"])
+    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.9.0"), "change [95% CI], verdict"].endswith(", slower")
+    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.9.0"), "level change starts"].startswith("here (-1")
+    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.8.0"), "change [95% CI], verdict"] == "first build"
+    assert not step.loc[("cpu1-bs64 (local)", "bbbb", "1.9.0"), "change [95% CI], verdict"].endswith(
+        (", slower", ", faster"))
     assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"1.9.0"}
     assert set(flagged["runtime"]) == {"/opt/builds/1.9.0/bin/python"}
     step = steps.set_index(["variant", "launcher", "machine"])
@@ -115,7 +123,7 @@ def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tm
                              trigger="scheduled", build={"package": "mxnet==1.9.0", "commit": None})
     rows = store.read_history(url)
     page = history_page(judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True))), "test")
-    by_build = Tables(page).frames[0].set_index("launcher")
+    by_build = Tables(page).frames[1].set_index("launcher")
     assert by_build.loc["local", ["MXNet build", "asked for", "runtime", "DAG runs"]].tolist() == [
         "1.9.1", "mxnet==1.9.0", VENV_190, "2"]
     assert by_build.loc["kubernetes", ["MXNet build", "asked for", "runtime"]].tolist() == [
@@ -179,7 +187,8 @@ def test_no_efficiency_section_without_two_device_counts_or_a_one_device_run(tmp
 
 def test_rows_without_a_machine_are_shown_not_dropped():
     rows = seeded().assign(environment=None)
-    by_build = Tables(history_page(judge_history(rows), "the results store (sqlite)")).frames[0]
+    builds, by_build = Tables(history_page(judge_history(rows), "the results store (sqlite)")).frames[:2]
+    assert set(builds["series"]) == {"cpu1-bs64 (local)", "cpu2w-bs64 (ssh)"}
     assert set(by_build["variant"]) == {"cpu1-bs64", "cpu2w-bs64"}
 
 

@@ -192,6 +192,40 @@ def test_the_axis_spans_months_of_runs_with_a_small_margin(figures):
     assert span < right - left <= span * 1.1 + 1e-9
 
 
+def tick_labels(figure):
+    figure.draw_without_rendering()
+    return [label.get_text() for label in figure.axes[0].get_xticklabels() if label.get_text()]
+
+
+def test_the_date_axis_reads_the_dates_of_its_points(figures):
+    """The README's backfill (11-03..05) and the scheduled night a month later: every tick a whole
+    date inside the span, the months of the points, no offset text naming another month."""
+    nights = [pd.Timestamp(f"2026-11-0{d}", tz="UTC") for d in (3, 4, 5)]
+    plots.plot_history(history(nights), io.BytesIO())
+    labels = tick_labels(figures[-1])
+    assert len(labels) >= 2 and all(label.startswith("2026-11-0") and len(label) == 10 for label in labels)
+    assert figures[-1].axes[0].xaxis.get_major_formatter().get_offset() == ""
+    plots.plot_history(history([*nights, pd.Timestamp("2026-12-06", tz="UTC")]), io.BytesIO())
+    labels = tick_labels(figures[-1])
+    assert len(labels) >= 2 and all("2026-11-03" <= label <= "2026-12-06" for label in labels)
+    assert all(pd.Timestamp(label) for label in labels)  # each a date, whole
+    plots.plot_history(history([T, T + pd.Timedelta(hours=5)]), io.BytesIO())
+    assert all(label.startswith("2026-11-01 ") for label in tick_labels(figures[-1]))  # hours within a day
+
+
+def test_each_point_has_its_spread_and_machines_and_builds_are_named(figures):
+    rows = pd.concat([history([T, T + pd.Timedelta(days=1)]).assign(repeat=r, samples_per_sec=100.0 + 10 * r)
+                      for r in (1, 2, 3)], ignore_index=True)
+    rows.loc[rows["run_id"] == "r1", "build"] = "1.9.0"
+    plots.plot_history(rows, io.BytesIO(), names={"box": "cpu: AMD EPYC 7B13 x2"})
+    (ax,) = figures[-1].axes
+    assert ax.get_title() == "cpu1-bs64 (local, cpu: AMD EPYC 7B13 x2)"
+    (bars,) = [c for c in ax.collections if c.__class__.__name__ == "LineCollection"]
+    assert [tuple(seg[:, 1]) for seg in bars.get_segments()] == [(110.0, 130.0), (110.0, 130.0)]  # min–max
+    legend = [t.get_text() for t in figures[-1].legends[0].get_texts()]
+    assert legend[:2] == ["MXNet 1.9.1", "MXNet 1.9.0"]
+
+
 def test_time_limits_pad_the_span_by_at_least_an_hour():
     assert plots.time_limits(pd.Series([T])) == (T - pd.Timedelta(hours=1), T + pd.Timedelta(hours=1))
     far = pd.Series([T, T + pd.Timedelta(days=40)])

@@ -63,7 +63,8 @@ def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
     first = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
                                  build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
     assert first == {"dag_id": "mxbench_benchmark", "run_id": "manual__1", "repeats": 4, "fingerprint": CPU_FP,
-                     "fingerprints": {"local": CPU_FP, "ssh": CPU_FP}}
+                     "fingerprints": {"local": CPU_FP, "ssh": CPU_FP}, "trigger": "manual", "logical_date": None,
+                     "data_interval": None}
     counts = {t: count(url, t) for t in ("dag_runs", "repeats", "variants", "environments")}
     assert counts == {"dag_runs": 1, "repeats": 4, "variants": 1, "environments": 1}
 
