@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import pandas as pd
 
 from mxbench.regression.bisect import find_build, label, start_conf
-from mxbench.regression.rule import dag_run_keys
+from mxbench.regression.rule import MIN_DROP, dag_run_keys
 from mxbench.report.links import UI, Links, report_href, segment
 from mxbench.results.interference import flags
 from mxbench.stats.change_points import mark_change_points
@@ -107,7 +107,9 @@ def _series(where: dict, rows: pd.DataFrame, keys: List[str], manifest: list, na
             # the median's own interval: its ratio to a reference of one speed of 1
             row["low"], row["high"] = bootstrap_ratio_ci(speeds, [1.0], LEVEL)
         if previous is not None and speeds and previous["speeds"]:
-            compared = compare(speeds, previous["speeds"], name=str(build), reference=str(previous["build"]))
+            # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+            compared = compare(speeds, previous["speeds"], name=str(build), reference=str(previous["build"]),
+                               target_gap=MIN_DROP)
             row.update(previous_build=previous["build"], change=compared.ratio - 1,
                        change_low=None if compared.ci_low is None else compared.ci_low - 1,
                        change_high=None if compared.ci_high is None else compared.ci_high - 1,

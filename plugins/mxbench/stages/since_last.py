@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from mxbench.regression.rule import CONTENDED_NOT_COMPARED, left_out, quiet_repeats
+from mxbench.regression.rule import CONTENDED_NOT_COMPARED, MIN_DROP, left_out, quiet_repeats
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec", "build",
@@ -137,7 +137,8 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
         if not row["speeds"]:
             row["note"] = "no measured repeat in this DAG run"
             continue
-        compared = compare(row["speeds"], theirs, name="this DAG run", reference="the previous")
+        # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+        compared = compare(row["speeds"], theirs, name="this DAG run", reference="the previous", target_gap=MIN_DROP)
         left = [left_out(count, whose) for count, whose in ((row["busy"], " of this DAG run"),
                                                             (earlier.attrs.get("contended_left_out", 0),
                                                              " of the previous")) if count]

@@ -9,6 +9,7 @@ import pytest
 
 from mxbench import cli, store
 from mxbench.builds.manifest import load_manifest
+from mxbench.regression.rule import MIN_DROP
 from mxbench.report.builds import builds_lines, builds_table, builds_view
 from mxbench.stats.verdict import compare
 from support.stored_runs import CPU_BOX, CPU_FP, T0, make_dag_dir, ok_runs
@@ -62,13 +63,13 @@ def test_the_view_names_each_build_its_speed_and_the_step_backed_by_the_verdict(
     first, step, flat = view.to_dict("records")
     assert first["low"] < first["samples_per_sec"] < first["high"] and 95 < first["samples_per_sec"] < 105
     # the step: -20% with an interval, and the label is the verdict function's own
-    expected = compare(speeds_of["1.9.0"], speeds_of["1.8.0"])
+    expected = compare(speeds_of["1.9.0"], speeds_of["1.8.0"], target_gap=MIN_DROP)
     assert step["outcome"] == expected.outcome == "slower"
     assert step["change"] == pytest.approx(expected.ratio - 1) and -0.22 < step["change"] < -0.18
     assert step["change_low"] < step["change"] < step["change_high"] < 0
     assert step["previous_build"] == "1.8.0"
     # no change at the third build: whatever the verdict calls an equivalence, not a difference
-    no_change = compare(speeds_of["1.9.1"], speeds_of["1.9.0"])
+    no_change = compare(speeds_of["1.9.1"], speeds_of["1.9.0"], target_gap=MIN_DROP)  # the band the view judges by
     assert flat["outcome"] == no_change.outcome and flat["outcome"] not in ("slower", "faster")
     assert flat["change_low"] < 0 < flat["change_high"]
     # the contended repeats: left out of 1.9.0's numbers and counted

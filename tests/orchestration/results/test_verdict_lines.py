@@ -155,7 +155,7 @@ def test_each_answer_row_says_which_rounds_were_contended_and_what_became_of_the
     speeds = 1000.0 * np.exp(rng.normal(0, 0.01, (7, 3)))
     runs = rounds_table(speeds)
     runs["contended"] = runs["repeat"].isin([3]) & (runs["launcher"] == "kubernetes")  # a pod read its own pressure
-    replaced = launcher_ratios(runs, budget=(6, 8, 0.15)).set_index(["launcher", "reference"])
+    replaced = launcher_ratios(runs, budget=(6, 8, 0.15, 1)).set_index(["launcher", "reference"])
     assert replaced.loc[("kubernetes", "ssh"), "contended_rounds"] == "round 3, replaced"
     assert pd.isna(replaced.loc[("ssh", "local"), "contended_rounds"])  # neither leg contended there
     tags = {row.pair: row.tags for row in answer_rows(replaced.reset_index(), lambda pair: ["CPU only"])}
