@@ -388,5 +388,7 @@ def test_a_pod_run_beside_two_busy_loops_on_its_node_is_marked_contended(kube_st
     assert all("foreign_cpu_s" not in r and len(r["canary_s"]) == 2 for r in readings)
     row = interference.summarise(events)
     assert row["foreign_cores"] is None and row["run_pressure"] == max(r["run_pressure"] for r in readings)
-    assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], (row, readings)
+    # judged by what the pod itself reads: its own cgroup's pressure or its canary (whichever crossed first)
+    assert row["contended"] is True, (row, readings)
+    assert "its own cgroup waited for a CPU" in row["contention"] or "canary ran" in row["contention"], row
     assert pods_left(kube_standin) == []

@@ -263,8 +263,8 @@ def test_a_person_without_access_sees_no_report(stack, finished_run, browser):
 
 # The trigger form as a person fills it in: a small matrix with a budget of rounds beyond Repeats.
 FORM_CHOICES = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"],
-                "notes": ["trigger form test"], "repeats": 2, "max_repeats": 3, "target_gap": 0.1,
-                "run_timeout_minutes": 30, "epochs": 1, "synthetic_images": 500}
+                "notes": ["trigger form test"], "repeats": 2, "max_repeats": 3, "contended_replacements": 0,
+                "target_gap": 0.1, "run_timeout_minutes": 30, "epochs": 1, "synthetic_images": 500}
 
 
 def trigger_form(browser, stack):
@@ -332,7 +332,7 @@ def test_the_trigger_form_starts_the_run_it_shows(stack, admin, browser):
     next(o for o in options if o.text == FORM_CHOICES["preset"]).click()
     for name in ("only_variants", "launchers", "notes"):  # arrays: one item a line
         type_into(dialog.find_element(By.ID, f"element_{name}"), "\n".join(FORM_CHOICES[name]))
-    for name in ("repeats", "max_repeats", "target_gap", "run_timeout_minutes"):
+    for name in ("repeats", "max_repeats", "contended_replacements", "target_gap", "run_timeout_minutes"):
         type_into(dialog.find_element(By.NAME, f"element_{name}"), str(FORM_CHOICES[name]))
     form_section(browser, dialog, "Model")
     type_into(dialog.find_element(By.NAME, "element_epochs"), str(FORM_CHOICES["epochs"]))
