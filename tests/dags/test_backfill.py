@@ -54,10 +54,19 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     assert sorted(backfill["package"]) == ["mxnet==1.9.0", "mxnet==1.9.1"]
     assert sorted(backfill["version"]) == ["1.9.0", "1.9.1"]  # what the trainer itself reported
     assert list(per_run.loc[per_run["trigger"] == "scheduled", "package"]) == ["mxnet==1.9.1"]  # today's
-    # every repeat measured, under each build; with fewer than 2 earlier DAG runs, nothing to confirm
-    assert set(backfill["ok"]) == {CONF["repeats"]} and set(backfill["skipped"]) == {4}
-    skipped = history[(history["status"] == "skipped") & (history["trigger"] == "backfill")]
-    assert skipped["cause"].str.contains("no baseline on this hardware to confirm against").all()
+    # every repeat measured, under each build; with fewer than 2 earlier DAG runs and quiet first rounds,
+    # nothing to confirm; contended first rounds (other work on the host: this 2-core box also runs the
+    # Airflow stack) leave too few quiet ones, and then the 4 confirmation rounds run
+    for run_id, rows in history[history["trigger"] == "backfill"].groupby("run_id"):
+        first = rows[rows["repeat"] <= CONF["repeats"]]
+        all_quiet = ((first["status"] == "ok") & ~first["contended"].astype(object).eq(True)).sum() == CONF["repeats"]
+        ok, skipped = int((rows["status"] == "ok").sum()), rows[rows["status"] == "skipped"]
+        assert ok + len(skipped) == CONF["repeats"] + 4, run_id
+        if all_quiet:
+            assert ok == CONF["repeats"], run_id
+            assert skipped["cause"].str.contains("no baseline on this hardware to confirm against").all()
+        else:
+            assert ok == CONF["repeats"] + 4, (run_id, rows[["repeat", "status", "contended", "cause"]])
     # the DAG's default repeats, and its 4 confirmation rounds: run only if the first 4 looked slower
     (scheduled,) = per_run[per_run["trigger"] == "scheduled"].to_dict("records")
     assert scheduled["ok"] + scheduled["skipped"] == 8 and scheduled["ok"] in (4, 8)
@@ -93,7 +102,14 @@ def test_the_backfills_reports_name_their_night_and_build_and_the_last_shows_its
     assert len(rows) == 2 and "| 1.9.0 (since 2026-11-04) |" in rows[0] and "| 1.9.1 (since 2026-11-08) |" in rows[1]
     assert "first build" in rows[0] and "from 1.9.0: " in rows[1]
     since = last.split("## Since last time\n\n", 1)[1].split("\n## ", 1)[0]
-    assert "build changed: 1.9.0 → 1.9.1" in since
+    from mxbench import store
+
+    earlier = store.history(f"sqlite:///{stack.home / 'results.db'}", "cpu1-bs64", launcher="local")
+    earlier = earlier[(earlier["mxnet_package"] == "mxnet==1.9.0") & (earlier["status"] == "ok")]
+    if (~earlier["contended"].astype(object).eq(True)).any():  # a quiet repeat to compare with
+        assert "build changed: 1.9.0 → 1.9.1" in since
+    else:  # contended runs are never compared: since-last has no earlier DAG run to name
+        assert "build changed" not in since and "slower" not in since
     assert cli.main(["builds", "cpu1-bs64", "--launcher", "local", "--url",
                      f"sqlite:///{stack.home / 'results.db'}"]) == 0
     printed = capsys.readouterr().out.splitlines()
