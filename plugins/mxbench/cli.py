@@ -347,18 +347,12 @@ def build_parser():
     p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store), with "
                                        "the build asked for (mxnet_package), the one that ran (build: the version "
                                        "the trainer reported) and the interpreter or image (runtime)")
-    p.add_argument("variant")
-    p.add_argument("--launcher")
-    p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
-    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
+    series_arguments(p)
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("builds", help="what each MXNet build did to a variant's speed: per launcher, machine and "
                                       "setup, the builds in manifest order, each one's samples/s and its change from "
                                       "the build before, with its interval and verdict (the results store)")
-    p.add_argument("variant")
-    p.add_argument("--launcher")
-    p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
-    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
+    series_arguments(p)
     p.set_defaults(func=cmd_builds)
     p = sub.add_parser("import",
                        help="record DAG run folders in the results store (default: all of $MXBENCH_HOME/runs)")
@@ -389,6 +383,14 @@ def cmd_doctor(args) -> int:
 
     print(doctor.report(doctor.diagnose(Path(args.root), args.seconds)))
     return 0
+
+
+def series_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments that pick one variant's stored series: ``history`` and ``builds`` share them."""
+    p.add_argument("variant")
+    p.add_argument("--launcher")
+    p.add_argument("--fingerprint", help="only this kind of machine (environments.fingerprint)")
+    p.add_argument("--url", help="the results store (default: $MXBENCH_RESULTS_URL, else $MXBENCH_HOME/results.db)")
 
 
 def main(argv=None) -> int:
