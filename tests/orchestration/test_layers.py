@@ -1,6 +1,7 @@
 """The architecture as rules that fail: which modules may import Airflow, which packages may import
 which (the floors, top to bottom), and which of the trainer's modules stay stdlib-only so that the
-orchestration side can import them. The launchers' own rule (no launcher imports another) is in
+orchestration side can import them, and that the Airflow side (plugins, DAGs, stand-ins) never
+imports mxnet. The launchers' own rule (no launcher imports another) is in
 launchers/test_launcher_contract.py."""
 import ast
 import subprocess
@@ -66,6 +67,31 @@ def floor_of(package):
 def test_every_package_has_a_floor():
     packages = {package_of(p) for p in modules()} - {"__init__"}
     assert packages == set().union(*FLOORS)
+
+
+def mxnet_imports(path):
+    """Each ``import mxnet...`` / ``from mxnet... import`` in ``path``, at any level (top, function, class)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        found += [f"{path.name}:{node.lineno} imports {name}" for name in names
+                  if name == "mxnet" or name.startswith("mxnet.")]
+    return found
+
+
+def test_the_plugins_dags_and_standins_never_import_mxnet():
+    # .venv/airflow has no mxnet (numpy 2 there): such an import fails only when that code runs
+    paths = [p for folder in (PACKAGE, REPO / "dags", REPO / "standins") for p in folder.rglob("*.py")]
+    assert len(paths) > 100  # the trees were read
+    assert [line for path in paths for line in mxnet_imports(path)] == []
+
+
+def test_the_mxnet_check_sees_an_import_at_any_level(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text("import mxnetwork\nfrom .mxnet import x\n\n\ndef f():\n    import mxnet as mx\n\n\n"
+                    "class C:\n    from mxnet.gluon import nn\n")
+    assert mxnet_imports(fake) == ["fake.py:6 imports mxnet", "fake.py:10 imports mxnet.gluon"]
 
 
 def test_only_the_glue_imports_airflow():
