@@ -1,4 +1,4 @@
-"""The README's "Running it for real" steps work from nothing, in the order given."""
+"""The "Running it for real" steps (docs/running.md) work from nothing, in the order given."""
 import os
 import re
 import subprocess
@@ -8,16 +8,16 @@ import pytest
 from conftest import REPO
 
 
-def readme_steps():
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Running it for real", 1)[1]
+def running_it_for_real_steps():
+    page = (REPO / "docs" / "running.md").read_text()
+    section = page.split("# Running it for real", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
 
 
 @pytest.mark.slow
 def test_running_it_for_real_steps_work_on_a_new_home(tmp_path):
-    steps = readme_steps()
+    steps = running_it_for_real_steps()
     assert steps[-1] == "airflow standalone"
     # everything up to the long-running server, then ask the new home what it has
     script = " && ".join(steps[:-1] + ["airflow pools list -o plain", "airflow dags reserialize",
