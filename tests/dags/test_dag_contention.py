@@ -195,7 +195,7 @@ def assert_hogged(runs: pd.DataFrame, key: str, hog_span) -> pd.Series:
 # --- 1. budget to spare: the hogged round is left out and replaced --------------------------------
 
 def stein_planned(pairs: list, target_gap: float, most: int) -> int:
-    """Rounds Stein's two-stage rule plans from the quiet first stage ``pairs`` (README, Stop when sure):
+    """Rounds Stein's two-stage rule plans from the quiet first stage ``pairs`` (docs/statistics.md, Stop when sure):
     enough for an interval of ±target_gap/2 at the first stage's spread, at least the first stage's,
     at most ``most``."""
     from scipy import stats

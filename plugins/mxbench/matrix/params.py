@@ -48,8 +48,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                               "pattern": r"^[A-Za-z0-9_.-]{1,200}$", "title": "Kubernetes cluster (connection id)",
                               "description": "An Airflow kubernetes connection marked for mxbench (id mxbench_..., "
                                              "or \"mxbench\": true in the extra); its extra mxbench_pod holds the "
-                                             "pod settings (image, namespace, resources, data volume, ...): see the "
-                                             "README.",
+                                             "pod settings (image, namespace, resources, data volume, ...): see "
+                                             "docs/launchers.md.",
                               "section": "Machines"},
     "kubernetes_image": {"default": None, "type": ["null", "string"], "maxLength": 500,
                          "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "title": "Training image",

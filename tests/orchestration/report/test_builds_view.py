@@ -14,7 +14,7 @@ from mxbench.report.builds import builds_lines, builds_table, builds_view
 from mxbench.stats.verdict import compare
 from support.stored_runs import CPU_BOX, CPU_FP, T0, make_dag_dir, ok_runs
 
-# the manifest's builds of the README's backfill: what each night asked for and what its trainer reported
+# the manifest's builds of docs/results-store.md's backfill: what each night asked for and what its trainer reported
 BUILDS = [("mxnet==1.8.0.post0", "1.8.0", 100.0), ("mxnet==1.9.0", "1.9.0", 80.0), ("mxnet==1.9.1", "1.9.1", 80.0)]
 NIGHTS_PER_BUILD = 2
 REPEATS = 6

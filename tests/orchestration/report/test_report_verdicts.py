@@ -198,7 +198,7 @@ def tick_labels(figure):
 
 
 def test_the_date_axis_reads_the_dates_of_its_points(figures):
-    """The README's backfill (11-03..05) and the scheduled night a month later: every tick a whole
+    """The backfill of docs/results-store.md (11-03..05) and the scheduled night a month later: every tick a whole
     date inside the span, the months of the points, no offset text naming another month."""
     nights = [pd.Timestamp(f"2026-11-0{d}", tz="UTC") for d in (3, 4, 5)]
     plots.plot_history(history(nights), io.BytesIO())

@@ -29,7 +29,7 @@ How a run becomes pods:
   no service account token is mounted unless asked for.
 
 Pod settings and manifests are pure (``pods``): configuration (the Kubernetes
-connection's extra ``mxbench_pod``), checked against ``SETTINGS_SCHEMA``; see the README. With an
+connection's extra ``mxbench_pod``), checked against ``SETTINGS_SCHEMA``; see docs/launchers.md. With an
 MXNet build under test, every pod of a run runs the build's image (``image_for``).
 """
 import sys

@@ -121,7 +121,7 @@ def pod_settings(conn_id: str, extra: dict, namespace: Optional[str] = None,
     where = f"kubernetes connection {conn_id!r}"
     if not isinstance(raw, dict):
         raise MxbenchError(f"{where} has no mxbench_pod object in its extra: it says how role pods look "
-                           "(image, data volume, resources, ...); see the README")
+                           "(image, data volume, resources, ...); see docs/launchers.md")
     try:
         jsonschema.validate(raw, SETTINGS_SCHEMA)
     except jsonschema.ValidationError as exc:
