@@ -29,7 +29,7 @@ from mxbench.report.notes import (
     report_title,
     retried_notes,
 )
-from mxbench.report.pages import answer_block, history_page, render_page, since_last_block, table_html
+from mxbench.report.pages import answer_block, history_page, named_steps, render_page, since_last_block, table_html
 from mxbench.report.plots import (
     has_curve,
     plot_accuracy,
@@ -294,7 +294,7 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
         plot_history(history, out / "history.png", names=names)
         plots["history.png"] = "Throughput history by MXNet build"
         sections.append((BUILDS_VIEW, builds_table(builds_view(history, manifest_or_none(), names))))
-        sections.append((STEP_FINDER, step_table(history)))
+        sections.append((STEP_FINDER, named_steps(step_table(history), names)))
     return sections
 
 
