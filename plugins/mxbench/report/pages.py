@@ -149,7 +149,8 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
                  editable: Iterable[str] = (), form_token: Optional[str] = None,
-                 sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None) -> str:
+                 sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None,
+                 scope: Optional[str] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
@@ -158,8 +159,9 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     series, and a flagged regression says how many of its runs were contended. With ``sizes``
     (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
     efficiency and cost per million images by MXNet build (``scaling_by_build``). First, the builds
-    view (``report.builds``), machines named by ``names`` (``store.machine_names``)."""
-    title = "mxbench: benchmark history"
+    view (``report.builds``), machines named by ``names`` (``store.machine_names``). ``scope``: a
+    sentence saying which DAG runs ``history`` was narrowed to (one backfill's), shown first."""
+    title = "mxbench: benchmark history" + (" of one backfill" if scope else "")
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
              "control or triage, which only its own DAG runs' findings show) against the DAG runs before it on the "
@@ -169,6 +171,7 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
              "hosts) are left out of the judgement and counted in the tables; a DAG run whose runs were all "
              "contended is not compared. MXNet build: the version the trainer reported, which is what ran "
              "whatever was asked for; runtime: the interpreter or image each run used."]
+    intro = ([scope] if scope else []) + intro
     if history.empty:
         return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
                            intro=intro)
