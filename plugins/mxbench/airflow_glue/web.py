@@ -379,7 +379,8 @@ def history(user: Annotated[Any, Depends(current_user)],
     if scope is not None:
         shown = shown[(shown["dag_id"] == scope.dag_id) & shown["run_id"].isin(scope.run_ids)]
     return HTMLResponse(history_page(shown, source, alerts=alerts, editable=editable, form_token=token, sizes=sizes,
-                                     names=names, scope=scope.text() if scope else None))
+                                     names=names, scope=scope.text() if scope else None,
+                                     backfills=backfills_table(dag_ids)))
 
 
 @app.get("/history/backfill-of/{dag_id}/{run_id:path}")
@@ -421,6 +422,31 @@ def backfill_runs(backfill_id: int) -> Optional[BackfillRuns]:
             return None
         run_ids = session.scalars(select(DagRun.run_id).where(DagRun.backfill_id == backfill_id)).all()
         return BackfillRuns(backfill_id, found.dag_id, found.from_date, found.to_date, run_ids)
+
+
+RECENT_BACKFILLS = 20  # listed on the history page, newest first
+
+
+def backfills_table(dag_ids) -> Any:
+    """The newest backfills of ``dag_ids`` as a table, each linking to the history page of its DAG runs only."""
+    import pandas as pd
+    from airflow.models.backfill import Backfill
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    from mxbench.report.links import Links
+
+    with create_session() as session:
+        found = session.execute(
+            select(Backfill.id, Backfill.dag_id, Backfill.from_date, Backfill.to_date, func.count(DagRun.run_id))
+            .outerjoin(DagRun, DagRun.backfill_id == Backfill.id).where(Backfill.dag_id.in_(list(dag_ids)))
+            .group_by(Backfill.id).order_by(Backfill.id.desc()).limit(RECENT_BACKFILLS)).all()
+    return pd.DataFrame([{
+        "backfill": Links(f"backfill {number}", [(f"backfill {number}",
+                                                  f"history?{urllib.parse.urlencode({'backfill': number})}")]),
+        "DAG": dag_id, "from": f"{start:%Y-%m-%d}", "to": f"{end:%Y-%m-%d}", "DAG runs": runs}
+        for number, dag_id, start, end, runs in found], columns=["backfill", "DAG", "from", "to", "DAG runs"])
 
 
 def backfill_id_of(dag_id: str, run_id: str) -> Optional[int]:

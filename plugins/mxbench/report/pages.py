@@ -112,6 +112,8 @@ def answer_block(table: pd.DataFrame, forest: str, empty_line: str) -> str:
     return f"<section id='answer' aria-labelledby='answer-heading'><h2 id='answer-heading'>Answer</h2>{body}</section>"
 
 
+BACKFILLS = "Backfills (newest first; each link: the history of its DAG runs only)"
+
 # where the triage table (which holds forms, so render_page cannot escape it) goes in the page
 TRIAGE_TABLE = "mxbench-triage-table"
 
@@ -150,7 +152,7 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
                  editable: Iterable[str] = (), form_token: Optional[str] = None,
                  sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None,
-                 scope: Optional[str] = None) -> str:
+                 scope: Optional[str] = None, backfills: Optional[pd.DataFrame] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
@@ -160,7 +162,8 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
     efficiency and cost per million images by MXNet build (``scaling_by_build``). First, the builds
     view (``report.builds``), machines named by ``names`` (``store.machine_names``). ``scope``: a
-    sentence saying which DAG runs ``history`` was narrowed to (one backfill's), shown first."""
+    sentence saying which DAG runs ``history`` was narrowed to (one backfill's), shown first;
+    ``backfills``: a table of backfills, each a link to the page of its DAG runs only, shown last."""
     title = "mxbench: benchmark history" + (" of one backfill" if scope else "")
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
@@ -219,6 +222,8 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
                 (STEP_FINDER, named_steps(step_table(history), names or {}))]
     sections[1:1] = scaling_by_build(history, sizes, names or {})
+    if backfills is not None:
+        sections.append((BACKFILLS, backfills))
     page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
     return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
 

@@ -77,8 +77,9 @@ def test_the_history_page_shows_one_backfills_dag_runs_with_its_builds_view_firs
     assert page.text.index("1.9.0") > first_table and page.text.index("1.9.1") > page.text.index("1.9.0")
     assert all(f"night-{day}" in page.text for day in (5, 6, 7))
     assert "night-4" not in page.text and "night-0" not in page.text and "1.8.0" not in page.text
-    whole = client.get("/history").text  # without the param: every DAG run, every build
+    whole = client.get("/history").text  # without the param: every DAG run, every build, and a link to each backfill
     assert "night-0" in whole and "1.8.0" in whole
+    assert f"<a href='history?backfill={backfill_id}'>backfill {backfill_id}</a>" in whole
 
 
 def test_a_backfill_reports_link_finds_its_backfill(client, backfill_id):

@@ -268,7 +268,7 @@ def test_the_plugin_serves_no_api_docs(monkeypatch):
         assert "swagger" not in answer.text.lower() and "openapi" not in answer.text.lower()
 
 
-def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(tmp_path, monkeypatch):
+def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(airflow_db, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     from mxbench.airflow_glue import web
@@ -365,7 +365,7 @@ def record_a_step(url, root, dag_runs=8, step_at=6):
         store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"night-{day}", trigger="scheduled")
 
 
-def test_no_page_or_command_shows_a_machine_as_a_bare_fingerprint(tmp_path, monkeypatch, capsys):
+def test_no_page_or_command_shows_a_machine_as_a_bare_fingerprint(airflow_db, tmp_path, monkeypatch, capsys):
     """Issue 43: every table of the history page (the builds view, by build, scaling by build, the
     flagged regressions with their triage forms, the step finder) names the machine, its
     fingerprint a hover away; the command line's history and builds say "name [fingerprint]"."""
