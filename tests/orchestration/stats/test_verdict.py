@@ -189,6 +189,20 @@ def test_a_new_detectable_gap_takes_well_under_a_second_of_cpu():
     assert time.process_time() - start < 2.0
 
 
+def test_the_vectorised_paired_p_is_each_rows_own_test():
+    """``_paired_p_rows`` runs the sign-flip test only on the rows that fail the normality check
+    (issue 43: it cost 2^n sums a row at every gap of the power search); each row's p is still
+    ``paired_test``'s, whichever test gives it."""
+    from mxbench.stats.verdict import _paired_p_rows, paired_test
+
+    rng = np.random.default_rng(8)
+    rows = rng.normal(0.01, 0.02, (30, 8))
+    rows[::3, 0] += 0.3  # an outlier round: these rows fail the normality check
+    tests = [paired_test(row) for row in rows]
+    assert {"t test", "sign-flip test"} == {test.split(" (")[0] for _, test in tests}  # both kinds of row
+    assert np.allclose(_paired_p_rows(rows), [p for p, _ in tests], rtol=1e-9, atol=0)
+
+
 def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
     r = compare([7586.0, 7600.0], [8010.0, 8000.0], "k8s", "ssh")
     assert r.ci_low is None and r.outcome == "too few repeats"  # a 2 vs 2 bootstrap covers ~70%, not 95%
