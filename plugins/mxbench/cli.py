@@ -186,6 +186,7 @@ def scaling_of_store(args) -> int:
     kind of machine (bisect probes never: they measure old builds on purpose)."""
     from mxbench import store
     from mxbench.report import scaling as model_text
+    from mxbench.report.builds import machine_text
     from mxbench.results import stored
 
     url = args.url or store.default_url()
@@ -205,6 +206,7 @@ def scaling_of_store(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     runs, variants = stored.fit_inputs(rows)
+    machine = machine_text(machine, store.machine_names(url))
     builds = list(dict.fromkeys(rows.sort_values("measured_at")["build"]))
     dags = ", ".join(sorted(rows["dag_id"].unique()))
     print(f"From {store.shown(url)}: {runs.groupby(['dag_id', 'run_id']).ngroups} DAG runs of {dags}, "
@@ -224,15 +226,19 @@ def scaling_of_store(args) -> int:
 
 def cmd_history(args) -> int:
     from mxbench import store
+    from mxbench.report.builds import machine_text
 
-    found = store.read_history(args.url or store.default_url(), args.variant, args.launcher, args.fingerprint)
+    url = args.url or store.default_url()
+    found = store.read_history(url, args.variant, args.launcher, args.fingerprint)
     if found.empty:
         print(f"error: no results for variant {args.variant}", file=sys.stderr)
         return 1
-    shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")))
+    names = store.machine_names(url)
+    shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
+                         machine=found["environment"].map(lambda fp: machine_text(fp, names)))
     # build: what ran (the version the trainer reported), which need not be the package asked for
     columns = ["measured_at", "dag_id", "run_id", "trigger", "mxnet_package", "build", "runtime", "launcher", "repeat",
-               "environment", "status", "samples_per_sec"]
+               "machine", "status", "samples_per_sec"]
     print(shown[columns].astype(object).where(shown[columns].notna(), "-").to_string(index=False))
     return 0
 
@@ -261,12 +267,15 @@ def cmd_import(args) -> int:
     if missing:
         print(f"error: {', '.join(missing)} is not a folder", file=sys.stderr)
         return 1
-    for result in store.import_runs(args.url or store.default_url(), folders):
+    from mxbench.report.builds import machine_text
+
+    url = args.url or store.default_url()
+    for result in store.import_runs(url, folders):
         if "skipped" in result:
             print(result["skipped"], file=sys.stderr)
         else:
             print(f"{result['dag_id']}/{result['run_id']}: {result['repeats']} repeats recorded "
-                  f"(machine {result['fingerprint'] or 'unknown'})")
+                  f"(machine {machine_text(result['fingerprint'], store.machine_names(url))})")
     return 0
 
 

@@ -112,7 +112,7 @@ def test_scaling_from_the_store_fits_every_stored_dag_run_and_refuses_two_machin
     assert cli.main(["scaling", "--store", "--url", url]) == 0
     out = capsys.readouterr().out
     assert "3 DAG runs of mxbench_benchmark, 2026-01-01 to 2026-01-03, 18 measured repeats" in out
-    assert f"machine {CPU_FP}" in out and "MXNet build 1.9.1" in out
+    assert f"machine cpu: AMD EPYC 7B13 x2 [{CPU_FP}]" in out and "MXNet build 1.9.1" in out
     assert "predicted from the others" in out and "PROJECTED" in out and "not set" in out
     assert cli.main(["scaling", "--store", "--url", url, "--since", "2026-01-02"]) == 0
     assert "2 DAG runs of mxbench_benchmark" in capsys.readouterr().out

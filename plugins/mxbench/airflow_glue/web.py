@@ -38,7 +38,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-from fastapi import Depends, FastAPI, Form, HTTPException, Request
+from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -88,6 +89,15 @@ async def error_page(request: Request, exc: StarletteHTTPException) -> HTMLRespo
     response = page(f"mxbench: {exc.status_code}", str(exc.detail), exc.status_code)
     response.headers.update(exc.headers or {})
     return response
+
+
+@app.exception_handler(RequestValidationError)
+async def invalid_request_page(request: Request, exc: RequestValidationError) -> HTMLResponse:
+    """A refused parameter as a page that names the parameter and the rule, never the value sent
+    (FastAPI's own answer echoes it)."""
+    problems = "; ".join(f"{'.'.join(str(part) for part in error['loc'][1:])}: {error['msg']}"
+                         for error in exc.errors())
+    return page("mxbench: 422", f"Refused: {problems}", 422)
 
 
 async def current_user(request: Request, credentials: Annotated[Optional[HTTPAuthorizationCredentials],
@@ -323,9 +333,16 @@ def published_report(dag_id: str, run_id: str) -> Optional[str]:
     return None if body is None else body.decode("utf-8", "replace")
 
 
+# Airflow's backfill ids are integer keys; a bigger number is no backfill, refused before any query
+BACKFILL_ID = Query(ge=1, le=2**31 - 1, description="only the DAG runs of this Airflow backfill")
+
+
 @app.get("/history", response_class=HTMLResponse)
-def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
-    """The history page; editors of a DAG get a triage form on each of its alerts."""
+def history(user: Annotated[Any, Depends(current_user)],
+            backfill: Annotated[Optional[int], BACKFILL_ID] = None) -> HTMLResponse:
+    """The history page; editors of a DAG get a triage form on each of its alerts. With
+    ``?backfill=<id>``: only the DAG runs of that Airflow backfill (judged against the whole
+    history, as its regression checks were), its builds view first."""
     import pandas as pd
 
     from mxbench import store
@@ -335,6 +352,11 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     dag_ids = [dag_id for dag_id in DAG_IDS if may_read(user, dag_id)]
     if not dag_ids:
         raise HTTPException(403, f"You may not read the runs of {' or '.join(DAG_IDS)}")
+    scope = backfill_runs(backfill) if backfill is not None else None
+    if backfill is not None and scope is None:
+        raise HTTPException(404, f"No backfill {backfill}")
+    if scope is not None and scope.dag_id not in dag_ids:
+        raise HTTPException(403, f"You may not read the runs of backfill {backfill}")
     url = store.default_url()
     try:
         rows = store.read_history(url)
@@ -353,8 +375,88 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     editable = [dag_id for dag_id in dag_ids if may_edit(user, dag_id)]
     secret = form_secret() if editable else None
     token = form_token(user.get_id(), secret) if secret else None
-    return HTMLResponse(history_page(rows[rows["dag_id"].isin(dag_ids)], source, alerts=alerts, editable=editable,
-                                     form_token=token, sizes=sizes, names=names))
+    shown = rows[rows["dag_id"].isin(dag_ids)]
+    if scope is not None:
+        shown = shown[(shown["dag_id"] == scope.dag_id) & shown["run_id"].isin(scope.run_ids)]
+    return HTMLResponse(history_page(shown, source, alerts=alerts, editable=editable, form_token=token, sizes=sizes,
+                                     names=names, scope=scope.text() if scope else None,
+                                     backfills=backfills_table(dag_ids)))
+
+
+@app.get("/history/backfill-of/{dag_id}/{run_id:path}")
+def history_of_backfill(user: Annotated[Any, Depends(current_user)], dag_id: str, run_id: str) -> RedirectResponse:
+    """The history page filtered to the backfill a DAG run belongs to (a backfill report's link:
+    a task cannot read its DAG run's backfill id, the api-server can)."""
+    if dag_id not in DAG_IDS or not may_read(user, dag_id):
+        raise HTTPException(403, f"You may not read the runs of {dag_id}")
+    found = backfill_id_of(dag_id, run_id)
+    if found is None:
+        raise HTTPException(404, "That DAG run is not part of a backfill")
+    # relative, so that it works behind any path the UI is served under: up from <dag>/<run> to the app
+    up = "../" * (3 + run_id.count("/"))
+    return RedirectResponse(f"{up}history?{urllib.parse.urlencode({'backfill': found})}", status_code=303)
+
+
+class BackfillRuns:
+    """An Airflow backfill as the history page shows it: its DAG, its range, its DAG runs."""
+
+    def __init__(self, backfill_id: int, dag_id: str, from_date, to_date, run_ids):
+        self.backfill_id, self.dag_id, self.from_date, self.to_date = backfill_id, dag_id, from_date, to_date
+        self.run_ids = list(run_ids)
+
+    def text(self) -> str:
+        return (f"Backfill {self.backfill_id} of {self.dag_id}, {self.from_date:%Y-%m-%d} to {self.to_date:%Y-%m-%d}: "
+                f"only its {len(self.run_ids)} DAG run(s) are shown (each judged against the whole history before it).")
+
+
+def backfill_runs(backfill_id: int) -> Optional[BackfillRuns]:
+    """Airflow's backfill ``backfill_id`` and the DAG runs it made (they carry its id); None: no such backfill."""
+    from airflow.models.backfill import Backfill
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.get(Backfill, backfill_id)
+        if found is None:
+            return None
+        run_ids = session.scalars(select(DagRun.run_id).where(DagRun.backfill_id == backfill_id)).all()
+        return BackfillRuns(backfill_id, found.dag_id, found.from_date, found.to_date, run_ids)
+
+
+RECENT_BACKFILLS = 20  # listed on the history page, newest first
+
+
+def backfills_table(dag_ids) -> Any:
+    """The newest backfills of ``dag_ids`` as a table, each linking to the history page of its DAG runs only."""
+    import pandas as pd
+    from airflow.models.backfill import Backfill
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    from mxbench.report.links import Links
+
+    with create_session() as session:
+        found = session.execute(
+            select(Backfill.id, Backfill.dag_id, Backfill.from_date, Backfill.to_date, func.count(DagRun.run_id))
+            .outerjoin(DagRun, DagRun.backfill_id == Backfill.id).where(Backfill.dag_id.in_(list(dag_ids)))
+            .group_by(Backfill.id).order_by(Backfill.id.desc()).limit(RECENT_BACKFILLS)).all()
+    return pd.DataFrame([{
+        "backfill": Links(f"backfill {number}", [(f"backfill {number}",
+                                                  f"history?{urllib.parse.urlencode({'backfill': number})}")]),
+        "DAG": dag_id, "from": f"{start:%Y-%m-%d}", "to": f"{end:%Y-%m-%d}", "DAG runs": runs}
+        for number, dag_id, start, end, runs in found], columns=["backfill", "DAG", "from", "to", "DAG runs"])
+
+
+def backfill_id_of(dag_id: str, run_id: str) -> Optional[int]:
+    """The id of the backfill that made DAG run ``run_id`` of ``dag_id``; None: none did."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.scalar(select(DagRun.backfill_id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
 
 
 async def writer(request: Request, credentials: Annotated[Optional[HTTPAuthorizationCredentials],

@@ -17,7 +17,7 @@ import pandas as pd
 
 from mxbench.report.answer import answer_rows, answer_table, forest_svg
 from mxbench.report.builds import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
-from mxbench.report.links import Links, run_evidence
+from mxbench.report.links import Links, backfill_history_href, run_evidence
 from mxbench.report.notes import (
     conditions,
     data_line,
@@ -29,7 +29,7 @@ from mxbench.report.notes import (
     report_title,
     retried_notes,
 )
-from mxbench.report.pages import answer_block, history_page, render_page, since_last_block, table_html
+from mxbench.report.pages import answer_block, history_page, named_steps, render_page, since_last_block, table_html
 from mxbench.report.plots import (
     has_curve,
     plot_accuracy,
@@ -203,7 +203,8 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     images = [(caption, (out / file).read_bytes()) for file, caption in plots.items()]
     lead = f"<p class='measured'>{html.escape(measured)}</p>"
     if backfill is not None:  # a backfill's report answers which build changed the speed, first
-        lead += f"<section id='backfill-builds'><h2>{html.escape(BACKFILL_BUILDS)}</h2>{table_html(backfill)}</section>"
+        lead += (f"<section id='backfill-builds'><h2>{html.escape(BACKFILL_BUILDS)}</h2>{table_html(backfill)}"
+                 f"{backfill_history_link(request)}</section>")
     lead += answer_block(answer, forest, "" if rows else NO_RATIO)
     if since is not None:
         lead += since_last_block(since, SINCE_LAST)
@@ -294,11 +295,21 @@ def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
         plot_history(history, out / "history.png", names=names)
         plots["history.png"] = "Throughput history by MXNet build"
         sections.append((BUILDS_VIEW, builds_table(builds_view(history, manifest_or_none(), names))))
-        sections.append((STEP_FINDER, step_table(history)))
+        sections.append((STEP_FINDER, named_steps(step_table(history), names)))
     return sections
 
 
 BACKFILL_BUILDS = f"{BUILDS_VIEW}, over this backfill's DAG runs so far"
+
+
+def backfill_history_link(request: dict) -> str:
+    """A backfill report's link to the history page filtered to its backfill; "" where the request
+    does not name its DAG run."""
+    dag_id, run_id = request.get("dag_id"), request.get("run_id")
+    if not dag_id or not run_id:
+        return ""
+    href = html.escape(backfill_history_href(str(dag_id), str(run_id)), quote=True)
+    return f"<p><a href='{href}'>This backfill's DAG runs on the history page</a></p>"
 
 
 def measured_line(dag_dir: Path, request: dict, runs: pd.DataFrame) -> str:

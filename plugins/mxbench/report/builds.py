@@ -134,21 +134,32 @@ def _bisect(good: str, bad: str, manifest: list, where: dict) -> Optional[dict]:
 
 
 class Machine(Links):
-    """A machine by name in a table, its fingerprint a hover away (``<abbr>``); in text "name [fingerprint]"."""
+    """A machine by name in a table, its fingerprint a hover away (``<abbr>``); in text "name [fingerprint]".
+    One the store has no name for reads "unnamed machine" and its fingerprint's first 8 digits (two
+    such machines stay apart): never a bare fingerprint."""
 
     def __init__(self, name: str, fingerprint: str):
-        super().__init__(f"{name} [{fingerprint}]" if name and name != fingerprint else fingerprint)
-        self.name, self.fingerprint = name or fingerprint, fingerprint
+        named = name if name and name != fingerprint else f"{UNNAMED} {fingerprint[:8]}".strip()
+        super().__init__(f"{named} [{fingerprint}]" if fingerprint else named)
+        self.name, self.fingerprint = named, fingerprint
 
     def html(self) -> str:
-        if self.name == self.fingerprint:
-            return html.escape(self.fingerprint)
+        if not self.fingerprint:
+            return html.escape(self.name)
         return f"<abbr title='{html.escape(self.fingerprint, quote=True)}'>{html.escape(self.name)}</abbr>"
 
 
+UNNAMED = "unnamed machine"
+
+
 def named_machines(fingerprints: pd.Series, names: Dict[str, str]) -> List[Machine]:
-    """A table's machine column (fingerprints) as ``Machine`` cells."""
+    """A table's machine column (fingerprints) as ``Machine`` cells; no machine stays as it is."""
     return [Machine(names.get(fp) or "", fp) if isinstance(fp, str) and fp else fp for fp in fingerprints]
+
+
+def machine_text(fingerprint, names: Dict[str, str]) -> str:
+    """A machine in plain text (the command line's): "name [fingerprint]"; "unknown" for none."""
+    return str(Machine(names.get(fingerprint) or "", fingerprint)) if fingerprint else "unknown"
 
 
 def _percent(value, low=None, high=None) -> str:
@@ -218,8 +229,8 @@ def builds_lines(view: pd.DataFrame) -> List[str]:
     lines: List[str] = []
     for (variant, launcher, machine, fingerprint, setup), group in view.groupby(
             ["variant", "launcher", "machine", "fingerprint", "setup"], sort=False):
-        named = f"{machine} [{fingerprint}]" if machine != fingerprint else machine
-        lines.append(f"{variant} ({launcher}) on {named}" + (f", setup {setup}" if setup else ""))
+        setup_text = f", setup {setup}" if setup else ""
+        lines.append(f"{variant} ({launcher}) on {Machine(machine, fingerprint)}{setup_text}")
         for row in group.to_dict("records"):
             since = f" (since {row['since']})" if row["since"] else ""
             left = f"; {row['contended']} contended repeat(s) left out" if row["contended"] else ""

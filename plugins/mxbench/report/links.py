@@ -28,6 +28,11 @@ def report_href(dag_id: str, run_id: str) -> str:
     return f"{MXBENCH}report/{segment(dag_id)}/{segment(run_id)}"
 
 
+def backfill_history_href(dag_id: str, run_id: str) -> str:
+    """The history page filtered to the backfill that made this DAG run (``web``'s ``history/backfill-of``)."""
+    return f"{MXBENCH}history/backfill-of/{segment(dag_id)}/{segment(run_id)}"
+
+
 def task_log_href(dag_id: str, run_id: str, task_id: str, map_index: Optional[int] = None,
                   try_number: Optional[int] = None) -> str:
     """The Airflow UI's log of one try of a task instance (Airflow 3's UI:

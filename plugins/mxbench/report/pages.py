@@ -7,7 +7,7 @@ from typing import Iterable, List, Optional, Tuple
 
 import pandas as pd
 
-from mxbench.report.builds import named_machines
+from mxbench.report.builds import Machine, named_machines
 from mxbench.report.plots import plot_history
 from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_build
 from mxbench.results.interference import flags
@@ -112,6 +112,8 @@ def answer_block(table: pd.DataFrame, forest: str, empty_line: str) -> str:
     return f"<section id='answer' aria-labelledby='answer-heading'><h2 id='answer-heading'>Answer</h2>{body}</section>"
 
 
+BACKFILLS = "Backfills (newest first; each link: the history of its DAG runs only)"
+
 # where the triage table (which holds forms, so render_page cannot escape it) goes in the page
 TRIAGE_TABLE = "mxbench-triage-table"
 
@@ -122,7 +124,7 @@ def triage_form(alert: dict, token: str) -> str:
     from mxbench.regression.triage import ALLOWED, MAX_REASON
 
     fields = {"dag_id": alert["DAG"], "run_id": alert["DAG run"], "variant": alert["variant"],
-              "launcher": alert["launcher"], "environment": alert["machine"], "token": token}
+              "launcher": alert["launcher"], "environment": machine_key_of(alert["machine"]), "token": token}
     hidden = "".join(f"<input type='hidden' name='{name}' value='{html.escape(str(value), quote=True)}'>"
                      for name, value in fields.items())
     options = "".join(f"<option>{html.escape(state)}</option>" for state in ALLOWED[alert["state"]])
@@ -131,11 +133,17 @@ def triage_form(alert: dict, token: str) -> str:
             "</form>")
 
 
+def machine_key_of(machine) -> str:
+    """The store's key of a table's machine cell: a ``Machine``'s fingerprint, else the cell ("" for none)."""
+    return machine.fingerprint if isinstance(machine, Machine) else machine
+
+
 def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> str:
     """The flagged regressions as an HTML table, every cell escaped, with a triage form on the
     alerts of the DAGs in ``editable``."""
     editable = set(editable)
-    cells = flagged.astype(object).where(flagged.notna(), "n/a").map(lambda v: html.escape(str(v)))
+    cells = flagged.astype(object).where(flagged.notna(), "n/a").map(
+        lambda v: v.html() if isinstance(v, Machine) else html.escape(str(v)))
     forms = [triage_form(alert, token) if alert["DAG"] in editable else ""
              for alert in flagged.to_dict("records")]
     return cells.assign(**{"set state": forms}).to_html(index=False, escape=False)
@@ -143,7 +151,8 @@ def triage_table(flagged: pd.DataFrame, editable: Iterable[str], token: str) -> 
 
 def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFrame] = None,
                  editable: Iterable[str] = (), form_token: Optional[str] = None,
-                 sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None) -> str:
+                 sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None,
+                 scope: Optional[str] = None, backfills: Optional[pd.DataFrame] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
     the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
@@ -152,8 +161,10 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
     series, and a flagged regression says how many of its runs were contended. With ``sizes``
     (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
     efficiency and cost per million images by MXNet build (``scaling_by_build``). First, the builds
-    view (``report.builds``), machines named by ``names`` (``store.machine_names``)."""
-    title = "mxbench: benchmark history"
+    view (``report.builds``), machines named by ``names`` (``store.machine_names``). ``scope``: a
+    sentence saying which DAG runs ``history`` was narrowed to (one backfill's), shown first;
+    ``backfills``: a table of backfills, each a link to the page of its DAG runs only, shown last."""
+    title = "mxbench: benchmark history" + (" of one backfill" if scope else "")
     intro = [f"From {source}: every stored DAG run of the DAGs you may read, each judged as the regression "
              "DAG judges (its default baseline and smallest drop; not its confirmation rounds, false-discovery "
              "control or triage, which only its own DAG runs' findings show) against the DAG runs before it on the "
@@ -163,6 +174,7 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
              "hosts) are left out of the judgement and counted in the tables; a DAG run whose runs were all "
              "contended is not compared. MXNet build: the version the trainer reported, which is what ran "
              "whatever was asked for; runtime: the interpreter or image each run used."]
+    intro = ([scope] if scope else []) + intro
     if history.empty:
         return render_page(title, [], [("Throughput by variant and MXNet build", "No runs are stored yet.")], [],
                            intro=intro)
@@ -200,6 +212,7 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                             # other work on the hosts: a reader weighs the alert by it
                             "contended runs": flagged["contended"].astype(int)})
     flagged = with_triage(flagged, alerts)
+    flagged = flagged.assign(machine=named_machines(flagged["machine"], names or {}))
     png = io.BytesIO()
     plot_history(history, png, alerts, names)
     forms = bool(form_token) and not flagged.empty and flagged["DAG"].isin(list(editable)).any()
@@ -208,7 +221,9 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                 ("Throughput by variant and MXNet build", by_build),
                 ("Regressions flagged (red rings in the plot)", TRIAGE_TABLE if forms else flagged),
                 (STEP_FINDER, named_steps(step_table(history), names or {}))]
-    sections[1:1] = scaling_by_build(history, sizes)
+    sections[1:1] = scaling_by_build(history, sizes, names or {})
+    if backfills is not None:
+        sections.append((BACKFILLS, backfills))
     page = render_page(title, [], sections, [("Throughput history by MXNet build", png.getvalue())], intro=intro)
     return page.replace(f"<p>{TRIAGE_TABLE}</p>", triage_table(flagged, editable, form_token), 1) if forms else page
 
@@ -229,7 +244,7 @@ def builds_section(history: pd.DataFrame, names: Optional[dict]) -> tuple:
             builds_table(builds_view(judged, manifest_or_none(), names)))
 
 
-def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame]) -> list:
+def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame], names: dict) -> list:
     """The history page's section of measured scaling efficiency and cost by MXNet build; none
     without sizes or where no model was measured at more than one device count."""
     from mxbench.report.scaling import BUILD_TABLE, build_table, prices_or_why
@@ -244,7 +259,8 @@ def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame]) -> li
     heading = (f"{BUILD_TABLE} (efficiency: the median speed / (devices x the same build's 1-device median "
                "speed, same launcher and machine), measured, not the scaling model's; cost from MXBENCH_PRICES"
                + (f". {why}" if why else "") + ")")
-    return [(heading, build_table(efficiency, prices))]
+    table = build_table(efficiency, prices)
+    return [(heading, table.assign(machine=named_machines(table["machine"], names)))]
 
 
 def with_triage(flagged: pd.DataFrame, alerts: Optional[pd.DataFrame]) -> pd.DataFrame:

@@ -213,9 +213,10 @@ class User:
 
 
 @pytest.fixture
-def client(url, tmp_path, monkeypatch):
-    """The mxbench app with a stand-in for Airflow's auth: user "editor" may edit the regression
-    DAG, anyone may read; ``client.via_header`` says whether the request came with a bearer token."""
+def client(airflow_db, url, tmp_path, monkeypatch):
+    """The mxbench app (Airflow's metadata DB: the history page lists its backfills) with a stand-in
+    for Airflow's auth: user "editor" may edit the regression DAG, anyone may read;
+    ``client.via_header`` says whether the request came with a bearer token."""
     from fastapi.testclient import TestClient
 
     from mxbench.airflow_glue import web

@@ -1,6 +1,8 @@
 """The "Benchmark history" page and its pieces, on seeded store rows: each variant, launcher and
 kind of machine judged on its own; a planted step is flagged, listed and named by the step finder.
 And the report view's guard: a run id maps to a file under $MXBENCH_HOME/runs or to nothing."""
+import re
+from datetime import timedelta
 from html.parser import HTMLParser
 
 import numpy as np
@@ -12,6 +14,7 @@ from mxbench.report import history_page
 from support.stored_runs import (
     CPU_FP,
     IMAGE_190,
+    T0,
     VENV_190,
     make_dag_dir,
     ok_runs,
@@ -96,17 +99,18 @@ def test_the_history_page_lists_regressions_and_names_the_first_slower_build():
     # the builds view first: per series each build and its change from the one before
     step = builds.assign(**{"MXNet build": builds["MXNet build"].str.split(" ").str[0]}).set_index(
         ["series", "machine", "MXNet build"])
-    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.9.0"), "change [95% CI], verdict"].endswith(", slower")
-    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.9.0"), "level change starts"].startswith("here (-1")
-    assert step.loc[("cpu1-bs64 (local)", "aaaa", "1.8.0"), "change [95% CI], verdict"] == "first build"
-    assert not step.loc[("cpu1-bs64 (local)", "bbbb", "1.9.0"), "change [95% CI], verdict"].endswith(
+    first = "unnamed machine aaaa"  # the seeded machines have no name: "unnamed machine" and the fingerprint's start
+    assert step.loc[("cpu1-bs64 (local)", first, "1.9.0"), "change [95% CI], verdict"].endswith(", slower")
+    assert step.loc[("cpu1-bs64 (local)", first, "1.9.0"), "level change starts"].startswith("here (-1")
+    assert step.loc[("cpu1-bs64 (local)", first, "1.8.0"), "change [95% CI], verdict"] == "first build"
+    assert not step.loc[("cpu1-bs64 (local)", "unnamed machine bbbb", "1.9.0"), "change [95% CI], verdict"].endswith(
         (", slower", ", faster"))
     assert set(flagged["variant"]) == {"cpu1-bs64"} and set(flagged["MXNet build"]) == {"1.9.0"}
     assert set(flagged["runtime"]) == {"/opt/builds/1.9.0/bin/python"}
     step = steps.set_index(["variant", "launcher", "machine"])
-    assert step.loc[("cpu1-bs64", "local", "aaaa"), "first build after"] == "1.9.0"
-    assert step.loc[("cpu1-bs64", "local", "bbbb"), "first build after"] == "none"  # its own hardware
-    assert step.loc[("cpu2w-bs64", "ssh", "aaaa"), "first build after"] == "none"
+    assert step.loc[("cpu1-bs64", "local", "unnamed machine aaaa"), "first build after"] == "1.9.0"
+    assert step.loc[("cpu1-bs64", "local", "unnamed machine bbbb"), "first build after"] == "none"  # its own hardware
+    assert step.loc[("cpu2w-bs64", "ssh", "unnamed machine aaaa"), "first build after"] == "none"
     assert page.count("data:image/png;base64,") == 1
 
 
@@ -131,10 +135,10 @@ def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tm
 
 
 def stored_page(url):
-    """The history page as the history route makes it, sizes included."""
+    """The history page as the history route makes it, sizes and machine names included."""
     rows = store.read_history(url)
     judged = judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
-    return history_page(judged, "test", sizes=store.read_sizes(url))
+    return history_page(judged, "test", sizes=store.read_sizes(url), names=store.machine_names(url))
 
 
 def efficiency_table(page):
@@ -157,7 +161,7 @@ def test_the_page_shows_scaling_efficiency_and_cost_by_build(tmp_path, monkeypat
     assert list(table["MXNet build"]) == ["1.9.0"] * 3 + ["1.9.1"] * 3
     assert list(table["devices"]) == ["1", "2", "4"] * 2 and set(table["DAG runs"]) == {"2"}
     assert set(table["ResNet depth"]) == {"8"} and set(table["images per device"]) == {"32"}
-    assert set(table["launcher"]) == {"local"} and set(table["machine"]) == {CPU_FP}
+    assert set(table["launcher"]) == {"local"} and set(table["machine"]) == {"cpu: AMD EPYC 7B13 x2"}
     assert list(table["efficiency vs 1 device"]) == ["100.0%", "83.3%", "76.9%", "100.0%", "71.4%", "62.5%"]
     assert list(table["samples/s (median of runs)"]) == [f"{planted_speed(w, link=link):,.1f}"
                                                          for link in (0.2, 0.4) for w in (1, 2, 4)]
@@ -264,7 +268,7 @@ def test_the_plugin_serves_no_api_docs(monkeypatch):
         assert "swagger" not in answer.text.lower() and "openapi" not in answer.text.lower()
 
 
-def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(tmp_path, monkeypatch):
+def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(airflow_db, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
     from mxbench.airflow_glue import web
@@ -339,3 +343,62 @@ def test_the_page_judges_each_series_over_the_baseline_dags_only_and_leaves_cont
     monkeypatch.setenv("MXBENCH_BASELINE_DAGS", "mxbench_regression,mxbench_benchmark")
     pooled = judge_history(two_teams()).groupby("run_id")["verdict"].first()
     assert pooled["day8"] == "regression" and pooled["day3"] == "improved"
+
+
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+class Editor:
+    """A stand-in for Airflow's user: the history page takes its id for the triage forms' token."""
+
+    def get_id(self):
+        return "editor"
+
+
+def record_a_step(url, root, dag_runs=8, step_at=6):
+    """Nightly DAG runs of the regression DAG on one machine, 20% slower from DAG run ``step_at`` on."""
+    for day in range(dag_runs):
+        speed = 100.0 if day < step_at else 80.0
+        folder = make_dag_dir(root, f"night-{day}", ok_runs(variant("cpu1-nightly"), speeds=(speed, speed * 1.01,
+                                                                                               speed * 0.99)),
+                              started=T0 + timedelta(days=day))
+        store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"night-{day}", trigger="scheduled")
+
+
+def test_no_page_or_command_shows_a_machine_as_a_bare_fingerprint(airflow_db, tmp_path, monkeypatch, capsys):
+    """Issue 43: every table of the history page (the builds view, by build, scaling by build, the
+    flagged regressions with their triage forms, the step finder) names the machine, its
+    fingerprint a hover away; the command line's history and builds say "name [fingerprint]"."""
+    from fastapi.testclient import TestClient
+
+    from mxbench import cli
+    from mxbench.airflow_glue import web
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
+    record_a_step(url, tmp_path)
+    record_scaling_series(url, tmp_path, dag_runs=2, dag_id="mxbench_regression")
+    web.app.dependency_overrides[web.current_user] = Editor
+    monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
+    monkeypatch.setattr(web, "may_edit", lambda user, dag_id: True)
+    monkeypatch.setattr(web, "form_secret", lambda: b"test secret")
+    try:
+        page = TestClient(web.app).get("/history").text
+    finally:
+        web.app.dependency_overrides.clear()
+    tables = Tables(page).frames
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    assert any("Regressions flagged" in h for h in headings) and any("Scaling efficiency" in h for h in headings)
+    flagged = next(frame for frame in tables if "DAG run" in frame.columns and "state" in frame.columns)
+    assert list(flagged["DAG run"]) == ["night-6", "night-7"]  # both slower than the 6 before: flagged, with forms
+    cells = [str(cell) for frame in tables for column in frame.columns for cell in frame[column]]
+    assert "cpu: AMD EPYC 7B13 x2" in cells and not [cell for cell in cells if FINGERPRINT.fullmatch(cell.strip())]
+    assert f"<abbr title='{CPU_FP}'>cpu: AMD EPYC 7B13 x2</abbr>" in page
+    # the triage form still posts the store's key of the machine, the fingerprint
+    assert f"name='environment' value='{CPU_FP}'" in page
+
+    for command in (["history", "cpu1-nightly", "--url", url], ["builds", "cpu1-nightly", "--url", url]):
+        assert cli.main(command) == 0
+        out = capsys.readouterr().out
+        assert f"cpu: AMD EPYC 7B13 x2 [{CPU_FP}]" in out, command
+        assert out.count(CPU_FP) == out.count(f"[{CPU_FP}]"), command

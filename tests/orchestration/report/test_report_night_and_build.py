@@ -80,6 +80,10 @@ def test_a_backfills_report_shows_its_builds_first(backfill):
     page = (backfill[-1] / "report" / "report.html").read_text()
     assert page.index("id='backfill-builds'") < page.index("id='answer'")
     assert "href='../../report/mxbench_regression/backfill__2026-11-02T00%3A00%3A00%2B00%3A00'" in page
+    # and a link to the history page filtered to this backfill (the UI finds its id from this DAG run)
+    section = page.split("id='backfill-builds'", 1)[1].split("</section>", 1)[0]
+    assert ("<a href='../../history/backfill-of/mxbench_regression/backfill__2026-11-04T00%3A00%3A00%2B00%3A00'>"
+            "This backfill's DAG runs on the history page</a>") in section
     # the same view, for its series, among the regression sections
     assert "## Builds: what each MXNet build did to speed\n" in md
 

@@ -133,6 +133,76 @@ def test_the_detectable_gap_is_what_the_rule_really_detects():
     assert 0.7 <= found <= 0.9  # 80% power, up to the simulations' own noise
 
 
+def _detectable_trial_by_trial(n, m, alpha, trials, steps=9):
+    """The detectable gap as it was first computed (before issue 43): ``_called`` on one trial at a time."""
+    from mxbench.stats.verdict import LEVEL, POWER, SEED, _called
+
+    rng = np.random.default_rng(SEED)
+    noise = [(rng.normal(size=n), rng.normal(size=m)) for _ in range(trials)]
+
+    def detected(gap):
+        return np.mean([_called(np.exp(x - gap), np.exp(y), alpha, LEVEL, resamples=1000) for x, y in noise])
+
+    low, high = 0.0, 2.0
+    while detected(high) < POWER and high < 64:
+        low, high = high, 2 * high
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (low, mid) if detected(mid) >= POWER else (mid, high)
+    return high
+
+
+@pytest.mark.parametrize("n, m, alpha", [(6, 6, ALPHA), (7, 5, ALPHA / 3), (8, 8, ALPHA / 3)])
+def test_the_vectorised_detectable_gap_is_the_trial_by_trial_one(n, m, alpha):
+    """Same seeded noise, resamples and splits: not only within the simulation's Monte Carlo error,
+    the very same gap."""
+    from mxbench.stats.verdict import LEVEL, POWER, _detectable_in_sd
+
+    _detectable_in_sd.cache_clear()
+    assert _detectable_in_sd(n, m, alpha, POWER, LEVEL, trials=60) == _detectable_trial_by_trial(n, m, alpha, 60)
+
+
+def test_the_vectorised_rule_calls_each_row_as_the_rule_does():
+    from mxbench.stats.verdict import _called, _called_rows
+
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(40, 6)), rng.normal(size=(40, 5))
+    called_at = _called_rows(x, y, ALPHA, 0.95, resamples=1000)
+    calls = 0
+    for gap in (0.0, 0.7, 1.3, 2.6):
+        expected = [_called(np.exp(a - gap), np.exp(b), ALPHA, 0.95, resamples=1000) for a, b in zip(x, y)]
+        assert called_at(gap).tolist() == expected
+        calls += sum(expected)
+    assert 0 < calls < 4 * len(x)  # both answers seen: the check compares something
+
+
+def test_a_new_detectable_gap_takes_well_under_a_second_of_cpu():
+    """Issue 43: the first ``compare`` at a new (n, m) took seconds (114 s at load 9). CPU time, not
+    wall time, so a busy machine does not fail it; 2 s leaves room for a slow core."""
+    import time
+
+    from mxbench.stats.verdict import LEVEL, POWER, _detectable_in_sd
+
+    _detectable_in_sd.cache_clear()
+    start = time.process_time()
+    _detectable_in_sd(12, 12, ALPHA / 3, POWER, LEVEL)  # 20,000 sampled splits: the costliest kind
+    assert time.process_time() - start < 2.0
+
+
+def test_the_vectorised_paired_p_is_each_rows_own_test():
+    """``_paired_p_rows`` runs the sign-flip test only on the rows that fail the normality check
+    (issue 43: it cost 2^n sums a row at every gap of the power search); each row's p is still
+    ``paired_test``'s, whichever test gives it."""
+    from mxbench.stats.verdict import _paired_p_rows, paired_test
+
+    rng = np.random.default_rng(8)
+    rows = rng.normal(0.01, 0.02, (30, 8))
+    rows[::3, 0] += 0.3  # an outlier round: these rows fail the normality check
+    tests = [paired_test(row) for row in rows]
+    assert {"t test", "sign-flip test"} == {test.split(" (")[0] for _, test in tests}  # both kinds of row
+    assert np.allclose(_paired_p_rows(rows), [p for p, _ in tests], rtol=1e-9, atol=0)
+
+
 def test_no_interval_below_three_repeats_and_no_measure_from_nan_or_inf():
     r = compare([7586.0, 7600.0], [8010.0, 8000.0], "k8s", "ssh")
     assert r.ci_low is None and r.outcome == "too few repeats"  # a 2 vs 2 bootstrap covers ~70%, not 95%
