@@ -315,9 +315,10 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         reasons.append(f"steal {worst_steal:.0%}")
     if gpu_foreign:
         reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
-    waited = [why for r in readings if (why := own_waiting(r, thresholds))]
-    if waited:
-        reasons.append(waited[0])
+    by_pressure = sorted(readings, key=lambda r: -(_number(r.get("run_pressure")) or 0.0))
+    waited = next((why for r in by_pressure if (why := own_waiting(r, thresholds))), None)
+    if waited:  # the host that waited most, of those beyond their level
+        reasons.append(waited)
     slow = canary_slow(times, thresholds)
     if slow:
         reasons.append(slow)
