@@ -202,7 +202,7 @@ def test_a_table_entry_from_before_the_new_signals_keeps_their_defaults():
     found = interference.Thresholds.from_dict(old)
     assert (found.run_pressure, found.canary_s) == (interference.RUN_PRESSURE, None)
     assert interference.Thresholds.from_dict(found.as_dict()) == found
-    assert "own cgroup waiting >= 25% beyond what its own threads explain (>= 70% where" in str(found)
+    assert "own cgroup waiting >= 20% beyond what its own threads explain (>= 70% where" in str(found)
     assert "canary >= 1.5x its fastest" in str(found)
 
 
@@ -263,7 +263,7 @@ def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
     row = interference.summarise(events, strict)
     assert row["contended"] is True and row["contention"] == "other processes used 0.10 cores"
     assert row["contention_thresholds"] == (
-        "other processes >= 0.06 cores or steal >= 1.0% or own cgroup waiting >= 25% beyond what its own threads "
+        "other processes >= 0.06 cores or steal >= 1.0% or own cgroup waiting >= 20% beyond what its own threads "
         "explain (>= 70% where they are unknown) or canary >= 1.5x its fastest (from 9 A/A runs on this hardware)")
     runs = pd.DataFrame({"key": ["a", "b"], "contention_thresholds": [row["contention_thresholds"], None]})
     assert interference.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
