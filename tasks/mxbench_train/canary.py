@@ -10,9 +10,9 @@ orchestration judges the slower of the two against that hardware's A/A runs
 
 Each timing is the fastest of ``ROUNDS`` short repeats: a preemption or a page-cache hiccup slows one
 repeat, a neighbour that stays slows them all. Measured on the 2-core dev VM (``benchmarks/quiet_vs_busy.py``):
-the fastest of 2 quarter-second repeats varied up to 1.29x between the two ends of a quiet run, the
-fastest of 6 of a third of the work (LOOP and passes over the buffer cut to a quarter) much less, at the same
-cost: about 0.45 s a timing, so 0.9 s per worker per run.
+the fastest of 2 quarter-second repeats varied up to 1.29x between the two ends of a quiet 1-worker run,
+the fastest of 6 repeats of a quarter of the work (LOOP and passes over the buffer cut to a quarter) up to
+1.16x, at the same cost: about 0.45 s a timing on a quiet host (2.2 s at load 7), 2 timings per worker per run.
 """
 import time
 
