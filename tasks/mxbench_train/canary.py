@@ -8,14 +8,19 @@ slower. Each worker times it right before and right after its training (``HostWa
 orchestration judges the slower of the two against that hardware's A/A runs
 (``mxbench.results.interference``).
 
-``ROUNDS`` is sized for about a quarter of a second on a current x86 core: 2 x that per worker per run.
+Each timing is the fastest of ``ROUNDS`` short repeats: a preemption or a page-cache hiccup slows one
+repeat, a neighbour that stays slows them all. Measured on the 2-core dev VM (``benchmarks/quiet_vs_busy.py``):
+the fastest of 2 quarter-second repeats varied up to 1.29x between the two ends of a quiet 1-worker run,
+the fastest of 6 repeats of a quarter of the work (LOOP and passes over the buffer cut to a quarter) up to
+1.16x, at the same cost: about 0.45 s a timing on a quiet host (2.2 s at load 7), 2 timings per worker per run.
 """
 import time
 
-LOOP = 200_000  # iterations of the arithmetic loop
+LOOP = 50_000  # iterations of the arithmetic loop
 SWEEP_BYTES = 32 << 20  # the buffer swept: beyond a typical last-level cache, so memory bandwidth counts
 STRIDE = 64  # one cache line per touch
-ROUNDS = 2
+PASSES = 16  # passes over the buffer, each touching every cache line once
+ROUNDS = 6
 
 
 def workload() -> int:
@@ -26,7 +31,7 @@ def workload() -> int:
         x = x * 1.0000001 + 0.5 / (i + 1)
     buffer = bytearray(SWEEP_BYTES)
     view = memoryview(buffer)
-    for offset in range(0, STRIDE):  # write one byte per cache line, STRIDE times over: every line fetched
+    for offset in range(0, STRIDE, STRIDE // PASSES):  # one byte per cache line a pass: every line fetched
         view[offset::STRIDE] = bytes([offset]) * (SWEEP_BYTES // STRIDE)
     return acc ^ int(x) ^ buffer[SWEEP_BYTES - 1]
 

@@ -9,8 +9,11 @@ a pod cannot see its node's processes; its own cgroup it can always read.
   ``RoleCgroup``: a child cgroup under the cgroup v2 mount (``v2_mount``: ``/sys/fs/cgroup`` on a
   pure v2 host, ``/sys/fs/cgroup/unified`` on a hybrid one), named uniquely per role start, moves
   the role into it before it execs, and removes it after the role ended (killing what is left in
-  it). It tells the role where it is (``CGROUP_ENV``), or why it is not (``UNAVAILABLE_ENV``: no v2
-  mount, not writable, ...): the host-wide PSI stands in then, and the record says so.
+  it). Where no child cgroup can be made but ``systemd-run`` works (a host where systemd owns the
+  tree), the role starts through ``systemd-run --scope`` in a scope of its own instead (``SCOPE_ENV``:
+  its unit; systemd removes it when the role ended). It tells the role where it is (``CGROUP_ENV``,
+  ``SCOPE_ENV``), or why it is not (``UNAVAILABLE_ENV``: no v2 mount, not writable, no working
+  systemd-run): the host-wide PSI stands in then, last, and the record says so.
 - **pods**: the container's own cgroup, as ``/proc/self/cgroup`` names it under the v2 mount (on a
   cgroup v2 node, the pod's own; the Kubernetes stand-in's kubelet makes one per pod, as a real one).
 
@@ -20,7 +23,9 @@ a planted tree in a temporary folder tests them.
 """
 import os
 import secrets
+import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -30,6 +35,9 @@ SELF_CGROUP = Path("/proc/self/cgroup")
 ROOT_ENV = "MXBENCH_CGROUP_ROOT"  # the deployer's (or a test's) cgroup v2 mount, instead of the one found
 CGROUP_ENV = "MXBENCH_CGROUP"  # set by the starter: the role's own cgroup, relative to the mount
 UNAVAILABLE_ENV = "MXBENCH_CGROUP_UNAVAILABLE"  # set by the starter: why the role has no cgroup of its own
+SCOPE_ENV = "MXBENCH_CGROUP_SCOPE"  # set by the starter: the systemd scope unit the role was started in
+SYSTEMD_RUN = "systemd-run"
+PROBE_TIMEOUT_S = 10.0
 PREFIX = "mxbench-"
 REMOVE_WAIT_S = 2.0  # exiting tasks leave the cgroup a moment after they are reaped
 
@@ -81,18 +89,42 @@ def run_cgroup(environ: Mapping[str, str], in_pod: bool, mounts: Optional[Path] 
     the run's pressure comes from, in words (the host-wide PSI and why, where there is none)."""
     if environ.get(UNAVAILABLE_ENV):
         return None, f"host-wide PSI: no cgroup of its own ({environ[UNAVAILABLE_ENV]})"
-    expected = environ.get(CGROUP_ENV)
-    if not in_pod and not expected:
+    expected, scope = environ.get(CGROUP_ENV), environ.get(SCOPE_ENV)
+    if not in_pod and not expected and not scope:
         return None, "host-wide PSI: its starter made no cgroup for it"
     mount, path = v2_mount(mounts, environ), own_path(self_cgroup)
     if mount is None or path is None:
         return None, "host-wide PSI: no cgroup v2 here"
     if expected and path.rstrip("/") != expected.rstrip("/"):
         return None, f"host-wide PSI: it is in {path}, not in the cgroup {expected} made for it"
+    if scope and not path.rstrip("/").endswith(f"/{scope}.scope"):
+        return None, f"host-wide PSI: it is in {path}, not in the systemd scope {scope} started for it"
     folder = _under(mount, path)
     if pressure_total_us(folder) is None:
         return None, f"host-wide PSI: {folder}/cpu.pressure cannot be read"
-    return folder, "the pod's own cgroup" if in_pod else "the role's own cgroup"
+    if in_pod:
+        return folder, "the pod's own cgroup"
+    return folder, "the role's own systemd scope (systemd-run)" if scope else "the role's own cgroup"
+
+
+def _unique(role: str) -> str:
+    """A cgroup's (or scope's) name, unique per start: several runs, tests and engineers share a host."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in role)[:40]
+    return f"{PREFIX}{safe}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def systemd_run_works() -> bool:
+    """Whether ``systemd-run --scope`` can start a command here: it is on PATH and a systemd answers
+    it (a container often has the binary but no systemd as init)."""
+    found = shutil.which(SYSTEMD_RUN)
+    if found is None:
+        return False
+    try:
+        return subprocess.run([found, "--scope", "--quiet", "--collect", "--", "true"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=PROBE_TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def sweep(mount: Path):
@@ -115,24 +147,31 @@ def sweep(mount: Path):
 class RoleCgroup:
     """A cgroup of one role's own under the v2 mount, or the reason there is none (``why``).
 
-    ``make`` never raises; ``preexec`` (in the child, before exec) moves the role in; ``env`` tells the
-    role which it is; ``remove`` kills what is left in it and removes it (call it after the role ended,
-    whether it succeeded or not).
+    ``make`` never raises; ``preexec`` (in the child, before exec) moves the role in; ``argv`` is the
+    role's command as started (through ``systemd-run --scope`` where that is the cgroup, ``scope``);
+    ``env`` tells the role which it is; ``remove`` kills what is left in it and removes it (call it
+    after the role ended, whether it succeeded or not).
     """
 
-    def __init__(self, folder: Optional[Path], mount: Optional[Path], why: Optional[str]):
-        self.folder, self.mount, self.why = folder, mount, why
+    def __init__(self, folder: Optional[Path], mount: Optional[Path], why: Optional[str],
+                 scope: Optional[str] = None):
+        self.folder, self.mount, self.why, self.scope = folder, mount, why, scope
 
     @classmethod
     def make(cls, role: str, mounts: Optional[Path] = None,
              environ: Optional[Mapping[str, str]] = None) -> "RoleCgroup":
+        made = cls._child(role, mounts, environ)
+        if made.folder is None and made.mount is not None and systemd_run_works():
+            return cls(None, made.mount, None, scope=_unique(role))
+        return made
+
+    @classmethod
+    def _child(cls, role: str, mounts: Optional[Path], environ: Optional[Mapping[str, str]]) -> "RoleCgroup":
         mount = v2_mount(mounts, environ)
         if mount is None:
             return cls(None, None, "no cgroup v2 mount")
         sweep(mount)
-        # unique per start: several runs, tests and engineers share a host
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in role)[:40]
-        folder = mount / f"{PREFIX}{safe}-{os.getpid()}-{secrets.token_hex(4)}"
+        folder = mount / _unique(role)
         try:
             folder.mkdir()
         except OSError as exc:
@@ -142,7 +181,15 @@ class RoleCgroup:
             return cls(None, mount, f"cannot move a process into a cgroup under {mount}")
         return cls(folder, mount, None)
 
+    def argv(self, argv) -> list:
+        """The role's command as started: in its systemd scope where that is its cgroup."""
+        if self.scope is None:
+            return list(argv)
+        return [SYSTEMD_RUN, "--scope", "--quiet", "--collect", f"--unit={self.scope}", "--", *argv]
+
     def env(self) -> Dict[str, str]:
+        if self.scope is not None:
+            return {SCOPE_ENV: self.scope}
         if self.folder is None:
             return {UNAVAILABLE_ENV: self.why or "unknown"}
         return {CGROUP_ENV: "/" + str(self.folder.relative_to(self.mount))}

@@ -13,7 +13,8 @@ is named in ``unreadable`` and the rest goes on. The worker's ``run_end`` event 
 
 Two readings see what the others cannot, on every launcher, pods included: ``run_pressure``, the
 CPU pressure of the role's own cgroup (``cgroup.run_cgroup``: the share of the span its own tasks
-were runnable and waiting; ``pressure_source`` says whose, or that the host-wide PSI stands in),
+were runnable and waiting; ``pressure_source`` says whose, or that the host-wide PSI stands in;
+``run_threads`` what the run's own roles on the host ask of its ``cpus``, which explains part of it),
 and ``canary_s``, the fixed workload of ``canary`` timed right before and right after the span
 (``canary_cost_s``: what timing it cost the run).
 """
@@ -109,6 +110,27 @@ def used_ticks(before: Dict[Tuple[int, int], int], after: Dict[Tuple[int, int], 
     return {key: ticks for key, ticks in used.items() if ticks > 0}
 
 
+def _threads(environ: Dict[str, str]) -> int:
+    try:
+        return max(1, int(environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def run_threads(marker: Optional[tuple], in_pod: bool) -> int:
+    """The compute threads of this run's roles on this host, as their starter set them
+    (``OMP_NUM_THREADS`` of each worker and server): what the run itself asks of the host's cores.
+    A pod sees only itself: its own."""
+    if in_pod or marker is None:
+        return _threads(dict(os.environ))
+    found = 0
+    for pid, _ in localhost.processes():
+        environ = _environ_of(pid)
+        if environ.get("DMLC_ROLE") in ("worker", "server") and _run_marker(environ) == marker:
+            found += _threads(environ)
+    return found or _threads(dict(os.environ))
+
+
 def _cpu_mhz() -> Optional[float]:
     freqs = []
     for path in SYS_CPU.glob("cpu[0-9]*/cpufreq/scaling_cur_freq"):
@@ -181,7 +203,8 @@ class HostWatch:
         run_pressure = cgroup.pressure_total_us(self.cgroup) if self.cgroup else None
         unreadable: List[str] = []
         found = {"host": socket.gethostname(), "wall_s": round(wall, 3), "cpus": os.cpu_count(),
-                 "load1": _load1(), "cpu_mhz": _cpu_mhz(), "pressure_source": self.pressure_source}
+                 "load1": _load1(), "cpu_mhz": _cpu_mhz(), "pressure_source": self.pressure_source,
+                 "run_threads": run_threads(self.marker, self.in_pod)}
         if run_pressure is not None and self.run_pressure is not None and wall > 0:
             found["run_pressure"] = round((run_pressure - self.run_pressure) / 1e6 / wall, 4)
         else:

@@ -98,7 +98,7 @@ class LocalProcess:
         with open(log_path, "wb") as out:
             try:
                 self.popen = subprocess.Popen(
-                    list(role.argv), env={**os.environ, **role.env, **self.cgroup.env()}, cwd=cwd,
+                    self.cgroup.argv(role.argv), env={**os.environ, **role.env, **self.cgroup.env()}, cwd=cwd,
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, preexec_fn=entering(self.cgroup, preexec_fn))
             except OSError as exc:

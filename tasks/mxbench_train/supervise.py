@@ -65,7 +65,7 @@ def supervise(role: str, pid_file, argv: Sequence[str], heartbeat_timeout: float
 def _supervise(role, pid_file, argv, heartbeat_timeout, stop_signals, cgroup) -> int:
     try:
         # from the main thread: PR_SET_PDEATHSIG fires when the forking *thread* ends
-        child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, start_new_session=True,
+        child = subprocess.Popen(cgroup.argv(argv), stdin=subprocess.DEVNULL, start_new_session=True,
                                  env={**os.environ, **cgroup.env()},
                                  preexec_fn=plan_runner.entering(cgroup, plan_runner.die_with(os.getpid())))
     except OSError as exc:

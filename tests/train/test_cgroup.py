@@ -89,6 +89,42 @@ def test_where_no_cgroup_can_be_made_the_role_runs_on_and_says_why(tmp_path):
     assert cgroup.CGROUP_ENV not in said
 
 
+FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
+
+
+def test_where_no_child_cgroup_can_be_made_a_working_systemd_run_gives_the_role_a_scope(tmp_path, monkeypatch):
+    """The choice: a child cgroup; else a scope of systemd-run's where it works (a fake on PATH: this
+    host has the binary but no systemd); else the host-wide PSI, said so. The role started through it
+    knows its scope and reads that scope's own pressure, and says which source it was."""
+    plain = tmp_path / "not-a-cgroup"
+    plain.mkdir()
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    made = cgroup.RoleCgroup.make("worker0", environ={cgroup.ROOT_ENV: str(plain)})
+    assert made.folder is None and made.scope.startswith("mxbench-worker0-") and made.why is None
+    assert made.env() == {cgroup.SCOPE_ENV: made.scope}
+    assert made.argv(["python", "-c", "x"]) == ["systemd-run", "--scope", "--quiet", "--collect",
+                                                f"--unit={made.scope}", "--", "python", "-c", "x"]
+    made.remove()  # systemd removes a scope itself: nothing to do, no error
+    mount, mounts, self_cgroup = planted(tmp_path / "v2", own=f"/system.slice/{made.scope}.scope")
+    folder, source = cgroup.run_cgroup(made.env(), False, mounts, self_cgroup)
+    assert folder == mount / "system.slice" / f"{made.scope}.scope"
+    assert source == "the role's own systemd scope (systemd-run)"
+    folder, source = cgroup.run_cgroup({cgroup.SCOPE_ENV: "mxbench-other"}, False, mounts, self_cgroup)
+    assert folder is None and source.startswith("host-wide PSI: it is in /system.slice/")
+    # the binary there but no systemd answering it: the host-wide PSI, for the same reason as before
+    monkeypatch.setenv("FAKE_SYSTEMD_DOWN", "1")
+    down = cgroup.RoleCgroup.make("worker0", environ={cgroup.ROOT_ENV: str(plain)})
+    assert down.scope is None and down.why == f"cannot move a process into a cgroup under {plain}"
+    monkeypatch.delenv("FAKE_SYSTEMD_DOWN")
+    # a role started for real goes through it and is told its scope
+    role = Role("worker0", "worker", "127.0.0.1", (sys.executable, "-c", "import os, json; print(json.dumps("
+                "{k: v for k, v in os.environ.items() if k.startswith('MXBENCH_CGROUP')}))"), {})
+    monkeypatch.setenv(cgroup.ROOT_ENV, str(plain))
+    (result,) = plan_runner.run_plan([role], tmp_path / "run", deadline_s=30)
+    said = json.loads(Path(result.log).read_text())
+    assert said[cgroup.SCOPE_ENV].startswith("mxbench-worker0-") and cgroup.UNAVAILABLE_ENV not in said
+
+
 def test_empty_cgroups_of_starters_gone_are_swept_and_busy_or_live_ones_stay(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
