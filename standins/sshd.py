@@ -505,6 +505,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     sp = sub.add_parser("stop", help="stop the fleet recorded in ROOT/fleet.json")
     sp.add_argument("--root", required=True, type=Path)
     sub.add_parser("check", help='print "ok" or why sshd cannot be started here')
+    sd = sub.add_parser("describe", help="one line: the recorded fleet's hosts and the network between them")
+    sd.add_argument("--root", required=True, type=Path)
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -513,6 +515,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1 if reason else 0
 
     root = args.root.resolve()
+    if args.cmd == "describe":
+        fleet = Fleet.load(root)
+        if fleet is None:
+            print(f"mxbench: no fleet recorded in {root / 'fleet.json'}", file=sys.stderr)
+            return 1
+        network = fleet.describe_network() or "loopback addresses of one network stack, no link between the hosts"
+        print(f"sshd on {' and '.join(h.address for h in fleet.hosts)}: {network}")
+        return 0
     if args.cmd == "stop":
         fleet = Fleet.load(root)
         if fleet is None:
