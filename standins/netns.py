@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import itertools
+import json
 import os
 import re
 import shutil
@@ -84,6 +85,16 @@ def _free_subnet(start: int) -> ipaddress.IPv4Network:
     raise RuntimeError(f"every /24 of {BENCHMARK_RANGE} is routed here already")
 
 
+def _burst(bits: float) -> str:
+    """tbf's bucket: 1 ms at the rate, at least a 64 KiB GSO packet, so the bucket never caps it."""
+    return str(max(int(bits / 8 / 1000), 65536))
+
+
+def _shape(namespace: str, dev: str, rate: str, burst: str) -> None:
+    _run("tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+         "latency", "20ms")
+
+
 @dataclass
 class Network:
     """Hosts host1..hostN in namespaces ``<prefix>-host<i>``, a bridge in ``<prefix>-switch``."""
@@ -130,6 +141,19 @@ class Network:
     @classmethod
     def from_json(cls, d: dict) -> "Network":
         return cls(d["prefix"], d["root_link"], d["subnet"], d["rate"], int(d["count"]))
+
+    def set_rate(self, rate: str) -> None:
+        """Shape every host's link to ``rate`` from now on, each way."""
+        burst = _burst(rate_bits(rate))
+        for i in range(self.count):
+            for where, dev in ((self.namespace(i), "eth0"), (self.switch, f"host{i + 1}")):
+                _shape(where, dev, rate, burst)
+        self.rate = rate
+
+    def sent(self, i: int) -> int:
+        """Bytes host i has sent into the bridge so far (its switch port's received bytes)."""
+        shown = _run("ip", "-n", self.switch, "-j", "-s", "link", "show", f"host{i + 1}").stdout
+        return int(json.loads(shown)[0]["stats64"]["rx"]["bytes"])
 
     def set_link(self, i: int, up: bool) -> None:
         """Take host i's link down (its switch port) or bring it back."""
@@ -178,8 +202,7 @@ def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
     pid = os.getpid()
     subnet = _free_subnet(pid * 7 + n)
     net = Network(f"mxb-{pid}-{n}", f"mxb{pid}-{n}", str(subnet), rate, count)
-    # a bucket of 1 ms at the rate (at least a 64 KiB GSO packet): big enough not to cap the rate
-    burst = str(max(int(bits / 8 / 1000), 65536))
+    burst = _burst(bits)
     try:
         sw = net.switch
         _run("ip", "netns", "add", sw)
@@ -198,8 +221,7 @@ def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
             _run("ip", "-n", ns, "link", "set", "eth0", "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
             for where, dev in ((ns, "eth0"), (sw, port)):  # the host's sending and its receiving
-                _run("tc", "-n", where, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                     "burst", burst, "latency", "20ms")
+                _shape(where, dev, rate, burst)
     except BaseException:
         net.remove()
         raise

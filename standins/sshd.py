@@ -249,6 +249,14 @@ class Fleet:
     def alive(self) -> bool:
         return bool(self.hosts) and all(h.alive() for h in self.hosts)
 
+    def set_link_rate(self, rate: str) -> None:
+        """Shape the namespace hosts' links to ``rate`` from now on (connections made after say so)."""
+        if self.network["kind"] != "netns":
+            raise RuntimeError(f"the hosts have no link to shape: {self.network}")
+        network = netns.Network.from_json(self.network)
+        network.set_rate(rate)
+        self.network = network.to_json()
+
     def stop(self) -> None:
         """Stop every sshd of the fleet and whatever its sessions started; idempotent."""
         for h in self.hosts:
