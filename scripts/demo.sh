@@ -2,7 +2,8 @@
 # The main job: set up what it uses on first use, then run the benchmark DAG once under a real
 # Airflow scheduler (scripts/demo_stack.py: api-server, dag-processor, scheduler, stopped at the
 # end): cpu-demo's 2-host variant with synthetic CIFAR-format data, on the local launcher, over SSH
-# to two loopback sshd hosts, and as Kubernetes pods on the local Kubernetes stand-in (both started
+# to two sshd hosts (network namespaces joined by a 1 Gbit/s link, loopback addresses where
+# namespaces cannot be made), and as Kubernetes pods on the local Kubernetes stand-in (both started
 # here, stopped at the end), in counterbalanced rounds, and print the report's verdicts (ssh/local,
 # k8s/local, k8s/ssh) and where the report is, on disk and in the Airflow UI.
 #   scripts/demo.sh
@@ -17,9 +18,11 @@ mkdir -p "$MXBENCH_HOME"
 log=$MXBENCH_HOME/demo.log
 echo "mxbench: Airflow metadata DB and pools (log: $log)"
 scripts/airflow-init.sh >"$log" 2>&1
-# The ssh leg's hosts: two sshd on 127.0.0.1 and 127.0.0.2 (setup.sh installs openssh-server
-# when root), as the Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is
-# skipped and the report says why.
+# The ssh leg's hosts: two sshd (setup.sh installs openssh-server when root), each in a network
+# namespace of its own, joined by a link shaped to MXBENCH_DEMO_LINK_RATE (default 1gbit); where
+# namespaces cannot be made, on 127.0.0.1 and 127.0.0.2, and the report says so. They are the
+# Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is skipped and the
+# report says why.
 cleanup() {
   python -m standins.sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true
   python -m standins.kube stop --root "$MXBENCH_HOME/kube" >/dev/null 2>&1 || true
@@ -31,11 +34,12 @@ if ! reason=$(python -m standins.sshd check); then
   skipped="ssh leg skipped: $reason"
 else
   extra=$(python -c 'import json, sys; print(json.dumps({"mxbench_python": sys.argv[1]}))' "$PWD/.venv/train/bin/python")
-  if exports=$(python -m standins.sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" 2>>"$log"); then
+  if exports=$(python -m standins.sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" \
+      --link-rate "${MXBENCH_DEMO_LINK_RATE:-1gbit}" 2>>"$log"); then
     eval "$exports"
-    echo "mxbench: ssh leg: loopback sshd on 127.0.0.1 and 127.0.0.2, stopped when the demo ends"
+    echo "mxbench: ssh leg: $(python -m standins.sshd describe --root "$MXBENCH_HOME/sshd"); stopped when the demo ends"
   else
-    skipped="ssh leg skipped: the loopback sshd did not start (see $log)"
+    skipped="ssh leg skipped: the sshd hosts did not start (see $log)"
   fi
 fi
 [[ -z $skipped ]] || echo "mxbench: $skipped"

@@ -1,13 +1,19 @@
-"""Real OpenSSH servers on loopback addresses, as stand-in remote machines for the SSH launcher.
+"""Real OpenSSH servers as stand-in remote machines for the SSH launcher.
 
-Each "host" is its own ``sshd -D`` process listening on one loopback address (127.0.0.1,
-127.0.0.2, ...) and a free port, with its own ed25519 host key, its own work folder and
-public-key authentication only. One client key (ed25519, no passphrase) is authorized on all
-of them. Stdlib only (and ``mxbench_train.localhost``, stdlib only); no Airflow import.
+Each "host" is its own ``sshd -D`` process with its own ed25519 host key, its own work folder and
+public-key authentication only. By default it listens on one loopback address (127.0.0.1,
+127.0.0.2, ...) and a free port: the hosts share one network stack and no traffic between them
+crosses a link. With ``link_rate`` (e.g. "1gbit") each host is instead a network namespace of its
+own (``standins.netns``), listening on port 22 of its 198.18.x.y address, the hosts joined by a
+link shaped to that rate, so what their roles send each other crosses it. Where namespaces cannot
+be made, the fleet falls back to loopback hosts and ``fleet.network`` says why. One client key
+(ed25519, no passphrase) is authorized on all of them. Stdlib only (and ``mxbench_train.localhost``
+and ``standins.netns``, stdlib only); no Airflow import.
 
 Library use (tests)::
 
     fleet = start(tmp_path)            # two hosts: 127.0.0.1 and 127.0.0.2
+    fleet = start(tmp_path, link_rate="1gbit")   # two namespaces, a 1 Gbit/s link (or loopback, why)
     try:
         os.environ.update(fleet.airflow_env())   # AIRFLOW_CONN_MXBENCH_SSH_1, ..._2
         ...
@@ -16,7 +22,7 @@ Library use (tests)::
 
 Shell use (demo)::
 
-    eval "$(python -m standins.sshd start --root /tmp/fleet)"   # idempotent
+    eval "$(python -m standins.sshd start --root /tmp/fleet [--link-rate 1gbit])"   # idempotent
     python -m standins.sshd stop --root /tmp/fleet
     python -m standins.sshd check                               # "ok" or why not
 
@@ -48,11 +54,13 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from mxbench_train import localhost
+from standins import netns
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 DEFAULT_ADDRESSES = ("127.0.0.1", "127.0.0.2")
 DEFAULT_CONN_IDS = ("mxbench_ssh_1", "mxbench_ssh_2")
+NAMESPACE_PORT = 22  # a host's own namespace has every port free
 START_DEADLINE_S = 10.0
 PORT_TRIES = 5
 
@@ -206,14 +214,29 @@ class Fleet:
     user: str
     client_key: Path   # private key (ed25519, no passphrase) authorized on every host
     hosts: list[Host]
+    # {"kind": "loopback"} (asked for), {"kind": "loopback", "why": ...} (namespaces could not be
+    # made) or standins.netns.Network.to_json() ({"kind": "netns", "rate": "1gbit", ...})
+    network: dict = field(default_factory=lambda: {"kind": "loopback"})
     _procs: dict = field(default_factory=dict, repr=False, compare=False)  # pid -> Popen (ours)
+
+    def describe_network(self) -> Optional[str]:
+        """What the hosts' traffic crosses, for the connections' extra mxbench_network; None for
+        loopback hosts nobody asked to be anything else."""
+        if self.network["kind"] == "netns":
+            return netns.Network.from_json(self.network).describe()
+        if self.network.get("why"):
+            return ("loopback addresses of one network stack, no link between the hosts "
+                    f"(network namespaces could not be made: {self.network['why']})")
+        return None
 
     def connection(self, i: int, **extra) -> dict:
         """Host i as an Airflow connection dict (the JSON form of AIRFLOW_CONN_*)."""
         h = self.hosts[i]
+        network = self.describe_network()
         return {"conn_type": "ssh", "host": h.address, "port": h.port, "login": self.user,
                 "extra": {"key_file": str(self.client_key), "host_key": h.host_key,
-                          "look_for_keys": "false", "mxbench_workdir": str(h.workdir), **extra}}
+                          "look_for_keys": "false", "mxbench_workdir": str(h.workdir),
+                          **({"mxbench_network": network} if network else {}), **extra}}
 
     def airflow_env(self, conn_ids: Iterable[str] = DEFAULT_CONN_IDS, **extra) -> dict[str, str]:
         """{"AIRFLOW_CONN_<ID>": json of connection(i)} for the first len(conn_ids) hosts."""
@@ -225,6 +248,14 @@ class Fleet:
 
     def alive(self) -> bool:
         return bool(self.hosts) and all(h.alive() for h in self.hosts)
+
+    def set_link_rate(self, rate: str) -> None:
+        """Shape the namespace hosts' links to ``rate`` from now on (connections made after say so)."""
+        if self.network["kind"] != "netns":
+            raise RuntimeError(f"the hosts have no link to shape: {self.network}")
+        network = netns.Network.from_json(self.network)
+        network.set_rate(rate)
+        self.network = network.to_json()
 
     def stop(self) -> None:
         """Stop every sshd of the fleet and whatever its sessions started; idempotent."""
@@ -246,6 +277,8 @@ class Fleet:
                     pass
             _kill(_starttimes(_session_pids(h.address, h.port)), deadline_s=1.0)  # forked meanwhile
         self._procs.clear()
+        if self.network["kind"] == "netns":
+            netns.Network.from_json(self.network).remove()
 
     def __enter__(self) -> "Fleet":
         return self
@@ -256,7 +289,7 @@ class Fleet:
     def to_json(self, conn_ids: Iterable[str] = DEFAULT_CONN_IDS, **extra) -> dict:
         conn_ids = list(conn_ids)[:len(self.hosts)]
         return {"root": str(self.root), "user": self.user, "client_key": str(self.client_key),
-                "hosts": [h.to_json() for h in self.hosts],
+                "hosts": [h.to_json() for h in self.hosts], "network": self.network,
                 "connections": {cid: self.connection(i, **extra) for i, cid in enumerate(conn_ids)}}
 
     @classmethod
@@ -265,7 +298,7 @@ class Fleet:
         try:
             d = json.loads((Path(root) / "fleet.json").read_text())
             return cls(Path(d["root"]), d["user"], Path(d["client_key"]),
-                       [Host.from_json(h) for h in d["hosts"]])
+                       [Host.from_json(h) for h in d["hosts"]], d.get("network") or {"kind": "loopback"})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -348,7 +381,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def _start_host(root: Path, name: str, address: str, version: tuple[int, int], detach: bool):
+def _start_host(root: Path, name: str, address: str, version: tuple[int, int], detach: bool,
+                namespace_argv: tuple[str, ...] = ()):
+    """namespace_argv: run sshd in that network namespace (``ip netns exec NS``, which execs it:
+    the pid stays sshd's), on NAMESPACE_PORT; else on a free port of a loopback address."""
     hostdir = root / name
     workdir = hostdir / "work"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -358,8 +394,8 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
     config, pidfile, log = hostdir / "sshd_config", hostdir / "sshd.pid", hostdir / "sshd.log"
 
     failure = ""
-    for _ in range(PORT_TRIES):
-        port = localhost.free_port(address)
+    for _ in range(1 if namespace_argv else PORT_TRIES):
+        port = NAMESPACE_PORT if namespace_argv else localhost.free_port(address)
         config.write_text(_config_text(hostdir, address, port, root, version))
         test = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True, timeout=30,
                               stdin=subprocess.DEVNULL)
@@ -368,7 +404,7 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
         pidfile.unlink(missing_ok=True)
         log.write_text("")
         with open(log, "ab") as err:
-            proc = subprocess.Popen([SSHD, "-D", "-E", str(log), "-f", str(config)],
+            proc = subprocess.Popen([*namespace_argv, SSHD, "-D", "-E", str(log), "-f", str(config)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                     start_new_session=True, close_fds=True,
                                     preexec_fn=None if detach else _die_with_parent)
@@ -402,8 +438,12 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
 
 
 def start(root: Path, addresses: Iterable[str] = DEFAULT_ADDRESSES, user: Optional[str] = None,
-          detach: bool = False) -> Fleet:
+          detach: bool = False, link_rate: Optional[str] = None) -> Fleet:
     """Start one sshd per address ("host1", "host2", ...) under root; the Fleet to stop them.
+
+    link_rate (e.g. "1gbit"): as many hosts as addresses, each in a network namespace of its own
+    joined by links of that rate (the addresses then are the namespaces'); where namespaces cannot
+    be made, the loopback addresses, with the reason in ``fleet.network["why"]``.
 
     detach=False (library): each sshd also gets SIGTERM when the thread that called start()
     exits (PR_SET_PDEATHSIG), so a killed test run does not leave listeners behind.
@@ -420,10 +460,22 @@ def start(root: Path, addresses: Iterable[str] = DEFAULT_ADDRESSES, user: Option
     _keygen(client_key, "mxbench-client")
     (root / "authorized_keys").write_text(client_key.with_name("client_key.pub").read_text())
     version = _sshd_version()
+    addresses = list(addresses)
     fleet = Fleet(root, user, client_key, [])
+    network = None
+    if link_rate is not None:
+        netns.rate_bits(link_rate)  # a wrong rate is the caller's mistake, not a reason to fall back
+        try:
+            network = netns.make(len(addresses), link_rate, detach=detach)
+        except RuntimeError as e:
+            fleet.network = {"kind": "loopback", "why": str(e)}
+    if network is not None:
+        fleet.network = network.to_json()
+        addresses = network.addresses
     try:
-        for i, address in enumerate(addresses, 1):
-            host, proc = _start_host(root, f"host{i}", address, version, detach)
+        for i, address in enumerate(addresses):
+            host, proc = _start_host(root, f"host{i + 1}", address, version, detach,
+                                     tuple(network.exec_argv(i)) if network else ())
             fleet.hosts.append(host)
             fleet._procs[host.pid] = proc
     except BaseException:
@@ -438,9 +490,16 @@ def _exports(env: dict[str, str]) -> str:
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
 
+def _same_network(fleet: Fleet, addresses: list[str], link_rate: Optional[str]) -> bool:
+    """The recorded fleet is what this `start` asks for (a fallback is asked again)."""
+    if link_rate is None:
+        return fleet.network == {"kind": "loopback"} and [h.address for h in fleet.hosts] == addresses
+    return fleet.network.get("rate") == link_rate and len(fleet.hosts) == len(addresses)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m standins.sshd",
-                                 description="Loopback sshd hosts standing in for remote machines.")
+                                 description="sshd hosts standing in for remote machines.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start (or reuse) a fleet; print `export AIRFLOW_CONN_...` lines")
     st.add_argument("--root", required=True, type=Path)
@@ -448,9 +507,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     st.add_argument("--extra", default="{}", help="JSON object merged into each connection's extra")
     st.add_argument("--addresses", default=",".join(DEFAULT_ADDRESSES))
     st.add_argument("--user", default=None)
+    st.add_argument("--link-rate", default=None,
+                    help="hosts in network namespaces joined by links of this rate (e.g. 1gbit); "
+                         "loopback addresses where namespaces cannot be made")
     sp = sub.add_parser("stop", help="stop the fleet recorded in ROOT/fleet.json")
     sp.add_argument("--root", required=True, type=Path)
     sub.add_parser("check", help='print "ok" or why sshd cannot be started here')
+    sd = sub.add_parser("describe", help="one line: the recorded fleet's hosts and the network between them")
+    sd.add_argument("--root", required=True, type=Path)
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -459,6 +523,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1 if reason else 0
 
     root = args.root.resolve()
+    if args.cmd == "describe":
+        fleet = Fleet.load(root)
+        if fleet is None:
+            print(f"mxbench: no fleet recorded in {root / 'fleet.json'}", file=sys.stderr)
+            return 1
+        network = fleet.describe_network() or "loopback addresses of one network stack, no link between the hosts"
+        print(f"sshd on {' and '.join(h.address for h in fleet.hosts)}: {network}")
+        return 0
     if args.cmd == "stop":
         fleet = Fleet.load(root)
         if fleet is None:
@@ -474,14 +546,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         ap.error("--extra must be a JSON object")
     addresses = [a for a in args.addresses.split(",") if a]
     fleet = Fleet.load(root)
-    if fleet is not None and fleet.alive() and [h.address for h in fleet.hosts] == addresses \
+    if fleet is not None and fleet.alive() and _same_network(fleet, addresses, args.link_rate) \
             and (args.user is None or args.user == fleet.user):
         pass  # reuse
     else:
         if fleet is not None:
             fleet.stop()
         try:
-            fleet = start(root, addresses, user=args.user, detach=True)
+            fleet = start(root, addresses, user=args.user, detach=True, link_rate=args.link_rate)
         except RuntimeError as e:
             print(f"mxbench: {e}", file=sys.stderr)
             return 1

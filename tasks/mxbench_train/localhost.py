@@ -17,6 +17,15 @@ class ProcStat(NamedTuple):
     children_ticks: int = 0  # user + system CPU time of its ended children that it waited for, clock ticks
 
 
+def network_namespace() -> Optional[str]:
+    """This process's network namespace ("net:[4026531840]"): hosts on one machine whose answers
+    differ have network stacks of their own, with a link between them."""
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now at ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

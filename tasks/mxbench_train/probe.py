@@ -7,7 +7,7 @@ import os
 import sys
 
 from .errors import MxbenchError
-from .localhost import free_port, machine_id
+from .localhost import free_port, machine_id, network_namespace
 from .telemetry import gpu_environment
 
 
@@ -22,4 +22,5 @@ def probe(address=None) -> dict:
                                "it, so it must be an address this host owns") from None
     return {"cores": os.cpu_count() or 1, "gpus": len(gpu["gpus"]) if gpu["available"] else 0,
             "gpu_reason": None if gpu["available"] else gpu["reason"], "port": port, "machine": machine_id(),
+            "network": network_namespace(),
             "python": sys.version.split()[0]}

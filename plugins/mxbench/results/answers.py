@@ -32,7 +32,7 @@ VERSION = {"type": "array", "minItems": 2, "items": {"type": "integer"}}
 
 # python -m mxbench_train probe (mxbench_train.probe); ``port`` only where an address was asked
 _PROBED: Dict[str, Any] = {"cores": {"type": "integer", "minimum": 1}, "gpus": {"type": "integer", "minimum": 0},
-                           "machine": TEXT_OR_NULL}
+                           "machine": TEXT_OR_NULL, "network": TEXT_OR_NULL}
 PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
 PROBE = {"type": "object", "required": ["cores", "gpus"],
          "properties": {**_PROBED, "port": {"anyOf": [{"type": "null"}, PORT]}}}

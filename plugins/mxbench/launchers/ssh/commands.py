@@ -43,6 +43,8 @@ class SshHost:
     # mxbench_builds: a prebuilt interpreter per MXNet build ("1.9.0" or "mxnet-cu112==1.9.0" -> path);
     # a host that has them makes no venvs (it may have no package index)
     builds: Dict[str, str] = field(default_factory=dict)
+    # mxbench_network: what the host's traffic crosses, in words, for the report's conditions
+    network: Optional[str] = None
 
     def __str__(self):
         return f"host {self.conn_id} ({self.address})"
@@ -82,8 +84,11 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_hos
         raise MxbenchError(f'{where}: mxbench_builds must be an object of MXNet builds to interpreter paths, '
                            f'like {{"1.9.0": "/opt/mxnet-1.9.0/bin/python"}}')
     builds = {k: _absolute(v, f"{where}: mxbench_builds[{k!r}]") for k, v in builds.items()}
+    network = str(extra.get("mxbench_network") or "").strip() or None
+    if network and not _one_line(network):
+        raise MxbenchError(f"{where}: mxbench_network must be one line of text")
     return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
-                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect, builds)
+                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect, builds, network)
 
 
 def builds_problem(host: SshHost, build: Optional[RunBuild]) -> Optional[str]:

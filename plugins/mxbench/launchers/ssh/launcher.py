@@ -157,7 +157,7 @@ class SshLauncher:
     # the launcher interface
 
     def target(self) -> Target:
-        from mxbench_train.localhost import machine_id
+        from mxbench_train.localhost import machine_id, network_namespace
 
         try:
             probes = self._on_each(self.hosts, lambda h: self._probe(h, probe_command(h, isolation=self._flag(h)),
@@ -165,8 +165,18 @@ class SshLauncher:
         finally:
             self.close()
         here = [h.conn_id for h in self.hosts if probes[h.conn_id].get("machine") == machine_id()]
-        notes = [f"the hosts {', '.join(here)} are the machine Airflow runs on (addresses of its own): no network "
-                 "was crossed there, and they share its cores"] if here else []
+        # a host with a network namespace of its own reaches the others through a link
+        ours = network_namespace()
+        same_stack = [c for c in here if probes[c].get("network") in (None, ours)]
+        own_stack = [c for c in here if c not in same_stack]
+        notes = [f"the hosts {', '.join(same_stack)} are the machine Airflow runs on (addresses of its own): no "
+                 "network was crossed there, and they share its cores"] if same_stack else []
+        notes += [f"the hosts {', '.join(own_stack)} are the machine Airflow runs on, each in a network namespace "
+                  "of its own: their traffic crossed the link between the namespaces, and they share its "
+                  "cores"] if own_stack else []
+        networks = {h.network: [g.conn_id for g in self.hosts if g.network == h.network] for h in self.hosts
+                    if h.network}
+        notes += [f"the network of {', '.join(conn_ids)}: {network}" for network, conn_ids in networks.items()]
         notes += [f"host key checking is OFF for {h.conn_id} (its connection says no_host_key_check)"
                   for h in self.hosts if not h.checks_host_key]
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes.values()),

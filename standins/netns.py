@@ -1,0 +1,230 @@
+"""Stand-in hosts with a network between them: Linux network namespaces joined by a shaped link.
+
+What is real: each host is a network namespace of its own (its own stack, address, routes and
+``lo``); its ``eth0`` is one end of a veth pair whose other end is a port of a bridge, and the
+bridge lives in a namespace of its own (the "switch"). Every port is rate-limited with ``tbf`` in
+both directions, like a NIC of that speed, so traffic between hosts crosses a shaped link. The
+machine's own namespace (where Airflow runs) reaches the hosts through one more veth into the
+bridge. Addresses come from the benchmarking range 198.18.0.0/15 (RFC 2544): one /24 per network,
+one no route of this machine's own namespace already covers.
+
+What is simplified: one machine's CPUs and memory serve every "host"; the link has a rate but no
+delay or loss (this kernel has no ``netem``); the bridge is an ideal switch.
+
+Everything is named with a prefix unique to this process and network (``mxb-<pid>-<n>``, root link
+``mxb<pid>-<n>``) and removed by ``Network.remove()`` (also a context manager, and registered with
+atexit unless ``detach``). Stdlib only; every ``ip``/``tc`` call is an argv, never a shell.
+"""
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")
+_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+COMMAND_TIMEOUT_S = 10
+_count = itertools.count(1)
+
+
+def unavailable() -> Optional[str]:
+    """None when namespaces can be made here; else a one-line reason."""
+    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/ns/net"):
+        return f"needs Linux with network namespaces (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return f"not root (uid {os.geteuid()}): making network namespaces needs root"
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
+        if shutil.which(tool) is None:
+            return f"no `{tool}` on PATH: install {package}"
+    return None
+
+
+def rate_bits(rate: str) -> float:
+    """'1gbit' -> 1e9; refuses anything tc would read otherwise."""
+    m = RATE.match(rate)
+    if not m:
+        raise ValueError(f"link rate {rate!r}: expected a number and kbit, mbit or gbit, like 1gbit")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()}")
+    return done
+
+
+def _free_subnet(start: int) -> ipaddress.IPv4Network:
+    """A /24 of the benchmarking range that no route of this namespace covers yet."""
+    routes = _run("ip", "-4", "-o", "route", "show", "table", "all").stdout.split("\n")
+    used = []
+    for line in routes:
+        word = line.split(" ", 1)[0]
+        if word and word[0].isdigit():
+            try:
+                used.append(ipaddress.ip_network(word, strict=False))
+            except ValueError:
+                pass
+    subnets = list(BENCHMARK_RANGE.subnets(new_prefix=24))
+    for i in range(len(subnets)):
+        candidate = subnets[(start + i) % len(subnets)]
+        if not any(candidate.overlaps(u) for u in used if u.prefixlen > 0):
+            return candidate
+    raise RuntimeError(f"every /24 of {BENCHMARK_RANGE} is routed here already")
+
+
+def _burst(bits: float) -> str:
+    """tbf's bucket: 1 ms at the rate, at least a 64 KiB GSO packet, so the bucket never caps it."""
+    return str(max(int(bits / 8 / 1000), 65536))
+
+
+def _shape(namespace: str, dev: str, rate: str, burst: str) -> None:
+    _run("tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+         "latency", "20ms")
+
+
+@dataclass
+class Network:
+    """Hosts host1..hostN in namespaces ``<prefix>-host<i>``, a bridge in ``<prefix>-switch``."""
+
+    prefix: str        # "mxb-<pid>-<n>": every namespace's name starts with it
+    root_link: str     # "mxb<pid>-<n>": the veth in the machine's own namespace
+    subnet: str        # "198.18.7.0/24"
+    rate: str          # "1gbit": each host port's rate, each way
+    count: int         # how many hosts
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}-switch"
+
+    def namespace(self, i: int) -> str:
+        """The namespace of host i (0-based)."""
+        return f"{self.prefix}-host{i + 1}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch] + [self.namespace(i) for i in range(self.count)]
+
+    @property
+    def root_address(self) -> str:
+        return str(ipaddress.ip_network(self.subnet)[1])
+
+    @property
+    def addresses(self) -> list[str]:
+        net = ipaddress.ip_network(self.subnet)
+        return [str(net[2 + i]) for i in range(self.count)]
+
+    def exec_argv(self, i: int) -> list[str]:
+        """Put before a command line to run it in host i's namespace."""
+        return ["ip", "netns", "exec", self.namespace(i)]
+
+    def describe(self) -> str:
+        return (f"network namespaces joined by a bridge, each host's link shaped to {self.rate} each way "
+                f"(tbf; no delay or loss), addresses {self.subnet}")
+
+    def to_json(self) -> dict:
+        return {"kind": "netns", "rate": self.rate, "prefix": self.prefix, "root_link": self.root_link,
+                "subnet": self.subnet, "count": self.count}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Network":
+        return cls(d["prefix"], d["root_link"], d["subnet"], d["rate"], int(d["count"]))
+
+    def set_rate(self, rate: str) -> None:
+        """Shape every host's link to ``rate`` from now on, each way."""
+        burst = _burst(rate_bits(rate))
+        for i in range(self.count):
+            for where, dev in ((self.namespace(i), "eth0"), (self.switch, f"host{i + 1}")):
+                _shape(where, dev, rate, burst)
+        self.rate = rate
+
+    def sent(self, i: int) -> int:
+        """Bytes host i has sent into the bridge so far (its switch port's received bytes)."""
+        shown = _run("ip", "-n", self.switch, "-j", "-s", "link", "show", f"host{i + 1}").stdout
+        return int(json.loads(shown)[0]["stats64"]["rx"]["bytes"])
+
+    def set_link(self, i: int, up: bool) -> None:
+        """Take host i's link down (its switch port) or bring it back."""
+        _run("ip", "-n", self.switch, "link", "set", f"host{i + 1}", "up" if up else "down")
+
+    def existing(self) -> list[str]:
+        """What of this network is still there: its namespaces and its root link."""
+        names = [line.split()[0] for line in _run("ip", "netns", "list").stdout.splitlines() if line.strip()]
+        left = [n for n in names if n in self.namespaces]
+        if _run("ip", "link", "show", "dev", self.root_link, check=False).returncode == 0:
+            left.append(self.root_link)
+        return left
+
+    def remove(self, deadline_s: float = 5.0) -> None:
+        """Kill what still runs in the namespaces, delete them and the root link; idempotent."""
+        for ns in self.namespaces:
+            pids = _run("ip", "netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        _run("ip", "link", "del", "dev", self.root_link, check=False)
+        for ns in self.namespaces:
+            _run("ip", "netns", "delete", ns, check=False)
+        # the kernel frees the devices of a deleted namespace a moment later
+        end = time.monotonic() + deadline_s
+        while self.existing() and time.monotonic() < end:
+            time.sleep(0.05)
+
+    def __enter__(self) -> "Network":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
+    """Make ``count`` host namespaces joined by a bridge, every port shaped to ``rate``; the
+    machine's own namespace gets ``.1`` of the network's /24, the hosts ``.2``, ``.3``, ..."""
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(f"cannot make network namespaces: {reason}")
+    bits = rate_bits(rate)
+    n = next(_count)
+    pid = os.getpid()
+    subnet = _free_subnet(pid * 7 + n)
+    net = Network(f"mxb-{pid}-{n}", f"mxb{pid}-{n}", str(subnet), rate, count)
+    burst = _burst(bits)
+    try:
+        sw = net.switch
+        _run("ip", "netns", "add", sw)
+        _run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", sw, "link", "set", "br0", "up")
+        _run("ip", "link", "add", "name", net.root_link, "type", "veth", "peer", "name", "client", "netns", sw)
+        _run("ip", "-n", sw, "link", "set", "client", "master", "br0", "up")
+        _run("ip", "addr", "add", f"{net.root_address}/{subnet.prefixlen}", "dev", net.root_link)
+        _run("ip", "link", "set", net.root_link, "up")
+        for i, address in enumerate(net.addresses):
+            ns, port = net.namespace(i), f"host{i + 1}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", sw)
+            _run("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
+            _run("ip", "-n", ns, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            for where, dev in ((ns, "eth0"), (sw, port)):  # the host's sending and its receiving
+                _shape(where, dev, rate, burst)
+    except BaseException:
+        net.remove()
+        raise
+    if not detach:
+        atexit.register(net.remove)
+    return net

@@ -1,0 +1,73 @@
+"""The ssh leg through dag.test() over hosts with a network between them: two sshd, each in a
+network namespace of its own, joined by a link shaped to 1 Gbit/s (standins.netns). The two-host
+dist_sync job's pushes and pulls cross that link, and the report's conditions say which network
+the leg crossed. Nothing of the network is left once the fleet stops.
+"""
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from conftest import run_dag, train_python
+from mxbench_train import localhost
+from standins import netns, sshd
+
+pytestmark = pytest.mark.slow  # dag.test() runs over real sshd in namespaces
+
+CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["ssh"], "repeats": 1, "epochs": 1,
+        "synthetic_images": 1000}
+
+
+def _port_bytes(network: netns.Network, i: int) -> int:
+    """What host i sent into the bridge: its switch port's received bytes."""
+    shown = subprocess.run(["ip", "-n", network.switch, "-j", "-s", "link", "show", f"host{i + 1}"],
+                           capture_output=True, text=True, check=True).stdout
+    return json.loads(shown)[0]["stats64"]["rx"]["bytes"]
+
+
+@pytest.fixture(scope="module")
+def netns_fleet(tmp_path_factory):
+    fleet = sshd.start(tmp_path_factory.mktemp("sshd-netns"), link_rate="1gbit")
+    assert fleet.network["kind"] == "netns", fleet.network  # root with iproute2: this machine and CI
+    network = netns.Network.from_json(fleet.network)
+    try:
+        yield fleet, network
+    finally:
+        fleet.stop()
+    assert not network.existing()
+    assert not any(localhost.is_running(h.pid, h.starttime) for h in fleet.hosts)
+
+
+@pytest.fixture(scope="module")
+def netns_dag_run(airflow_db, netns_fleet):
+    fleet, network = netns_fleet
+    before = [_port_bytes(network, i) for i in range(2)]
+    run, dag_dir = run_dag(CONF, fleet.airflow_env(mxbench_python=train_python()))
+    return run, dag_dir, [_port_bytes(network, i) - b for i, b in enumerate(before)]
+
+
+def test_two_hosts_train_dist_sync_across_the_shaped_link(netns_dag_run, netns_fleet):
+    run, dag_dir, sent = netns_dag_run
+    fleet, _ = netns_fleet
+    assert run.state == "success"
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
+    assert runs["status"].to_dict() == {"cpu2h-bs64__ssh__r1": "ok"}
+    assert runs["samples_per_sec"].iloc[0] > 0
+    plan = json.loads((dag_dir / "cpu2h-bs64__ssh__r1" / "plan.json").read_text())
+    first, second = (h.address for h in fleet.hosts)
+    assert {p["name"]: p["host"] for p in plan} == {"scheduler": first, "server-0": first, "server-1": second,
+                                                  "worker-0": first, "worker-1": second}
+    assert {p["env"]["DMLC_PS_ROOT_URI"] for p in plan} == {first}
+    # worker-1 pushes its gradients to server-0 on the other host: megabytes through each port
+    assert min(sent) > 1_000_000, sent
+
+
+def test_report_says_which_network_the_ssh_leg_crossed(netns_dag_run):
+    _, dag_dir, _ = netns_dag_run
+    md = (dag_dir / "report" / "report.md").read_text()
+    assert ("SSH TARGET: the hosts mxbench_ssh_1, mxbench_ssh_2 are the machine Airflow runs on, each in a "
+            "network namespace of its own") in md
+    assert "SSH TARGET: the network of mxbench_ssh_1, mxbench_ssh_2: network namespaces joined by a bridge, " \
+           "each host's link shaped to 1gbit each way" in md
+    assert "no network was crossed" not in md

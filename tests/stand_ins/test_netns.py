@@ -1,0 +1,131 @@
+"""standins.netns and the sshd fleet in network namespaces: real namespaces, veth links, a bridge
+and tbf, real sshd reached by paramiko; the fallback to loopback hosts where namespaces cannot be
+made. Each test checks that nothing it made is left: namespaces, links, listeners."""
+import getpass
+import ipaddress
+import os
+import subprocess
+import sys
+
+import paramiko
+import pytest
+
+from mxbench_train import localhost
+from standins import netns, sshd
+
+SSHD_CLI = [sys.executable, "-m", "standins.sshd"]
+
+
+def _ssh(fleet, host, command):
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    try:
+        client.connect(host.address, port=host.port, username=getpass.getuser(), key_filename=str(fleet.client_key),
+                       look_for_keys=False, allow_agent=False, timeout=5, banner_timeout=5, auth_timeout=5)
+        _, out, err = client.exec_command(command, timeout=20)
+        text = out.read().decode()
+        assert out.channel.recv_exit_status() == 0, (command, err.read().decode())
+        return text
+    finally:
+        client.close()
+
+
+def _left_behind(network: netns.Network):
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return ([line.split()[0] for line in names.splitlines() if line.startswith(network.prefix)]
+            + [line.split(":")[1].strip() for line in links.splitlines()
+               if line.split(":")[1].strip().startswith(network.root_link)])
+
+
+def _gone(fleet, network):
+    assert not _left_behind(network)
+    routes = subprocess.run(["ip", "-4", "route", "show", "to", "match", network.root_address],
+                            capture_output=True, text=True, check=True).stdout
+    assert network.subnet not in routes  # the route went with the root link
+    for host in fleet.hosts:
+        assert not localhost.is_running(host.pid, host.starttime)
+        assert not sshd._session_pids(host.address, host.port)
+
+
+def test_hosts_answer_over_ssh_in_namespaces_of_their_own_behind_a_shaped_link(tmp_path):
+    assert netns.unavailable() is None  # root with iproute2: this machine and CI
+    fleet = sshd.start(tmp_path / "fleet", link_rate="1gbit")
+    try:
+        assert fleet.network["kind"] == "netns" and fleet.network["rate"] == "1gbit"
+        network = netns.Network.from_json(fleet.network)
+        answers = []
+        for host in fleet.hosts:
+            assert ipaddress.ip_address(host.address) in netns.BENCHMARK_RANGE and host.port == 22
+            answers.append(_ssh(fleet, host, "echo $SSH_CONNECTION; readlink /proc/self/ns/net").split())
+        for (client, _, server, port, stack), host in zip(answers, fleet.hosts):
+            assert client == network.root_address  # from Airflow's side of the link
+            assert (server, port) == (host.address, "22")
+            assert stack != os.readlink("/proc/self/ns/net")
+        assert answers[0][4] != answers[1][4]
+        # host 1 reaches host 2 through the bridge, and every port is shaped
+        other = fleet.hosts[1]
+        banner = _ssh(fleet, fleet.hosts[0], f"{sys.executable} -c \"import socket; "
+                      f"print(socket.create_connection(('{other.address}', 22), timeout=5).recv(8))\"")
+        assert "SSH-2.0" in banner
+        for i in range(2):
+            for where, dev in ((network.namespace(i), "eth0"), (network.switch, f"host{i + 1}")):
+                shown = subprocess.run(["tc", "-n", where, "qdisc", "show", "dev", dev], capture_output=True,
+                                       text=True, check=True).stdout
+                assert "tbf" in shown and "rate 1Gbit" in shown, (where, dev, shown)
+        extra = fleet.connection(0)["extra"]
+        assert "shaped to 1gbit" in extra["mxbench_network"]
+    finally:
+        fleet.stop()
+    _gone(fleet, network)
+    fleet.stop()  # idempotent
+
+
+def test_cli_fleet_in_namespaces_is_removed_by_stop(tmp_path):
+    root = tmp_path / "fleet"
+    started = subprocess.run([*SSHD_CLI, "start", "--root", str(root), "--link-rate", "10gbit"],
+                             capture_output=True, text=True, timeout=120)
+    fleet = sshd.Fleet.load(root)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert fleet.network["kind"] == "netns" and fleet.network["rate"] == "10gbit"
+        assert "shaped to 10gbit" in started.stdout
+        network = netns.Network.from_json(fleet.network)
+        assert _left_behind(network)  # the CLI's fleet outlives the CLI
+        again = subprocess.run([*SSHD_CLI, "start", "--root", str(root), "--link-rate", "10gbit"],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and sshd.Fleet.load(root).network == fleet.network  # reused
+    finally:
+        subprocess.run([*SSHD_CLI, "stop", "--root", str(root)], capture_output=True, timeout=120)
+        if fleet is not None:
+            fleet.stop()  # what a failed assertion above left
+    _gone(fleet, network)
+
+
+def test_without_ip_the_fleet_falls_back_to_loopback_hosts_and_says_why(tmp_path):
+    root = tmp_path / "fleet"
+    no_tools = tmp_path / "bin"  # a PATH without iproute2 (sshd and ssh-keygen are found by their paths)
+    no_tools.mkdir()
+    env = {**os.environ, "PATH": str(no_tools)}
+    started = subprocess.run([*SSHD_CLI, "start", "--root", str(root), "--link-rate", "1gbit",
+                              "--addresses", "127.0.0.5,127.0.0.6"], capture_output=True, text=True,
+                             timeout=120, env=env)
+    fleet = sshd.Fleet.load(root)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert fleet.network == {"kind": "loopback", "why": "cannot make network namespaces: no `ip` on PATH: "
+                                                            "install iproute2"}
+        assert [h.address for h in fleet.hosts] == ["127.0.0.5", "127.0.0.6"]
+        said = fleet.to_json()["connections"]["mxbench_ssh_1"]["extra"]["mxbench_network"]
+        assert said.startswith("loopback addresses of one network stack") and "no `ip` on PATH" in said
+        assert "127.0.0.5" in _ssh(fleet, fleet.hosts[0], "echo $SSH_CONNECTION")
+    finally:
+        subprocess.run([*SSHD_CLI, "stop", "--root", str(root)], capture_output=True, timeout=60)
+    for host in fleet.hosts:
+        assert not localhost.is_running(host.pid, host.starttime)
+
+
+def test_a_rate_tc_would_misread_is_refused():
+    with pytest.raises(ValueError, match="1gbit"):
+        netns.rate_bits("1 gigabit; reboot")
+    assert netns.rate_bits("2.5gbit") == 2.5e9
