@@ -8,6 +8,7 @@ import urllib.parse
 
 import pytest
 
+from conftest import share_build_venvs
 from standins.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.slow  # backfills over MXNet builds through a real Airflow stack
@@ -21,6 +22,7 @@ DEADLINE_S = 15 * 60
 def backfilled(tmp_path_factory):
     """The stack, still running, and its three DAG runs, all finished."""
     stack = AirflowStack(tmp_path_factory.mktemp("backfill"))
+    share_build_venvs(stack.home)  # mxnet==1.9.0's venv: test_dag_builds trains with it too
     stack.prepare()
     # before the scheduler runs: SQLite takes one writer at a time
     stack.airflow("backfill", "create", "--dag-id", "mxbench_regression", "--from-date", FROM, "--to-date", TO,
