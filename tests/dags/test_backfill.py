@@ -8,11 +8,13 @@ import urllib.parse
 
 import pytest
 
+from conftest import QUIET_WAIT_S, share_build_venvs
 from standins.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.slow  # backfills over MXNet builds through a real Airflow stack
 
-CONF = {"quiet_wait_s": 2, "only_variants": ["cpu1-bs64"], "repeats": 3, "epochs": 1, "synthetic_images": 500}
+CONF = {"quiet_wait_s": QUIET_WAIT_S, "only_variants": ["cpu1-bs64"], "repeats": 3, "epochs": 1,
+        "synthetic_images": 500}
 FROM, TO = "2026-11-07", "2026-11-08"  # config/mxnet-builds.json: mxnet==1.9.0, then mxnet==1.9.1
 DEADLINE_S = 15 * 60
 
@@ -21,6 +23,7 @@ DEADLINE_S = 15 * 60
 def backfilled(tmp_path_factory):
     """The stack, still running, and its three DAG runs, all finished."""
     stack = AirflowStack(tmp_path_factory.mktemp("backfill"))
+    share_build_venvs(stack.home)  # mxnet==1.9.0's venv: test_dag_builds trains with it too
     stack.prepare()
     # before the scheduler runs: SQLite takes one writer at a time
     stack.airflow("backfill", "create", "--dag-id", "mxbench_regression", "--from-date", FROM, "--to-date", TO,

@@ -16,7 +16,7 @@ import urllib.parse
 import pandas as pd
 import pytest
 
-from conftest import train_python
+from conftest import QUIET_WAIT_S, train_python
 from mxbench_train.localhost import descendants
 from standins.celery_stack import WORKERS, CeleryStack, cmdline
 
@@ -56,7 +56,7 @@ def run_path(run_id: str) -> str:
 
 def trigger(stack, admin, conf: dict) -> str:
     answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin, {"logical_date": None,
-                                                                   "conf": {"quiet_wait_s": 2, **conf}})
+                                                                   "conf": {"quiet_wait_s": QUIET_WAIT_S, **conf}})
     assert answer.status == 200, answer.text
     return answer.json()["dag_run_id"]
 

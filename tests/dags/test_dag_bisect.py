@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import QUIET_WAIT_S
 from mxbench import store
 from mxbench.airflow_glue import bisect_tasks
 from mxbench.builds import manifest as builds
@@ -199,7 +200,7 @@ def test_one_real_dag_run_measures_the_reference_and_triggers_the_next_probe(air
     monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", url)
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
     run = dag.test(run_conf={"good_build": "1.9.1", "bad_build": "89abcde", "repeats": 4, "epochs": 1,
-                             "synthetic_images": 500, "quiet_wait_s": 2})
+                             "synthetic_images": 500, "quiet_wait_s": QUIET_WAIT_S})
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["decide"] == "success" and states["next_probe"] == "success", states
     history = store.history(url, "cpu1-bs64", launcher="local")
@@ -267,7 +268,7 @@ def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly
     monkeypatch.setattr(DagRun, "execute_dag_callbacks", lambda *args, **kwargs: None)
     run = dag.test(logical_date=when, run_after=when,
                    run_conf={"good_build": "1.9.1", "bad_build": "89abcde", "repeats": 4, "epochs": 1,
-                             "synthetic_images": 500, "quiet_wait_s": 2})
+                             "synthetic_images": 500, "quiet_wait_s": QUIET_WAIT_S})
     assert run.run_id == first_id
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["decide"] == "success" and states["next_probe"] == "failed", states
@@ -308,7 +309,7 @@ def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypat
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
     before = {r.run_id for r in DagRun.find(dag_id="mxbench_bisect")}
     first = dag.test(run_conf={"good_build": "1.8.0.post0", "bad_build": "1.9.1", "repeats": 4, "epochs": 1,
-                               "synthetic_images": 500, "quiet_wait_s": 2})
+                               "synthetic_images": 500, "quiet_wait_s": QUIET_WAIT_S})
     assert first.state == "success"
     (triggered,) = [r for r in DagRun.find(dag_id="mxbench_bisect") if r.run_id not in before | {first.run_id}]
     assert triggered.conf["probe_build"] == "1.9.0+fedcba9876"

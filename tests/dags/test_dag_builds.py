@@ -12,16 +12,16 @@ import pandas as pd
 import pendulum
 import pytest
 
-from conftest import REPO, kubernetes_connection, pods_created, pods_left, train_python
+from conftest import QUIET_WAIT_S, REPO, kubernetes_connection, pods_created, pods_left, train_python
 
 pytestmark = pytest.mark.slow  # dag.test() runs of several MXNet builds
 
 # config/mxnet-builds.json: mxnet==1.9.0 since 2026-11-04, mxnet==1.9.1 (the training env) since 2026-11-08
 OLD_DAY = pendulum.datetime(2026, 11, 5, tz="UTC")
 NEW_DAY = pendulum.datetime(2026, 12, 1, tz="UTC")
-CONF = {"quiet_wait_s": 2, "only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 1, "synthetic_images": 500,
-        "launchers": ["ssh", "kubernetes"], "ssh_connections": ["mxbench_ssh_1"], "baseline_runs": 3,
-        "confirm_rounds": 0}  # one run per build is all these tests look at
+CONF = {"quiet_wait_s": QUIET_WAIT_S, "only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 1,
+        "synthetic_images": 500, "launchers": ["ssh", "kubernetes"], "ssh_connections": ["mxbench_ssh_1"],
+        "baseline_runs": 3, "confirm_rounds": 0}  # one run per build is all these tests look at
 NO_INDEX = {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "",
             "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
 

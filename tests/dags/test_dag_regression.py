@@ -10,7 +10,7 @@ import pandas as pd
 import pendulum
 import pytest
 
-from conftest import REPO
+from conftest import QUIET_WAIT_S, REPO
 
 pytestmark = pytest.mark.slow  # dag.test() runs that train
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # dag.test() runs that train
 # could start before the first rounds end (and then runs); test_confirmation and the backfill
 # under the scheduler cover them
 CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_images": 1000, "baseline_runs": 3,
-        "confirm_rounds": 0, "quiet_wait_s": 2}
+        "confirm_rounds": 0, "quiet_wait_s": QUIET_WAIT_S}
 DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
 
 

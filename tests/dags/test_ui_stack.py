@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import QUIET_WAIT_S, REPO
 from standins.airflow_stack import AirflowStack
 from support.browser import axe_violations
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # a real Airflow stack and headless Chromium
 
 DAG = "mxbench_benchmark"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"], "repeats": 2, "epochs": 1,
-        "synthetic_images": 500, "notes": ["UI test run"], "quiet_wait_s": 2}
+        "synthetic_images": 500, "notes": ["UI test run"], "quiet_wait_s": QUIET_WAIT_S}
 RUN_DEADLINE_S = 10 * 60
 # screenshots land here for CI to keep; MXBENCH_TEST_ARTIFACTS moves them
 ARTIFACTS = Path(os.environ.get("MXBENCH_TEST_ARTIFACTS", REPO / "test-artifacts"))
