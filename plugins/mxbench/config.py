@@ -48,7 +48,7 @@ CALIBRATION_DAGS = ("mxbench_benchmark",)  # the one DAG with the aa_calibration
 
 
 def calibration_dags(environ=os.environ) -> tuple:
-    """The DAGs whose A/A calibrations may set the contention thresholds (``results.interference``):
+    """The DAGs whose A/A calibrations may set the contention thresholds (``results.contention``):
     ``MXBENCH_CALIBRATION_DAGS`` (comma-separated DAG ids; ``none``: no DAG, the defaults judge
     everywhere), else ``mxbench_benchmark``. The deployer's setting, never a trigger param: whoever
     may trigger a DAG listed here can feed the thresholds every run on that hardware is judged by

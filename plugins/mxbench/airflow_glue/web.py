@@ -329,7 +329,7 @@ def history(user: Annotated[Any, Depends(current_user)]) -> HTMLResponse:
     import pandas as pd
 
     from mxbench import store
-    from mxbench.regression.rule import judge_history
+    from mxbench.regression.regression_rule import judge_history
     from mxbench.report import history_page
 
     dag_ids = [dag_id for dag_id in DAG_IDS if may_read(user, dag_id)]

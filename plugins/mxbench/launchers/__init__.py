@@ -9,9 +9,9 @@ DAG's run operator (``mxbench.airflow_glue.operators``). ``mxbench.airflow_glue.
 makes the ssh and kubernetes ones from Airflow connections. No launcher imports another.
 """
 from mxbench.launchers.base import Launched, Launcher
-from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.local import LocalLauncher
-from mxbench.launchers.ssh.launcher import SshLauncher
+from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import LAUNCHERS as NAMES
 from mxbench_train.errors import MxbenchError
 

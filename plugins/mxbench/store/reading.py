@@ -11,11 +11,11 @@ import pandas as pd
 import sqlalchemy as sa
 
 from mxbench import config
-from mxbench.regression.rule import feeding_dags
+from mxbench.regression.regression_rule import feeding_dags
 from mxbench.store.database import engine, ready_engine
-from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 from mxbench.store.recording import utc_time
 from mxbench.store.schema import dag_runs, environments, repeats, variants
+from mxbench.store.store_errors import UNSHOWN, StoreError, first_line, shown, without_password
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,

@@ -9,8 +9,7 @@ import pytest
 from mxbench import store
 from mxbench.regression import triage
 from mxbench.report import history_page
-from mxbench.stages import failures as dag_run_failures
-from mxbench.stages import regression_check
+from mxbench.stages import dag_run_failures, regression_check
 from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs
 
 DAG = "mxbench_regression"
@@ -177,7 +176,7 @@ def test_another_dags_triage_does_not_silence_or_reset_this_dags_check(url, tmp_
 # --- the history page -------------------------------------------------------------------------
 
 def judged(url):
-    from mxbench.regression.rule import judge_history
+    from mxbench.regression.regression_rule import judge_history
 
     rows = store.read_history(url)
     return judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))

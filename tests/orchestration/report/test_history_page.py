@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from mxbench import store
-from mxbench.regression.rule import judge_history
+from mxbench.regression.regression_rule import judge_history
 from mxbench.report import history_page
 from support.stored_runs import (
     CPU_FP,

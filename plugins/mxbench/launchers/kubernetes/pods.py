@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from mxbench.builds.manifest import image_names_commit
+from mxbench.builds.mxnet_builds import image_names_commit
 from mxbench.builds.record import RunBuild
 from mxbench_train.errors import MxbenchError
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 CONTAINER = "base"  # the KubernetesPodOperator's container name: its pod template merges into it
 RUN_DIR = "/mxbench/run"  # an emptyDir in each pod: the role's working folder and --log-dir
