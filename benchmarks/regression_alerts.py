@@ -49,7 +49,8 @@ def night(rng, args, cv, stepped):
         level = 1000.0 * (1 - args.step) if stepped and s == 0 else 1000.0
         effect = rng.normal(0, args.between)  # tonight's DAG run: its first and confirmation rounds alike
         first = list(level * np.exp(effect + rng.normal(0, cv, args.repeats)))
-        landed.append(regression_rule.check("v", "l", first, baseline, ids, min_drop=args.min_drop).status == "regression")
+        finding = regression_rule.check("v", "l", first, baseline, ids, min_drop=args.min_drop)
+        landed.append(finding.status == "regression")
         current = first
         if args.confirm_rounds and regression_rule.suspected(first, baseline, args.min_drop)[0]:
             current = first + list(level * np.exp(effect + rng.normal(0, cv, args.confirm_rounds)))

@@ -1,4 +1,4 @@
-"""Run a role plan (``roles.plan_roles``): one log per role, a deadline, fail fast.
+"""Run a role plan (``role_plan.plan_roles``): one log per role, a deadline, fail fast.
 
 ``run_plan`` drives one handle per role: a local process (``LocalProcess``, the default and
 ``python -m mxbench_train launch``), or what the SSH and Kubernetes launchers start.

@@ -97,8 +97,8 @@ ours = [m.__file__ for m in list(sys.modules.values())
         if m.__name__.split(".")[0] in ("mxbench", "mxbench_train", "standins")]
 print(json.dumps({{"modules": names, "files": ours,
                   "revision": revision, "dags": sorted(p.name for p in config.dags_folder().glob("*.py")),
-                  "dags_folder": str(config.dags_folder()), "manifest": str(manifest.MANIFEST),
-                  "builds": len(manifest.load_manifest()), "requirements": manifest.requirement_lines()}}))
+                  "dags_folder": str(config.dags_folder()), "manifest": str(mxnet_builds.MANIFEST),
+                  "builds": len(mxnet_builds.load_manifest()), "requirements": mxnet_builds.requirement_lines()}}))
 """
     found = json.loads(run([str(python), "-c", probe], env=fresh_env(tmp_path, tmp_path / "plugins"),
                            cwd=tmp_path).splitlines()[-1])

@@ -471,7 +471,7 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
     wait for one build. A failed build raises MxbenchError naming the build and pip's last error lines and
     leaves no venv behind; a wheel fetched over the network without ``#sha256=`` is refused
     before pip runs (``url_problem``). Each call stamps the venv's use and prunes the other
-    build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""
+    build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``venv_and_data_caches``)."""
     if build.source_only:  # installing its release instead would measure the wrong MXNet
         raise MxbenchError(f"MXNet build {build} is built from source: there is no wheel to install here; "
                            f"only its image {build.image} (pods) runs it")

@@ -16,7 +16,7 @@ pods read their own cgroup's pressure and time the canary while they train, whic
 afterwards, ``results.contention``), a launcher with no way to look, a bound of 0, a host whose
 reading is malformed (``answers.QUIET_READING``: the record names the host and the field). Each host
 is judged with its own kind of machine's thresholds (the probe reports the machine's facts;
-``interference.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
+``contention.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
 level or the defaults).
 """
 import time

@@ -3,7 +3,7 @@
 ``base`` says what a launcher is (the ``Launcher`` and ``RoleHandle`` protocols) and holds what
 they share. ``local`` is the embedded default; the ``ssh`` package runs each role on an SSH host
 (``commands``: its pure part, every command line; ``transfer``: the data set and the run's
-outputs over SFTP); the ``kubernetes`` package runs each role as a pod (``roles``: a run's pods
+outputs over SFTP); the ``kubernetes`` package runs each role as a pod (``role_pods``: a run's pods
 and each role's; ``pods``: its pure part, settings and manifests), with the pod building of the
 DAG's run operator (``mxbench.airflow_glue.operators``). ``mxbench.airflow_glue.connections``
 makes the ssh and kubernetes ones from Airflow connections. No launcher imports another.

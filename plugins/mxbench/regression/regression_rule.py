@@ -93,7 +93,7 @@ def quiet_repeats(rows: pd.DataFrame) -> Tuple[pd.DataFrame, int]:
     ok = rows[(rows["status"] == "ok") & rows["samples_per_sec"].notna()]
     if "contended" not in ok.columns:
         return ok, 0
-    busy = ok["contended"].astype(object).eq(True)  # as ``interference.flags`` reads the column
+    busy = ok["contended"].astype(object).eq(True)  # as ``contention.flags`` reads the column
     return ok[~busy], int(busy.sum())
 
 

@@ -107,7 +107,7 @@ def _series(where: dict, rows: pd.DataFrame, keys: List[str], manifest: list, na
             # the median's own interval: its ratio to a reference of one speed of 1
             row["low"], row["high"] = bootstrap_ratio_ci(speeds, [1.0], LEVEL)
         if previous is not None and speeds and previous["speeds"]:
-            # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+            # the band: the smallest change the regression rule calls worth an alert (``regression_rule.MIN_DROP``)
             compared = compare(speeds, previous["speeds"], name=str(build), reference=str(previous["build"]),
                                target_gap=MIN_DROP)
             row.update(previous_build=previous["build"], change=compared.ratio - 1,

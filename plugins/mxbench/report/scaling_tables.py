@@ -61,7 +61,8 @@ def fitted(runs: pd.DataFrame, variants: Dict[str, dict], threshold: float = THR
         gpus = any(variants[r["variant"]].get("gpus_per_worker") for r in rows if r.get("variant") in variants
                    and r.get("launcher") == key[0])
         model = scaling_model.fit(points, seed=seed)
-        found.append(SetupModel(key, gpus, model, scaling_model.project(model), scaling_model.holdout(points, seed=seed),
+        found.append(SetupModel(key, gpus, model, scaling_model.project(model),
+                                scaling_model.holdout(points, seed=seed),
                                 scaling_model.threshold_size(model, threshold), [] if gpus else [CPU_NOTE]))
     return found
 

@@ -137,7 +137,7 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
         if not row["speeds"]:
             row["note"] = "no measured repeat in this DAG run"
             continue
-        # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+        # the band: the smallest change the regression rule calls worth an alert (``regression_rule.MIN_DROP``)
         compared = compare(row["speeds"], theirs, name="this DAG run", reference="the previous", target_gap=MIN_DROP)
         left = [left_out(count, whose) for count, whose in ((row["busy"], " of this DAG run"),
                                                             (earlier.attrs.get("contended_left_out", 0),

@@ -8,7 +8,7 @@ per process, so a fresh or older database just works.
 No Airflow here: the DAG passes in what it knows (run id, trigger, dates), the rest is read from
 the DAG run's folder as the pipeline leaves it after ``join_results``.
 
-Modules: ``errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
+Modules: ``store_errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
 migrations), ``recording`` (storing DAG runs), ``reading`` (history, variants' sizes, baselines, A/A calibrations),
 ``alerts`` (the triage state of regression alerts and its record), ``bisect_chains`` (which DAG runs
 belong to a bisect) and ``schema`` (the tables).

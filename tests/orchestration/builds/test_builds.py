@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mxbench import config
-from mxbench.builds import mxnet_builds
+from mxbench.builds import mxnet_builds, venv_and_data_caches
 from mxbench.builds.mxnet_builds import Build, ManifestError
 from mxbench_train.errors import MxbenchError
 
@@ -125,8 +125,8 @@ def test_the_install_spec_is_the_training_requirements_with_the_build_and_its_pi
     assert mxnet_builds.install_spec(manifest[1], reqs) == ["mxnet==1.8.0.post0", "numpy==1.23.5",
                                                       "opencv-python-headless==4.11.0.86"]
     extra = Build(dt.date(2026, 1, 1), "mxnet==1.6.0", "i", pins=("requests==2.31.0", "NumPy==1.23.4"))
-    assert mxnet_builds.install_spec(extra, reqs) == ["mxnet==1.6.0", "NumPy==1.23.4", "opencv-python-headless==4.11.0.86",
-                                                "requests==2.31.0"]
+    assert mxnet_builds.install_spec(extra, reqs) == ["mxnet==1.6.0", "NumPy==1.23.4",
+                                                      "opencv-python-headless==4.11.0.86", "requests==2.31.0"]
     assert mxnet_builds.is_pinned(manifest[2], reqs) and not mxnet_builds.is_pinned(manifest[0], reqs)
     assert not mxnet_builds.is_pinned(Build(dt.date(2026, 1, 1), "mxnet==1.9.1", "i", pins=("numpy==1.23.5",)), reqs)
 
@@ -187,7 +187,8 @@ def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path,
     assert message.startswith("cannot make the training env for MXNet build mxnet==1.8.0.post0 (since 2026-01-01): "
                               "pip install mxnet==1.8.0.post0 "), message
     assert "ERROR: " in message and "mxnet==1.8.0.post0" in message.split("failed", 1)[1], message
-    assert [p.name for p in (tmp_path / "envs").iterdir()] == [mxnet_builds.env_dir(build, tmp_path / "envs").name + ".lock"]
+    lock = mxnet_builds.env_dir(build, tmp_path / "envs").name + ".lock"
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [lock]
 
 
 @pytest.mark.parametrize("checkout", [True, False], ids=["checkout", "installed wheel"])
@@ -231,8 +232,8 @@ def test_an_mxnet_without_the_module_api_is_named(tmp_path):
     info = tmp_path / "fake-site" / "mxnet-2.0.0b1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mxnet\nVersion: 2.0.0b1\n")
-    assert mxnet_builds.check_trainer(python) == ("MXNet 2.0.0b1 is not supported by this trainer: it has no Module API "
-                                            "(MXNet 2 removed it)")
+    assert mxnet_builds.check_trainer(python) == ("MXNet 2.0.0b1 is not supported by this trainer: "
+                                                  "it has no Module API (MXNet 2 removed it)")
     # the trainer itself says the same, as one error line
     done = subprocess.run([python, "-m", "mxbench_train", "train", "--benchmark", "1", "--num-layers", "8",
                            "--kv-store", "local", "--log-dir", str(tmp_path)],
@@ -437,7 +438,8 @@ def test_a_local_wheel_path_is_a_file_url_checked_before_install(tmp_path):
         mxnet_builds.ensure_venv(wrong, tmp_path / "envs")
     assert str(raised.value) == (f"refusing to install MXNet build {wrong}: its wheel {wheel.resolve()} has SHA-256 "
                                  f"{right}, the manifest says {SHA} (a changed or wrong file)")
-    assert [p.name for p in (tmp_path / "envs").iterdir()] == [mxnet_builds.env_dir(wrong, tmp_path / "envs").name + ".lock"]
+    lock = mxnet_builds.env_dir(wrong, tmp_path / "envs").name + ".lock"
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [lock]
 
     wheel.unlink()
     with pytest.raises(MxbenchError, match=r"refusing to install MXNet build .*commit 0123abcd.*: cannot read its "
@@ -455,11 +457,12 @@ def test_a_rebuilt_wheel_or_a_corrected_sha256_never_reuses_the_old_venv(tmp_pat
         made.append((venv.name, Path(urllib.parse.urlsplit(build.package.split(" @ ")[1]).path).read_bytes()))
         (venv / "bin").mkdir(parents=True, exist_ok=True)  # the real one starts from scratch
         (venv / "bin" / "python").write_text("")
-        (venv / mxnet_builds.STAMP).write_text(json.dumps({"spec": spec, "wheel_sha256": mxnet_builds.wheel_digest(build)}))
+        stamp = {"spec": spec, "wheel_sha256": mxnet_builds.wheel_digest(build)}
+        (venv / mxnet_builds.STAMP).write_text(json.dumps(stamp))
 
     monkeypatch.setattr(mxnet_builds, "_create", fake_create)
     monkeypatch.setattr(mxnet_builds, "base_python", lambda: sys.executable)
-    monkeypatch.setattr(mxnet_builds.caches, "prune_builds", lambda *a, **k: None)
+    monkeypatch.setattr(venv_and_data_caches, "prune_builds", lambda *a, **k: None)
     envs = tmp_path / "envs"
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -50,7 +50,8 @@ def entry(root: Path, name: str, kbytes: int, days_ago: float) -> Path:
 def held_by_another_process(*paths, home_dir: Path):
     """``venv_and_data_caches.in_use(*paths)`` held by a separate process until the block ends."""
     code = ("import sys\nfrom mxbench.builds import venv_and_data_caches\n"
-            "with venv_and_data_caches.in_use(*sys.argv[1:]):\n    print('holding', flush=True)\n    sys.stdin.read()\n")
+            "with venv_and_data_caches.in_use(*sys.argv[1:]):\n"
+            "    print('holding', flush=True)\n    sys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, *map(str, paths)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "MXBENCH_HOME": str(home_dir)})
     try:
@@ -95,7 +96,8 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
         def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             # the run stamped its use; another DAG run then used the newest ones, so that the
             # run's are past the 1 to keep, and pruned everything else
-            assert time.time() - venv_and_data_caches.last_used(old_venv) < 60 and time.time() - venv_and_data_caches.last_used(old_data) < 60
+            assert time.time() - venv_and_data_caches.last_used(old_venv) < 60
+            assert time.time() - venv_and_data_caches.last_used(old_data) < 60
             logs.append(prune_in_another_process(home, keep_builds=1, keep_data=1,
                                                  using=(newest_venv / "bin" / "python", newest_data)))
             # the trainer's word on what it imported, which the run checks against its build
@@ -224,7 +226,8 @@ def test_a_lock_unlinked_by_pruning_while_waited_on_is_taken_afresh(tmp_path):
     venv_and_data_caches.lock_path(entry_dir).unlink()
     os.close(pruner)
     assert got.wait(10)
-    assert venv_and_data_caches._lock(venv_and_data_caches.lock_path(entry_dir), fcntl.LOCK_EX | fcntl.LOCK_NB) is None, \
+    lock = venv_and_data_caches.lock_path(entry_dir)
+    assert venv_and_data_caches._lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB) is None, \
         "the maker holds the lock file now at the path"
     thread.join()
 
@@ -241,7 +244,8 @@ def test_a_bad_keep_setting_is_named(home, monkeypatch, value):
 def test_defaults_keep_three_builds_and_four_data_sets_of_each_kind(home, monkeypatch):
     monkeypatch.delenv("MXBENCH_KEEP_BUILDS", raising=False)
     monkeypatch.delenv("MXBENCH_KEEP_DATA", raising=False)
-    assert [venv_and_data_caches.keep_count(k) for k in (venv_and_data_caches.BUILD_VENVS, *venv_and_data_caches.DATA_KINDS)] == [3, 4, 4]
+    kinds = (venv_and_data_caches.BUILD_VENVS, *venv_and_data_caches.DATA_KINDS)
+    assert [venv_and_data_caches.keep_count(k) for k in kinds] == [3, 4, 4]
     for i in range(5):
         entry(home / "data", f"rec-{i:012d}", 4, days_ago=i)
         entry(home / "data", f"synthetic-v1-{100 + i}", 4, days_ago=i)

@@ -61,7 +61,8 @@ def test_no_launcher_imports_another_and_pure_parts_import_no_client_library():
                                       "mxbench.launchers.ssh.transfer"},
            "ssh/commands.py": base, "ssh/remote_role.py": base | {"mxbench.launchers.ssh.commands"},
            "ssh/transfer.py": base | {"mxbench.launchers.ssh.commands"},
-           "kubernetes/kubernetes_launcher.py": base | {"mxbench.launchers.kubernetes.pods", "mxbench.launchers.kubernetes.role_pods"},
+           "kubernetes/kubernetes_launcher.py": base | {"mxbench.launchers.kubernetes.pods",
+                                                        "mxbench.launchers.kubernetes.role_pods"},
            "kubernetes/pods.py": base, "kubernetes/role_pods.py": base | {"mxbench.launchers.kubernetes.pods"}}
     files = {str(p.relative_to(LAUNCHER_DIR)) for p in LAUNCHER_DIR.rglob("*.py")}
     assert files - set(own) == {"__init__.py", "base.py", "ssh/__init__.py", "kubernetes/__init__.py"}, files

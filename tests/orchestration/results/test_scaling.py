@@ -102,8 +102,8 @@ def test_no_interval_without_spread_to_measure_it():
     one_run = scaling_model.fit([Point(Config(2, batch_per_device=32), (190.0,))])
     guess = scaling_model.predict(one_run, Config(4, batch_per_device=32))
     assert guess.high == np.inf and guess.low == 0  # one size, one run: no spread, no error bar
-    two_sizes = scaling_model.fit([Point(Config(1, batch_per_device=32), (100.0,)), Point(Config(2, batch_per_device=32),
-                                                                                   (190.0,))])
+    two_sizes = scaling_model.fit([Point(Config(1, batch_per_device=32), (100.0,)),
+                                   Point(Config(2, batch_per_device=32), (190.0,))])
     assert two_sizes.seen == (True, False, False, False)  # two points cannot carry a slope and a spread
 
 

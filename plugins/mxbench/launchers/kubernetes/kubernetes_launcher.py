@@ -1,7 +1,7 @@
 """The Kubernetes launcher: the role plan as pods, one pod per role.
 
 Same plan as local and ssh (``plan_roles``), driven by the same ``run_plan``; here a role is a pod
-(``RolePod``; a run's pods are ``RunPods``: both in ``roles``) on a node of the cluster.
+(``RolePod``; a run's pods are ``RunPods``: both in ``role_pods``) on a node of the cluster.
 The DAG's run task (``mxbench.airflow_glue.operators``) builds a KubernetesPodOperator for a Kubernetes run and
 hands this launcher that operator's Kubernetes client, its ``PodManager`` and the base pod its
 ``build_pod_request_obj`` made (pod template, labels, namespace); nothing here imports Airflow.

@@ -1,6 +1,6 @@
 """The Kubernetes launcher's pure part: its settings and every manifest it sends.
 
-Nothing here talks to an API server: ``launcher.py`` and ``roles.py`` do, with
+Nothing here talks to an API server: ``kubernetes_launcher.py`` and ``role_pods.py`` do, with
 these. Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
 against ``SETTINGS_SCHEMA``; the image of a run is the connection's, or with an MXNet build under
 test, the build's (``images``, ``image_template``), never another one.
