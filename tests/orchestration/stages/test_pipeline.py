@@ -124,7 +124,7 @@ def test_an_old_folder_that_names_no_dag_is_neither_written_nor_served_for_a_dag
     """The attack: a trigger user of mxbench_benchmark picks the run id of the regression DAG's old
     folder (written before request.json named its DAG) to write into it and be served its report."""
     from mxbench import config
-    from mxbench.airflow_glue.web import report_file
+    from mxbench.airflow_glue.web_folders import report_file
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
     run_id = "scheduled__2026-10-01T00:00:00+00:00"
