@@ -467,7 +467,7 @@ def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
     busy = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
     watch = ("import json, subprocess, sys, time\nfrom mxbench_train import host_watch\n"
              f"child = subprocess.Popen([sys.executable, '-c', {busy.format(s=4)!r}])\n"
-             "w = interference.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+             "w = host_watch.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
              "found = w.stop()\nchild.kill()\nprint(json.dumps(found))")
     hogs = [subprocess.Popen([PY, "-c", busy.format(s=60)]) for _ in range(2)]
     try:

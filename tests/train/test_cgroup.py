@@ -150,7 +150,7 @@ def test_two_busy_loops_outside_raise_the_roles_own_pressure_and_mark_the_run_co
     # two busy processes in the role's cgroup (the role and its child), as two workers of a run on 2 cores
     watch = ("import json, subprocess, sys, time\nfrom mxbench_train import host_watch\n"
              f"child = subprocess.Popen([sys.executable, '-c', {BUSY.format(s=4)!r}])\n"
-             "w = interference.HostWatch().start()\n"
+             "w = host_watch.HostWatch().start()\n"
              "end = time.time() + 3\nwhile time.time() < end: pass\nfound = w.stop()\nchild.kill()\n"
              "print(json.dumps(found))")
     role = Role("worker0", "worker", "127.0.0.1", (sys.executable, "-c", watch), {})
