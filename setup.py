@@ -1,7 +1,7 @@
 """setuptools reads pyproject.toml; this adds the one thing it cannot say there: files outside the package that an
 installed mxbench needs, copied into it when a wheel is built. ``dags/*.py`` go to ``mxbench/dags`` (a deployment's
 dags folder: ``mxbench dags-folder``), the versions manifest and the training requirements to ``mxbench/builds``
-(``builds.manifest`` reads the checkout's own files where there is a checkout). An editable install needs none of
+(``builds.mxnet_builds`` reads the checkout's own files where there is a checkout). An editable install needs none of
 this: it runs from the checkout."""
 from pathlib import Path
 

@@ -8,7 +8,7 @@ In a scratch folder (its own MXBENCH_HOME and SQLite Airflow home), first one re
 cpu-demo variant cpu4w-bs64 (4 dist_sync workers: the demo's run with the most files) for 1
 epoch on the demo's synthetic data set (``--images`` training images, prepared as
 ``prepare_data`` does: ``synthetic-cifar10`` + ``prepare-cifar10`` in the training env),
-trained by ``stages.run.run_one`` with the local launcher. Then two stores side by
+trained by ``stages.run_stage.run_one`` with the local launcher. Then two stores side by
 side, their measurements interleaved (S3 first on even repeats, file:// first on odd ones):
 moto's S3 server on loopback (standins/s3_server.py) through an Airflow aws connection, and
 a file:// store in the scratch folder that is not MXBENCH_HOME (so it is copied and hashed like
@@ -80,8 +80,7 @@ def verdict(ok: bool) -> str:
 def real_run(scratch: Path, images: int):
     """One real run of RUN_VARIANT for 1 epoch: (DAG run folder, run key, data dict)."""
     from mxbench import config, launchers
-    from mxbench.stages import pipeline
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import pipeline, run_stage
 
     params = {"preset": "cpu-demo", "only_variants": [RUN_VARIANT], "repeats": 1, "epochs": 1,
               "synthetic_images": images, "launchers": ["local"]}

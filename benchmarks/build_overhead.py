@@ -37,17 +37,17 @@ def main() -> int:
     print(f"scratch folder: {scratch}")
     stack_env(scratch)  # before anything imports airflow: it reads its configuration once
     from mxbench.airflow_glue import connections
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
     from mxbench.builds.record import RunBuild
     from mxbench.launchers.ssh.commands import build_command, setup_command
-    from mxbench.launchers.ssh.launcher import run_command
+    from mxbench.launchers.ssh.ssh_launcher import run_command
     from standins import sshd
 
-    build = next((b for b in builds.load_manifest() if b.version == args.build), None)
+    build = next((b for b in mxnet_builds.load_manifest() if b.version == args.build), None)
     if build is None:
-        print(f"no build {args.build} in {builds.MANIFEST}", file=sys.stderr)
+        print(f"no build {args.build} in {mxnet_builds.MANIFEST}", file=sys.stderr)
         return 2
-    run_build = RunBuild(build.package, build.version, tuple(builds.install_spec(build)), image=build.image)
+    run_build = RunBuild(build.package, build.version, tuple(mxnet_builds.install_spec(build)), image=build.image)
     fleet = sshd.start(scratch / "sshd", addresses=["127.0.0.1"])
     ok = False
     try:

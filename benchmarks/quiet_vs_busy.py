@@ -8,7 +8,7 @@ of its time. Each worker times the canary right before and right after its span,
 does; the span's own pressure is its cgroup's ``cpu.pressure`` over it. Quiet and busy trials
 alternate, so the other engineers' load falls on both alike. Prints each trial, then per condition
 the own pressure, the own pressure beyond what the run's own processes explain
-(``interference.explained_pressure``), the canary's before/after ratio, and what the defaults flag.
+(``contention.explained_pressure``), the canary's before/after ratio, and what the defaults flag.
 
 Run as root, with the training venv: ``.venv/train/bin/python benchmarks/quiet_vs_busy.py``.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tasks"), str(ROOT / "plugins")]
 
-from mxbench.results import interference  # noqa: E402
+from mxbench.results import contention  # noqa: E402
 from mxbench_train import canary, cgroup  # noqa: E402
 
 WORKER = """
@@ -79,8 +79,8 @@ def trial(workers: int, busy: bool, span: float) -> dict:
     times = [t for o in outputs for t in o["canary"]]
     # the run's own compute threads on this host, as the starter sets them: its workers' and the server's
     reading = {"run_pressure": max(pressures), "run_threads": workers * int(threads) + 1, "cpus": cores}
-    explained = interference.explained_pressure(reading["run_threads"], cores) or 0.0
-    flagged = bool(interference.own_waiting(reading) or interference.canary_slow(times))
+    explained = contention.explained_pressure(reading["run_threads"], cores) or 0.0
+    flagged = bool(contention.own_waiting(reading) or contention.canary_slow(times))
     return {"busy": busy, "pressure": round(max(pressures), 3), "excess": round(max(pressures) - explained, 3),
             "ratio": round(max(times) / min(times), 3), "canary_s": round(max(times), 4), "flagged": flagged}
 

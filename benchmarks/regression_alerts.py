@@ -5,16 +5,16 @@ baseline of ``--baseline-runs`` earlier DAG runs of ``--repeats`` repeats each. 
 is the series' level plus normal noise of CV within the DAG run, plus a DAG-run effect of
 ``--between`` (shared by the run's repeats: a machine's day). Side by side, on the same nights:
 
-- landed: ``regression.check`` of the first ``--repeats`` rounds against the baseline, per series;
+- landed: ``regression_rule.check`` of the first ``--repeats`` rounds against the baseline, per series;
 - confirmed + FDR: the DAG's rule now: a series whose first rounds look like a regression
-  (``regression.suspected``) gets ``--confirm-rounds`` more rounds, the rule judges every round,
-  and ``regression.controlled`` keeps a regression only where its Benjamini–Hochberg q over the
+  (``regression_rule.suspected``) gets ``--confirm-rounds`` more rounds, the rule judges every round,
+  and ``regression_rule.controlled`` keeps a regression only where its Benjamini–Hochberg q over the
   night's series is below α.
 
 Noise-only nights give the alerts per 100 series; nights where one series dropped by ``--step``
 (the others noise-only) give the detection rate. ``--cv`` takes several values: by default this
 machine's A/A within-run noise per launcher as the results store held it on 2026-12-04 (k8s 3.2%,
-ssh 8.9%, local 12.8%) and 2%, a quiet GPU box's. Also printed: ``regression.false_alerts_per_month``'s
+ssh 8.9%, local 12.8%) and 2%, a quiet GPU box's. Also printed: ``regression_rule.false_alerts_per_month``'s
 figure for one nightly series, the estimate the report shows, to set beside the measured rate.
 
 What is real: the rule, the suspicion test and the FDR control are the pipeline's own functions.
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from mxbench.regression import rule as regression  # noqa: E402
+from mxbench.regression import regression_rule  # noqa: E402
 
 
 def dag_run(rng, level, cv, between, repeats):
@@ -49,12 +49,13 @@ def night(rng, args, cv, stepped):
         level = 1000.0 * (1 - args.step) if stepped and s == 0 else 1000.0
         effect = rng.normal(0, args.between)  # tonight's DAG run: its first and confirmation rounds alike
         first = list(level * np.exp(effect + rng.normal(0, cv, args.repeats)))
-        landed.append(regression.check("v", "l", first, baseline, ids, min_drop=args.min_drop).status == "regression")
+        finding = regression_rule.check("v", "l", first, baseline, ids, min_drop=args.min_drop)
+        landed.append(finding.status == "regression")
         current = first
-        if args.confirm_rounds and regression.suspected(first, baseline, args.min_drop)[0]:
+        if args.confirm_rounds and regression_rule.suspected(first, baseline, args.min_drop)[0]:
             current = first + list(level * np.exp(effect + rng.normal(0, cv, args.confirm_rounds)))
-        findings.append(regression.check("v", "l", current, baseline, ids, min_drop=args.min_drop))
-    new = [f.status == "regression" for f in regression.controlled(findings)]
+        findings.append(regression_rule.check("v", "l", current, baseline, ids, min_drop=args.min_drop))
+    new = [f.status == "regression" for f in regression_rule.controlled(findings)]
     return landed, new
 
 
@@ -68,7 +69,7 @@ def main(argv=None):
     parser.add_argument("--confirm-rounds", type=int, default=4)
     parser.add_argument("--baseline-runs", type=int, default=5)
     parser.add_argument("--step", type=float, default=0.05)
-    parser.add_argument("--min-drop", type=float, default=regression.MIN_DROP,
+    parser.add_argument("--min-drop", type=float, default=regression_rule.MIN_DROP,
                         help="the rule's smallest drop: a step of exactly this is caught about half the time")
     parser.add_argument("--seed", type=int, default=21)
     args = parser.parse_args(argv)
@@ -86,7 +87,7 @@ def main(argv=None):
         false_new = 100 * sum(sum(b) for _, b in noise) / total
         caught_landed = sum(a[0] for a, _ in steps) / args.nights
         caught_new = sum(b[0] for _, b in steps) / args.nights
-        estimate = regression.false_alert_chance(cv, args.repeats + args.confirm_rounds,
+        estimate = regression_rule.false_alert_chance(cv, args.repeats + args.confirm_rounds,
                                                  args.repeats * args.baseline_runs, first=args.repeats,
                                                  min_drop=args.min_drop) * 30
         print(f"{cv:>6.1%} | {false_landed:>16.2f} {false_new:>17.2f} | {caught_landed:>11.1%} {caught_new:>12.1%} | "

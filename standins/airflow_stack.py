@@ -33,6 +33,7 @@ from mxbench_train.localhost import descendants, free_port, is_running, start_ti
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+CHECKOUT_SETTINGS = REPO / "config" / "airflow-checkout.env"
 # name -> simple auth manager role (and, in multi-team mode, ":team|team"); "" is a user who may
 # log in and read nothing
 USERS = {"admin": "admin", "viewer": "viewer", "outsider": ""}
@@ -44,12 +45,20 @@ class StackError(RuntimeError):
     pass
 
 
+def checkout_settings() -> dict:
+    """This checkout's Airflow settings: DAGs and plugins folders, examples off
+    (config/airflow-checkout.env, which scripts/airflow-env.sh reads too)."""
+    settings = {}
+    for line in CHECKOUT_SETTINGS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings[key] = str(REPO / value) if key.endswith("_FOLDER") else value
+    return settings
+
+
 def checkout_env(mxbench_home: Path, airflow_home: Path) -> dict:
-    """MXBENCH_HOME and AIRFLOW_HOME, and this checkout's DAGs and plugins (as scripts/airflow-env.sh
-    sets them)."""
-    return {"MXBENCH_HOME": str(mxbench_home), "AIRFLOW_HOME": str(airflow_home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    """MXBENCH_HOME and AIRFLOW_HOME, and this checkout's Airflow settings (``checkout_settings``)."""
+    return {"MXBENCH_HOME": str(mxbench_home), "AIRFLOW_HOME": str(airflow_home), **checkout_settings()}
 
 
 def server_env(port: int) -> dict:

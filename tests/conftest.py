@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mxbench_train.localhost import is_running
+from standins.airflow_stack import checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "dags"))
@@ -17,11 +18,7 @@ sys.path.insert(0, str(REPO / "dags"))
 # Before anything imports airflow (it reads its configuration once): a private Airflow home
 # and MXBENCH_HOME for this test session, SQLite, the checkout's DAGs and plugins.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="mxbench-tests-"))
-os.environ["MXBENCH_HOME"] = str(_SESSION_HOME)
-os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
-os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ.update(checkout_env(_SESSION_HOME, _SESSION_HOME / "airflow"))
 
 
 @pytest.fixture(scope="session")

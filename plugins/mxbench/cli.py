@@ -143,7 +143,7 @@ def cmd_compare(args) -> int:
 def cmd_scaling(args) -> int:
     """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs; of one DAG
     run folder, or (``--store``) of every stored DAG run of the setups."""
-    from mxbench.report import scaling as model_text
+    from mxbench.report import scaling_tables
     from mxbench.run_folder import DagRunFolder, load_table, read_json
 
     if args.store == bool(args.run_dir):
@@ -156,37 +156,37 @@ def cmd_scaling(args) -> int:
     if runs.empty:
         print(f"error: {args.run_dir} has no tables/runs.csv (run `mxbench report` on it first)", file=sys.stderr)
         return 1
-    prices, why = model_text.prices_or_why()
-    found = model_text.models(runs, request, args.threshold, args.seed)
+    prices, why = scaling_tables.prices_or_why()
+    found = scaling_tables.models(runs, request, args.threshold, args.seed)
     if not found:
-        print(f"no setup has {model_text.MIN_SIZES} or more sizes measured: no scaling model")
+        print(f"no setup has {scaling_tables.MIN_SIZES} or more sizes measured: no scaling model")
     else:
         print_models(found, prices, args.threshold, args.throughput,
-                     model_text.images_per_epoch(read_json(folder.data, {}) or {}))
+                     scaling_tables.images_per_epoch(read_json(folder.data, {}) or {}))
     print("\n== this DAG run's cost" + (f" ({why})" if why else ""))
-    print(model_text.run_cost_table(runs, request, prices).to_string(index=False))
+    print(scaling_tables.run_cost_table(runs, request, prices).to_string(index=False))
     return 0
 
 
 def print_models(found, prices, threshold: float, throughput, images_per_epoch=None) -> None:
     """The scaling model's lines and tables, as the report shows them."""
-    from mxbench.report import scaling as model_text
+    from mxbench.report import scaling_tables
 
-    print("\n".join(model_text.holdout_lines(found, threshold)))
+    print("\n".join(scaling_tables.holdout_lines(found, threshold)))
     print("\n== terms of the step time (seconds per unit of each term's feature)")
-    print(model_text.terms_table(found).to_string(index=False))
+    print(scaling_tables.terms_table(found).to_string(index=False))
     print("\n== measured sizes and PROJECTED ones (the model's, not measured)")
-    print(model_text.curve_table(found, prices, images_per_epoch).to_string(index=False))
+    print(scaling_tables.curve_table(found, prices, images_per_epoch).to_string(index=False))
     if throughput:
-        print("\n" + "\n".join(model_text.cheapest_line(found, prices, throughput)))
+        print("\n" + "\n".join(scaling_tables.cheapest_line(found, prices, throughput)))
 
 
 def scaling_of_store(args) -> int:
     """``mxbench scaling --store``: the model fitted over every stored DAG run of the setups, on one
     kind of machine (bisect probes never: they measure old builds on purpose)."""
     from mxbench import store
-    from mxbench.report import scaling as model_text
-    from mxbench.report.builds import machine_text
+    from mxbench.report import scaling_tables
+    from mxbench.report.builds_view import machine_text
     from mxbench.results import stored
 
     url = args.url or store.default_url()
@@ -213,12 +213,12 @@ def scaling_of_store(args) -> int:
           f"{rows['measured_at'].min():%Y-%m-%d} to {rows['measured_at'].max():%Y-%m-%d}, {len(runs)} measured "
           f"repeats, machine {machine}; MXNet build{'s' if len(builds) > 1 else ''} {', '.join(map(str, builds))}"
           + (" (pooled: a build's own speed counts as noise; --build takes one)" if len(builds) > 1 else ""))
-    prices, why = model_text.prices_or_why()
+    prices, why = scaling_tables.prices_or_why()
     if why:
         print(why)
-    found = model_text.fitted(runs, variants, args.threshold, args.seed)
+    found = scaling_tables.fitted(runs, variants, args.threshold, args.seed)
     if not found:
-        print(f"no setup has {model_text.MIN_SIZES} or more sizes measured: no scaling model")
+        print(f"no setup has {scaling_tables.MIN_SIZES} or more sizes measured: no scaling model")
         return 0
     print_models(found, prices, args.threshold, args.throughput)
     return 0
@@ -226,7 +226,7 @@ def scaling_of_store(args) -> int:
 
 def cmd_history(args) -> int:
     from mxbench import store
-    from mxbench.report.builds import machine_text
+    from mxbench.report.builds_view import machine_text
 
     url = args.url or store.default_url()
     found = store.read_history(url, args.variant, args.launcher, args.fingerprint)
@@ -245,9 +245,9 @@ def cmd_history(args) -> int:
 
 def cmd_builds(args) -> int:
     """``mxbench builds VARIANT``: per series, the builds in order, each build's speed and its change
-    from the build before (``report.builds``); a bisect's probes are left out."""
+    from the build before (``report.builds_view``); a bisect's probes are left out."""
     from mxbench import store
-    from mxbench.report.builds import builds_lines, builds_view, manifest_or_none
+    from mxbench.report.builds_view import builds_lines, builds_view, manifest_or_none
 
     url = args.url or store.default_url()
     found = store.history(url, args.variant, args.launcher, args.fingerprint)
@@ -267,7 +267,7 @@ def cmd_import(args) -> int:
     if missing:
         print(f"error: {', '.join(missing)} is not a folder", file=sys.stderr)
         return 1
-    from mxbench.report.builds import machine_text
+    from mxbench.report.builds_view import machine_text
 
     url = args.url or store.default_url()
     for result in store.import_runs(url, folders):

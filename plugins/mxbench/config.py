@@ -23,7 +23,7 @@ def home() -> Path:
 
 def train_env_python() -> str:
     """The training env's interpreter (the pinned MXNet build of ``requirements-train.txt``), which
-    the local launcher runs unless a run asks for another build (``builds.ensure_venv``)."""
+    the local launcher runs unless a run asks for another build (``mxnet_builds.ensure_venv``)."""
     return os.environ.get("MXBENCH_TRAIN_PYTHON", str(REPO / ".venv" / "train" / "bin" / "python"))
 
 
@@ -48,11 +48,11 @@ CALIBRATION_DAGS = ("mxbench_benchmark",)  # the one DAG with the aa_calibration
 
 
 def calibration_dags(environ=os.environ) -> tuple:
-    """The DAGs whose A/A calibrations may set the contention thresholds (``results.interference``):
+    """The DAGs whose A/A calibrations may set the contention thresholds (``results.contention``):
     ``MXBENCH_CALIBRATION_DAGS`` (comma-separated DAG ids; ``none``: no DAG, the defaults judge
     everywhere), else ``mxbench_benchmark``. The deployer's setting, never a trigger param: whoever
     may trigger a DAG listed here can feed the thresholds every run on that hardware is judged by
-    (within the caps of ``interference.from_aa``), so list only DAGs that operators trigger."""
+    (within the caps of ``contention.from_aa``), so list only DAGs that operators trigger."""
     raw = environ.get(CALIBRATION_DAGS_ENV)
     if raw is not None and raw.strip().lower() == "none":
         return ()

@@ -98,10 +98,10 @@ class DagRunFolder:
 
         request.json   params, the expanded runs and the build asked for (``pipeline.expand``)
         data.json      the prepared data set (``pipeline.prepare``)
-        stages.json    the stages that failed, and why (``stages.failures``)
+        stages.json    the stages that failed, and why (``stages.dag_run_failures``)
         stored.json    what the store task recorded in the results database
         <key>/         one folder per run (``RunFolder``)
-        attempts/      earlier attempts of a run, moved aside: ``attempts/<key>.<n>/`` (``stages.run``)
+        attempts/      earlier attempts of a run, moved aside: ``attempts/<key>.<n>/`` (``stages.run_stage``)
         tables/        tidy tables, ``tables/<name>.csv`` (runs, speed, epochs, summary, ratios, k8s_gap,
                        aa_noise, convergence, regression, history, since_last) and ``tables/bisect.json``
         report/        the report (``mxbench.report``)

@@ -3,7 +3,7 @@
 Only ``train`` (and ``resnet``, mxnet), ``cifar10`` and ``synthetic`` (numpy) need more
 than the standard library. The orchestration environment (Airflow, no mxnet, no numpy
 needed) imports these stdlib-only modules, so they must stay that way:
-``errors``, ``events``, ``roles``, ``plan_runner``, ``localhost``, ``telemetry``,
+``errors``, ``events``, ``role_plan``, ``plan_runner``, ``localhost``, ``telemetry``,
 ``role_log``, ``pod_outputs``, ``host_build`` (with ``host_workdir`` and ``host_folders``) and ``data_sources``.
 ``download``, ``probe``, ``supervise``, ``recordio_check`` and ``elf`` are stdlib-only too.
 """

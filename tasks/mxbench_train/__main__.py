@@ -15,7 +15,7 @@ USAGE = __doc__.split("\n\n")[0].replace("\n", "")  # the first paragraph, one l
 def cmd_launch(argv):
     from .localhost import free_port
     from .plan_runner import run_plan
-    from .roles import KVSTORES, Job, plan_roles
+    from .role_plan import KVSTORES, Job, plan_roles
 
     parser = argparse.ArgumentParser(prog="python -m mxbench_train launch",
                                      description="Run a training job's role plan as local processes")
@@ -124,7 +124,7 @@ def cmd_quiet_probe(argv):
     import json
     import math
 
-    from .quiet import sample
+    from .quiet_probe import sample
 
     def window(text):
         try:

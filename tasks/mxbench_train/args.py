@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import MxbenchError
-from .roles import KVSTORES
+from .role_plan import KVSTORES
 
 
 def add_fit_args(parser):

@@ -6,7 +6,7 @@ The canary is the same work every time (an integer and float loop, then a sweep 
 than common last-level caches), so on one kind of machine its time moves only when the machine got
 slower. Each worker times it right before and right after its training (``HostWatch``); the
 orchestration judges the slower of the two against that hardware's A/A runs
-(``mxbench.results.interference``).
+(``mxbench.results.contention``).
 
 Each timing is the fastest of ``ROUNDS`` short repeats: a preemption or a page-cache hiccup slows one
 repeat, a neighbour that stays slows them all. Measured on the 2-core dev VM (``benchmarks/quiet_vs_busy.py``):

@@ -1,6 +1,6 @@
 """An MXNet build's venv on a training host: made there on first use, reused after.
 
-The SSH launcher measures the build a DAG run asks for (``mxbench.builds.manifest``) on every SSH host,
+The SSH launcher measures the build a DAG run asks for (``mxbench.builds.mxnet_builds``) on every SSH host,
 so each host needs that build's MXNet beside its own. Run on the host as the SSH user, with the
 host's training interpreter (the one that has ``mxbench_train``):
 
@@ -10,7 +10,7 @@ host's training interpreter (the one that has ``mxbench_train``):
   may write to it or swap a folder above it) and ``W/builds`` is made 0700 and checked the same
   way: another local user must not plant a venv that the roles would run.
 - ``JSON`` names the build: ``{"package": "mxnet==1.9.0", "version": "1.9.0", "spec": [...]}``,
-  ``spec`` being what pip installs (``mxbench.builds.manifest.install_spec``: the package first).
+  ``spec`` being what pip installs (``mxbench.builds.mxnet_builds.install_spec``: the package first).
 - The venv, ``W/builds/<distribution>-<version>-<hash>``, is made with this interpreter's
   ``venv`` module (from a venv's python it bases on the real base interpreter), so it never sees
   this interpreter's site-packages and their MXNet. pip installs the spec with the host's own pip
@@ -28,7 +28,7 @@ failure is one ``error:`` line naming the build and the step, and exit status 2.
 folder checks, the stamp, and a digest of the trainer's files (and of a ``file:`` wheel, which keys
 the venv with the spec); no pip, no ``import mxnet``.
 
-The orchestration side's build venvs (``mxbench.builds.manifest.ensure_venv``) are made with the same
+The orchestration side's build venvs (``mxbench.builds.mxnet_builds.ensure_venv``) are made with the same
 pieces: ``wheel_digest``, ``run_step``, ``matching_stamp``, ``write_stamp`` and the stamp file, and,
 where mxbench is installed with no checkout, ``install_trainer``. Stdlib only.
 """
@@ -84,7 +84,7 @@ class Stopped(BaseException):
     """SIGTERM, SIGHUP or SIGINT arrived (a killed task, a dropped SSH session): unwind and tidy up."""
 
 
-# --- helpers the orchestration side shares (mxbench.builds.manifest imports them, and those below) ----
+# --- helpers the orchestration side shares (mxbench.builds.mxnet_builds imports them, and those below) ----
 
 def clean_env() -> dict:
     """The environment for venv/pip: no PYTHONPATH/PYTHONHOME/VIRTUAL_ENV (the caller's) and no
@@ -226,7 +226,7 @@ def trainer_digest(source: str = TRAINER, copy_to: str | None = None) -> str:
 def matching_stamp(venv: str, spec: list, digest: str | None = None) -> dict | None:
     """The venv's stamp (``STAMP``, written last when it was made) when it names ``spec`` and the wheel SHA-256
     ``digest`` (what was checked when it was made) and the venv's python still runs from there, else None. Both
-    sides' check on every use: here and ``mxbench.builds.manifest``."""
+    sides' check on every use: here and ``mxbench.builds.mxnet_builds``."""
     try:
         with open(os.path.join(venv, STAMP)) as file:
             stamp = json.load(file)
@@ -304,7 +304,7 @@ def index_unreachable(output: str, pip_log: str) -> bool:
 def run_step(argv: list[str], step: str, timeout: float, failed, pip_log: str | None = None):
     """``argv`` run to completion in ``clean_env`` (a CompletedProcess, output as text); a failure raises
     ``failed(why)``: ``step`` and its last ERROR lines (and, for pip with ``pip_log``, whether no index could be
-    reached). Both sides' runner: here and ``mxbench.builds.manifest``."""
+    reached). Both sides' runner: here and ``mxbench.builds.mxnet_builds``."""
     import subprocess
 
     try:

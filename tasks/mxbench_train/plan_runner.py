@@ -1,4 +1,4 @@
-"""Run a role plan (``roles.plan_roles``): one log per role, a deadline, fail fast.
+"""Run a role plan (``role_plan.plan_roles``): one log per role, a deadline, fail fast.
 
 ``run_plan`` drives one handle per role: a local process (``LocalProcess``, the default and
 ``python -m mxbench_train launch``), or what the SSH and Kubernetes launchers start.
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .cgroup import RoleCgroup
 from .errors import MxbenchError
 from .localhost import is_running, proc_stat, start_ticks
-from .roles import Role
+from .role_plan import Role
 
 POLL_S = 0.05
 # after the workers finish, the scheduler and servers get this long to shut down by themselves

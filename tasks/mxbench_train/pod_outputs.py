@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from .interference import POD_ENV
+from .host_watch import POD_ENV
 
 BEGIN = "=== mxbench outputs v1 begin ==="
 END = "=== mxbench outputs v1 end sha256="

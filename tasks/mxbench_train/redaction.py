@@ -7,7 +7,7 @@ spec (a PEP 508 direct reference ``name @ URL``) and a longer message that quote
 redacted alike; so is a password a URL should have encoded (``/ # ? "`` or a space in it: the
 ``user:password@`` up to the first @ on its line that a host follows, unless a port stands there),
 and a ``user:password@host`` without a scheme. The results store's SQLAlchemy URLs keep their own
-rule beside it (``mxbench.store.errors``: the user stays, the password becomes ``***``).
+rule beside it (``mxbench.store.store_errors``: the user stays, the password becomes ``***``).
 """
 import re
 import urllib.parse

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import interference, telemetry
+from . import host_watch, telemetry
 from .args import build_parser, parse_floats, parse_ints, validate
 from .errors import MxbenchError, NonFiniteLoss
 from .events import format_event
@@ -164,7 +164,7 @@ def main(argv):
     started = time.time()
     status, error, exit_code, epochs_done = "error", None, 1, 0
     sampler.start()
-    host = interference.HostWatch(gpus).start()
+    host = host_watch.HostWatch(gpus).start()
     try:
         epoch_size = max(num_examples // args.batch_size // workers, 1)
         if args.benchmark:

@@ -127,8 +127,8 @@ def test_the_store_keeps_the_calibration_and_a_later_run_shows_it(calibrated, ur
 
 def test_a_later_dag_run_judges_contention_with_the_thresholds_this_calibration_measured(calibrated, url):
     """The calibration's runs read their hosts; a DAG run expanding after it on this hardware takes
-    its contention thresholds from them (``interference.from_aa`` over the stored runs)."""
-    from mxbench.results import interference
+    its contention thresholds from them (``contention.from_aa`` over the stored runs)."""
+    from mxbench.results import contention
     from mxbench.stages import pipeline
 
     _, dag_dir = calibrated
@@ -138,18 +138,18 @@ def test_a_later_dag_run_judges_contention_with_the_thresholds_this_calibration_
     assert runs["run_pressure"].notna().all() and runs["canary_s"].notna().all()  # and what it felt itself
     table = pipeline.contention_thresholds(url)
     # the runs judged contended are no measure of this hardware's quiet (this machine is shared)
-    quiet = runs[~interference.flags(runs["contended"])]
+    quiet = runs[~contention.flags(runs["contended"])]
     if quiet.empty:
         assert table == {}
         return
-    assert list(table) == [interference.table_key(fingerprint, "local")]  # both arms are the local launcher
-    found = interference.Thresholds.from_dict(table[interference.table_key(fingerprint, "local")])
+    assert list(table) == [contention.table_key(fingerprint, "local")]  # both arms are the local launcher
+    found = contention.Thresholds.from_dict(table[contention.table_key(fingerprint, "local")])
     records = quiet[["foreign_cores", "steal", "run_pressure", "canary_s", "cpu_pressure"]].assign(
         dag_run="one").to_dict("records")
-    expected = interference.from_aa(records, calibrations=1, dags=["mxbench_benchmark"])
+    expected = contention.from_aa(records, calibrations=1, dags=["mxbench_benchmark"])
     assert found == expected
     assert found.source.startswith(
         f"from {len(quiet)} A/A runs on this hardware (1 calibration of mxbench_benchmark)"
-        if len(quiet) >= interference.MIN_AA_RUNS else f"defaults: {len(quiet)} A/A run(s)")
+        if len(quiet) >= contention.MIN_AA_RUNS else f"defaults: {len(quiet)} A/A run(s)")
     # this DAG run expanded before it was stored: the defaults judged it, as its runs table says
-    assert set(runs["contention_thresholds"]) == {str(interference.DEFAULTS)}
+    assert set(runs["contention_thresholds"]) == {str(contention.DEFAULTS)}

@@ -14,7 +14,7 @@ import pytest
 from conftest import QUIET_WAIT_S
 from mxbench import store
 from mxbench.airflow_glue import bisect_tasks
-from mxbench.builds import manifest as builds
+from mxbench.builds import mxnet_builds
 
 # 8 builds: release wheels, and commits between them built from source (their image) or as a wheel
 MANIFEST = [
@@ -86,8 +86,8 @@ def results_store(tmp_path, monkeypatch):
 def manifest(tmp_path, monkeypatch):
     path = tmp_path / "mxnet-builds.json"
     path.write_text(json.dumps(MANIFEST))
-    monkeypatch.setattr(builds, "MANIFEST", path)
-    return builds.load_manifest(path)
+    monkeypatch.setattr(mxnet_builds, "MANIFEST", path)
+    return mxnet_builds.load_manifest(path)
 
 
 def bisect_by_dag_runs(dag, monkeypatch, conf, speed_of, failing=(), limit=10):
@@ -195,7 +195,7 @@ def test_one_real_dag_run_measures_the_reference_and_triggers_the_next_probe(air
         {"since": "2026-02-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-1234567", "commit": "1234567"},
         {"since": "2026-03-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-89abcde", "commit": "89abcde"},
     ]))
-    monkeypatch.setattr(builds, "MANIFEST", path)
+    monkeypatch.setattr(mxnet_builds, "MANIFEST", path)
     url = f"sqlite:///{tmp_path / 'results.db'}"
     monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", url)
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
@@ -251,7 +251,7 @@ def test_a_next_probe_run_id_made_first_by_someone_else_fails_the_trigger_loudly
         {"since": "2026-02-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-1234567", "commit": "1234567"},
         {"since": "2026-03-01", "package": "mxnet==1.9.1", "image": "mxbench-train:src-89abcde", "commit": "89abcde"},
     ]))
-    monkeypatch.setattr(builds, "MANIFEST", path)
+    monkeypatch.setattr(mxnet_builds, "MANIFEST", path)
     monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", f"sqlite:///{tmp_path / 'results.db'}")
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]
     when = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -303,7 +303,7 @@ def test_a_bisect_over_three_real_mxnet_versions(airflow_db, tmp_path, monkeypat
          "commit": "fedcba9876", "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()},
         by_package["mxnet==1.9.1"],
     ]))
-    monkeypatch.setattr(builds, "MANIFEST", path)
+    monkeypatch.setattr(mxnet_builds, "MANIFEST", path)
     url = f"sqlite:///{tmp_path / 'results.db'}"
     monkeypatch.setitem(os.environ, "MXBENCH_RESULTS_URL", url)
     dag = DagBag(dag_folder=str(REPO / "dags" / "mxbench_bisect.py")).dags["mxbench_bisect"]

@@ -29,9 +29,9 @@ NO_INDEX = {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": "http://127.0.0.1:9
 def image_of(day) -> str:
     """The folder standing for the image of the build ``day`` measures: the build's venv on this
     machine (made here, as an image would be built; the training env itself for the pinned build)."""
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
 
-    return str(Path(builds.ensure_venv(builds.build_for(day))).parent.parent)
+    return str(Path(mxnet_builds.ensure_venv(mxnet_builds.build_for(day))).parent.parent)
 
 
 def run_regression(day, env: dict, conf=CONF):

@@ -102,7 +102,7 @@ def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp
     import shutil
 
     from mxbench.cli import main
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import run_stage
 
     _, original = dag_run
     dag_dir = shutil.copytree(original, tmp_path / original.name)

@@ -206,7 +206,7 @@ def launcher_with(standin, pod_manager=False, should_stop=None, **pod):
     from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 
     from mxbench.airflow_glue import connections
-    from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+    from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 
     os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"] = json.dumps(kubernetes_connection(standin, **pod))
     try:
@@ -322,7 +322,7 @@ def test_sigterm_to_the_task_deletes_its_pods_and_the_task_fails(airflow_db, kub
 
 def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standin):
     from mxbench.airflow_glue import connections
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import run_stage
 
     env = k8s_env(kube_standin)
     process = start_dag_test({**KILL_CONF, "notes": ["sigkill"]}, env)
@@ -368,7 +368,7 @@ def test_a_pod_run_beside_two_busy_loops_on_its_node_is_marked_contended(kube_st
     """Issue 39: a pod cannot see its node's processes, but it feels them: with two busy loops
     outside it (this 2-core node), the workers' pods read their own cgroup's pressure (the stand-in's
     kubelet puts each pod in a cgroup of its own, as a real one) and the run is marked contended."""
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench_train.events import parse_event
 
     launcher = launcher_with(kube_standin, data={"host_path": str(cifar_rec.parent)})
@@ -383,10 +383,10 @@ def test_a_pod_run_beside_two_busy_loops_on_its_node_is_marked_contended(kube_st
             hog.wait()
     events = [e for log in sorted(run_dir.glob("rank*.log")) for e in map(parse_event, log.read_text().splitlines())
               if e]
-    readings = interference.host_readings(events)
+    readings = contention.host_readings(events)
     assert len(readings) == 2 and all(r["pressure_source"] == "the pod's own cgroup" for r in readings), readings
     assert all("foreign_cpu_s" not in r and len(r["canary_s"]) == 2 for r in readings)
-    row = interference.summarise(events)
+    row = contention.summarise(events)
     assert row["foreign_cores"] is None and row["run_pressure"] == max(r["run_pressure"] for r in readings)
     # judged by what the pod itself reads: its own cgroup's pressure or its canary (whichever crossed first)
     assert row["contended"] is True, (row, readings)

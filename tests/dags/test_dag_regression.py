@@ -106,8 +106,7 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
     noise is test_regression.py's, on seeded histories)."""
     from mxbench import store
     from mxbench.report import build_report
-    from mxbench.stages import failures as dag_run_failures
-    from mxbench.stages import regression_check
+    from mxbench.stages import dag_run_failures, regression_check
 
     run, dag_dir = first_run
     for i in range(2):

@@ -151,7 +151,7 @@ def granted(rules):
 
 def test_rbac_grants_every_call_the_launcher_makes_and_no_more():
     code = "".join((REPO / "plugins" / "mxbench" / f).read_text()
-                   for f in ("launchers/kubernetes/launcher.py", "launchers/kubernetes/roles.py",
+                   for f in ("launchers/kubernetes/kubernetes_launcher.py", "launchers/kubernetes/role_pods.py",
                              "airflow_glue/operators.py"))
     calls = set(re.findall(r"client\.((?:create|read|list|delete|patch|replace|connect|watch)_\w+)\(", code))
     unknown = calls - set(API_CALLS)

@@ -182,6 +182,56 @@ def test_the_circle_check_sees_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+# every folder that holds Python importing our modules
+IMPORTERS = ("plugins", "dags", "tasks", "tests", "benchmarks", "standins", "scripts")
+
+
+def is_our_module(dotted):
+    top, *rest = dotted.split(".")
+    root = {"mxbench": PACKAGE, "mxbench_train": TRAINER}.get(top)
+    if root is None:
+        return False
+    base = root.joinpath(*rest)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_under_another_name(path):
+    """``import m as n`` and ``from p import m as n`` of one of our modules where n is not m: a reader
+    of ``n.f()`` would look for a module n."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            pairs = [(alias.name, alias.asname) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # only the trainer imports relatively, from its own flat package
+                module = f"{TRAINER.name}.{module}".rstrip(".")
+            pairs = [(f"{module}.{alias.name}", alias.asname) for alias in node.names]
+        else:
+            continue
+        found += [f"{path.name}:{node.lineno}: {name} as {asname}" for name, asname in pairs
+                  if asname and asname != name.rsplit(".", 1)[-1] and is_our_module(name)]
+    return found
+
+
+def test_every_module_is_imported_under_its_own_name():
+    paths = [p for folder in IMPORTERS for p in (REPO / folder).rglob("*.py")]
+    assert len(paths) > 200  # the tree was read
+    renamed = [line for path in paths for line in imports_under_another_name(path)]
+    assert not renamed, "\n".join(renamed)
+
+
+def test_the_name_check_sees_a_module_under_another_name(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text("import mxbench.stages.pipeline as stages\n"
+                    "from mxbench.builds import mxnet_builds as builds\n"
+                    "from mxbench.stages import run_stage\n"
+                    "from mxbench_train.telemetry import summarise as summarise_gpus\n"  # a function: allowed
+                    "from numpy import linalg as la\n")
+    assert imports_under_another_name(fake) == ["fake.py:1: mxbench.stages.pipeline as stages",
+                                                "fake.py:2: mxbench.builds.mxnet_builds as builds"]
+
+
 @pytest.mark.parametrize("module", sorted(p.stem for p in TRAINER.glob("*.py")
                                           if p.stem not in TRAINING_ONLY | {"__init__"}))
 def test_the_trainers_shared_modules_import_only_the_standard_library(module):

@@ -85,7 +85,7 @@ def test_every_module_imports_from_the_installed_package_with_its_data(installed
 import importlib, json, pkgutil, sys
 import mxbench, standins
 from mxbench import config
-from mxbench.builds import manifest
+from mxbench.builds import mxnet_builds
 from mxbench.store import database
 names = []
 for package in (mxbench, standins):
@@ -97,8 +97,8 @@ ours = [m.__file__ for m in list(sys.modules.values())
         if m.__name__.split(".")[0] in ("mxbench", "mxbench_train", "standins")]
 print(json.dumps({{"modules": names, "files": ours,
                   "revision": revision, "dags": sorted(p.name for p in config.dags_folder().glob("*.py")),
-                  "dags_folder": str(config.dags_folder()), "manifest": str(manifest.MANIFEST),
-                  "builds": len(manifest.load_manifest()), "requirements": manifest.requirement_lines()}}))
+                  "dags_folder": str(config.dags_folder()), "manifest": str(mxnet_builds.MANIFEST),
+                  "builds": len(mxnet_builds.load_manifest()), "requirements": mxnet_builds.requirement_lines()}}))
 """
     found = json.loads(run([str(python), "-c", probe], env=fresh_env(tmp_path, tmp_path / "plugins"),
                            cwd=tmp_path).splitlines()[-1])
@@ -106,7 +106,7 @@ print(json.dumps({{"modules": names, "files": ours,
                for p in (REPO / "plugins" / "mxbench").rglob("*.py")
                if p.name != "__init__.py" and "migrations" not in p.parts}
     assert sources <= set(found["modules"]), sorted(sources - set(found["modules"]))
-    assert {"mxbench.hosts.quiet", "mxbench.airflow_glue.ui_plugin", "standins.kube"} <= set(found["modules"])
+    assert {"mxbench.hosts.quiet_gate", "mxbench.airflow_glue.ui_plugin", "standins.kube"} <= set(found["modules"])
     assert all(f.startswith(str(site)) for f in found["files"]), [f for f in found["files"] if str(site) not in f]
     assert found["revision"] == sorted((REPO / "plugins/mxbench/store/migrations/versions").glob("0*.py"))[-1].stem[:4]
     assert found["dags"] == sorted(p.name for p in (REPO / "dags").glob("*.py"))

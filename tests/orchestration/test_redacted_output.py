@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import REPO
-from mxbench.builds import manifest as builds
-from mxbench.builds.manifest import Build, ManifestError
+from mxbench.builds import mxnet_builds
+from mxbench.builds.mxnet_builds import Build, ManifestError
 from mxbench.builds.record import RunBuild
 from mxbench_train import host_build
 from mxbench_train.errors import MxbenchError
@@ -51,13 +51,13 @@ def test_a_build_shown_has_no_credentials():
 ])
 def test_the_manifests_errors_name_a_build_without_its_credentials(tmp_path, entries):
     with pytest.raises((ManifestError, ValueError)) as raised:
-        builds.load_manifest(write(tmp_path, entries))
+        mxnet_builds.load_manifest(write(tmp_path, entries))
     assert SECRET not in str(raised.value) and ".example/" in str(raised.value)  # the URL named, redacted
 
 
 def test_a_date_before_the_manifest_names_its_first_build_without_credentials():
     with pytest.raises(ManifestError) as raised:
-        builds.build_for("2025-01-01", [entry()])
+        mxnet_builds.build_for("2025-01-01", [entry()])
     assert SECRET not in str(raised.value) and "wheels.example" in str(raised.value)
 
 
@@ -69,10 +69,10 @@ def _venv_fails(build, *args, **kwargs):  # as pip might say it: the URL quoted 
 def test_resolve_build_prints_the_build_without_credentials(monkeypatch, capsys, venv):
     from mxbench.airflow_glue import dag_tasks
 
-    monkeypatch.setattr(builds, "build_for", lambda when: entry())
-    monkeypatch.setattr(builds, "install_spec", lambda build: [build.package, "numpy<1.24"])
-    monkeypatch.setattr(builds, "ensure_venv", venv)
-    monkeypatch.setattr(builds, "check_trainer", lambda python: f"{UNHASHED} cannot train here")
+    monkeypatch.setattr(mxnet_builds, "build_for", lambda when: entry())
+    monkeypatch.setattr(mxnet_builds, "install_spec", lambda build: [build.package, "numpy<1.24"])
+    monkeypatch.setattr(mxnet_builds, "ensure_venv", venv)
+    monkeypatch.setattr(mxnet_builds, "check_trainer", lambda python: f"{UNHASHED} cannot train here")
     dag_run = SimpleNamespace(data_interval_start=dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc))
     for launchers in (["local"], ["ssh"]):
         record = dag_tasks.resolve_build.function(params={"launchers": launchers}, dag_run=dag_run)
@@ -86,9 +86,9 @@ def test_resolve_probe_prints_the_build_without_credentials(monkeypatch, capsys)
     from mxbench.airflow_glue import bisect_tasks
 
     manifest = [entry("2026-01-01"), Build(dt.date(2026, 2, 1), "mxnet==1.9.1", "i", commit="c" * 40)]
-    monkeypatch.setattr(builds, "load_manifest", lambda *a: manifest)
-    monkeypatch.setattr(builds, "install_spec", lambda build: [build.package])
-    monkeypatch.setattr(builds, "ensure_venv", _venv_fails)
+    monkeypatch.setattr(mxnet_builds, "load_manifest", lambda *a: manifest)
+    monkeypatch.setattr(mxnet_builds, "install_spec", lambda build: [build.package])
+    monkeypatch.setattr(mxnet_builds, "ensure_venv", _venv_fails)
     record = bisect_tasks.resolve_probe.function(
         params={"good_build": "2026-01-01", "bad_build": "2026-02-01", "launchers": ["local"],
                 "only_variants": ["cpu1-bs64"]}, run_id="manual__1", dag_run=SimpleNamespace(dag_id="mxbench_bisect"))
@@ -138,7 +138,7 @@ def test_the_static_check_sees_a_raw_package():
 
 
 def test_a_regression_alert_names_the_builds_without_credentials():
-    from mxbench.regression.rule import alert
+    from mxbench.regression.regression_rule import alert
 
     finding = {"status": "regression", "message": "cpu1-bs64 under local: 80 samples/s against 100",
                "baseline_builds": [WHEEL], "baseline_runs": []}

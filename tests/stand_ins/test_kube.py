@@ -452,7 +452,7 @@ def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
     contended by it."""
     import subprocess
 
-    from mxbench.results import interference as results
+    from mxbench.results import contention
 
     before = _cgroups_of_mount()
     show = "print(open('/proc/self/cgroup').read().splitlines()[-1])"
@@ -465,9 +465,9 @@ def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
     assert seen["cg-a"] != seen["cg-b"]
     assert all(re.fullmatch(rf"0::/mxbench-pod-{name}-\d+-[0-9a-f]{{8}}", line) for name, line in seen.items()), seen
     busy = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
-    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import interference\n"
+    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import host_watch\n"
              f"child = subprocess.Popen([sys.executable, '-c', {busy.format(s=4)!r}])\n"
-             "w = interference.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+             "w = host_watch.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
              "found = w.stop()\nchild.kill()\nprint(json.dumps(found))")
     hogs = [subprocess.Popen([PY, "-c", busy.format(s=60)]) for _ in range(2)]
     try:
@@ -480,7 +480,7 @@ def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
     assert done.status.phase == "Succeeded", log_of(api, "cg-hogged")
     found = json.loads(log_of(api, "cg-hogged").strip().splitlines()[-1])
     assert found["pressure_source"] == "the pod's own cgroup" and "foreign_cpu_s" not in found
-    row = results.summarise([{"event": "run_end", "host": found}])
+    row = contention.summarise([{"event": "run_end", "host": found}])
     assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], found
     for name in ("cg-a", "cg-b", "cg-hogged"):
         api.delete_namespaced_pod(name, "default")

@@ -95,7 +95,7 @@ def upgrade_to(url, revision):
 
 
 # A planted step time (seconds) for the 1-, 2- and 4-worker CPU variants: compute + device link x (m-1)/m
-# (``results.scaling``'s first two terms; dist_sync on one host carries no network term)
+# (``results.scaling_model``'s first two terms; dist_sync on one host carries no network term)
 PLANTED_STEP = {"compute": 0.5, "device link": 0.2}
 SCALING_WORKERS = (1, 2, 4)
 

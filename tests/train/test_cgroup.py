@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mxbench_train import cgroup, plan_runner
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 PRESSURE = "some avg10=0.00 avg60=0.00 avg300=0.00 total={some}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
@@ -181,12 +181,12 @@ def test_two_busy_loops_outside_raise_the_roles_own_pressure_and_mark_the_run_co
     """A role of two busy processes in its cgroup, with two busy loops outside it on this 2-core
     box: the role's HostWatch reads its own cgroup's pressure, and the results side marks the hogged
     run contended by it (asserting what the code computes from what the role read)."""
-    from mxbench.results import interference as results
+    from mxbench.results import contention
 
     # two busy processes in the role's cgroup (the role and its child), as two workers of a run on 2 cores
-    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import interference\n"
+    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import host_watch\n"
              f"child = subprocess.Popen([sys.executable, '-c', {BUSY.format(s=4)!r}])\n"
-             "w = interference.HostWatch().start()\n"
+             "w = host_watch.HostWatch().start()\n"
              "end = time.time() + 3\nwhile time.time() < end: pass\nfound = w.stop()\nchild.kill()\n"
              "print(json.dumps(found))")
     role = Role("worker0", "worker", "127.0.0.1", (sys.executable, "-c", watch), {})
@@ -204,6 +204,6 @@ def test_two_busy_loops_outside_raise_the_roles_own_pressure_and_mark_the_run_co
             hog.kill()
             hog.wait()
     assert hogged["pressure_source"] == "the role's own cgroup" and len(hogged["canary_s"]) == 2
-    row = results.summarise([{"event": "run_end", "host": hogged}])
+    row = contention.summarise([{"event": "run_end", "host": hogged}])
     assert row["run_pressure"] == hogged["run_pressure"] and row["pressure_source"] == "the role's own cgroup"
     assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], hogged

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mxbench_train import cgroup, interference, localhost
+from mxbench_train import cgroup, host_watch, localhost
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 STAND_IN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
@@ -27,7 +27,7 @@ def orphan_hog(seconds: float, env=None) -> int:
 
 def cpu_seconds(pid: int) -> float:
     stat = localhost.proc_stat(pid)
-    return stat.cpu_ticks / interference.TICKS if stat else 0.0
+    return stat.cpu_ticks / host_watch.TICKS if stat else 0.0
 
 
 def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypatch):
@@ -35,7 +35,7 @@ def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypa
     hog = orphan_hog(10)  # outlives the span, the canary timed at its start included
     own = subprocess.Popen([sys.executable, "-c", BUSY.format(s=10)])
     try:
-        watch = interference.HostWatch().start()
+        watch = host_watch.HostWatch().start()
         hog_before, own_before = cpu_seconds(hog), cpu_seconds(own.pid)
         time.sleep(1.5)
         hog_used, own_used = cpu_seconds(hog) - hog_before, cpu_seconds(own.pid) - own_before
@@ -45,7 +45,7 @@ def test_a_hog_outside_the_run_is_foreign_and_the_runs_own_child_is_not(monkeypa
         own.wait()
     assert hog_used > 0.1 and own_used > 0.1  # both burned CPU over the span
     # foreign: at least the hog's seconds (other processes may add), and the own child's are not in it
-    tick = 1 / interference.TICKS
+    tick = 1 / host_watch.TICKS
     assert found["foreign_cpu_s"] >= hog_used - 2 * tick
     assert found["wall_s"] >= 1.5 and found["cpus"] == os.cpu_count()
     for key, unread in (("cpu_pressure", "cpu pressure"), ("steal", "steal")):  # read, or said not to be
@@ -61,8 +61,8 @@ def test_a_process_of_the_same_distributed_run_is_the_runs_own(monkeypatch):
     sibling = orphan_hog(2.0, marker)
     stranger = orphan_hog(2.0, {"DMLC_PS_ROOT_PORT": "50000"})
     time.sleep(0.3)
-    watch = interference.HostWatch()
-    foreign = {pid for pid, _ in interference.foreign_ticks(watch.own_root, watch.marker)}
+    watch = host_watch.HostWatch()
+    foreign = {pid for pid, _ in host_watch.foreign_ticks(watch.own_root, watch.marker)}
     assert stranger in foreign and sibling not in foreign
     assert os.getppid() not in foreign  # the launcher above the worker is the harness, not a neighbour
 
@@ -83,7 +83,7 @@ def test_short_lived_processes_of_a_foreign_one_are_seen(monkeypatch):
                          env={**os.environ, "CODE": SHORT_LIVED.format(s=10)}, text=True, check=True)
     HOGS.append(int(out.stdout))  # nobody's descendant here
     time.sleep(0.5)
-    watch = interference.HostWatch().start()
+    watch = host_watch.HostWatch().start()
     before = localhost.proc_stat(HOGS[-1])
     time.sleep(2.5)
     after = localhost.proc_stat(HOGS[-1])
@@ -104,29 +104,29 @@ def test_an_ended_process_counts_once_in_the_foreign_one_that_waited_for_it():
     # child and grandchild ended: the grandchild's 25 ticks in all went to the child, the child's 40 + 25 to
     # the parent, which itself used 10 more; a new process used 5; the orphan ended, its time is gone
     after = {parent: 100 + 10 + 40 + 25, new: 5}
-    used = interference.used_ticks(before, after, parents)
+    used = host_watch.used_ticks(before, after, parents)
     assert used == {parent: 10 + (40 - 30) + (25 - 20), new: 5}
-    assert interference.used_ticks(before, {parent: 100}, parents) == {}  # nothing used: never negative
+    assert host_watch.used_ticks(before, {parent: 100}, parents) == {}  # nothing used: never negative
 
 
 def test_what_cannot_be_read_is_named_and_the_rest_goes_on(monkeypatch, tmp_path):
     (tmp_path / "stat").write_text("cpu  100 0 50 800 0 0 0 50 0 0\n")
-    monkeypatch.setattr(interference, "PROC", tmp_path)  # a pod without PSI
-    assert interference.pressure_total_us(tmp_path) is None
-    assert interference.cpu_ticks(tmp_path) == {"total": 1000, "steal": 50}
+    monkeypatch.setattr(host_watch, "PROC", tmp_path)  # a pod without PSI
+    assert host_watch.pressure_total_us(tmp_path) is None
+    assert host_watch.cpu_ticks(tmp_path) == {"total": 1000, "steal": 50}
     (tmp_path / "pressure").mkdir()
     (tmp_path / "pressure" / "cpu").write_text("some avg10=1.00 avg60=2.00 avg300=52.00 total=123456\n"
                                                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    assert interference.pressure_total_us(tmp_path) == 123456
-    monkeypatch.setattr(interference, "pressure_total_us", lambda proc=None: None)
-    found = interference.HostWatch().start().stop()
+    assert host_watch.pressure_total_us(tmp_path) == 123456
+    monkeypatch.setattr(host_watch, "pressure_total_us", lambda proc=None: None)
+    found = host_watch.HostWatch().start().stop()
     assert "cpu pressure (no /proc/pressure/cpu)" in found["unreadable"] and "foreign_cpu_s" in found
 
 
 def test_a_gpu_process_that_is_not_the_runs_is_foreign_and_clocks_are_read(monkeypatch):
     monkeypatch.setenv("PATH", f"{STAND_IN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MXBENCH_FAKE_GPU_PIDS", f"{os.getpid()},1")
-    found = interference.gpu_interference([0, 1], os.getpid(), None)
+    found = host_watch.gpu_interference([0, 1], os.getpid(), None)
     assert [p["pid"] for p in found["gpu_foreign_processes"]] == [1]  # ours is not foreign
     assert found["gpu_clocks"] == [{"index": "0", "sm_mhz": "1980", "throttle_reasons": "0x0000000000000000"},
                                    {"index": "1", "sm_mhz": "1980", "throttle_reasons": "0x0000000000000004"}]
@@ -134,7 +134,7 @@ def test_a_gpu_process_that_is_not_the_runs_is_foreign_and_clocks_are_read(monke
 
 def test_no_gpu_tool_is_said(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert interference.gpu_interference([0], os.getpid(), None) == {"gpu_unreadable": "nvidia-smi not found"}
+    assert host_watch.gpu_interference([0], os.getpid(), None) == {"gpu_unreadable": "nvidia-smi not found"}
 
 
 @pytest.fixture(autouse=True)
@@ -148,15 +148,15 @@ def no_leftover_hogs():
 
 
 def test_in_a_pod_the_other_processes_are_said_unreadable_and_the_run_cannot_be_called_quiet(monkeypatch, tmp_path):
-    from mxbench.results import interference as results_interference
+    from mxbench.results import contention
 
-    monkeypatch.setenv(interference.POD_ENV, "1")
+    monkeypatch.setenv(host_watch.POD_ENV, "1")
     monkeypatch.setenv(cgroup.ROOT_ENV, str(tmp_path))  # no cgroup of its own to read either
-    found = interference.HostWatch().start().stop()
+    found = host_watch.HostWatch().start().stop()
     assert "foreign_cpu_s" not in found and "run_pressure" not in found
     assert "CPU used by other processes (a pod sees only its own processes, not its node's)" in found["unreadable"]
     assert found["pressure_source"].startswith("host-wide PSI: ")
-    row = results_interference.summarise([{"event": "run_end", "host": found}])
+    row = contention.summarise([{"event": "run_end", "host": found}])
     assert row["foreign_cores"] is None and row["run_pressure"] is None
     # neither, unless its canary ran slow (this machine is shared): never quiet
     assert row["contended"] is None or row["contention"].startswith("canary"), row
@@ -172,8 +172,8 @@ def test_in_a_pod_its_own_cgroup_is_read_and_the_canary_timed_around_the_span(mo
     (tmp_path / "self").write_text("0::/kubepods/pod1\n")
     monkeypatch.setattr(cgroup, "MOUNTS", tmp_path / "mounts")
     monkeypatch.setattr(cgroup, "SELF_CGROUP", tmp_path / "self")
-    monkeypatch.setenv(interference.POD_ENV, "1")
-    watch = interference.HostWatch().start()
+    monkeypatch.setenv(host_watch.POD_ENV, "1")
+    watch = host_watch.HostWatch().start()
     time.sleep(0.5)
     (own / "cpu.pressure").write_text("some avg10=0 avg60=0 avg300=0 total=401000\nfull total=0\n")  # 0.4 s waited
     found = watch.stop()
@@ -187,11 +187,11 @@ def test_a_failing_reading_never_costs_the_run(monkeypatch):
     def broken(*args):
         raise PermissionError("no /proc for you")
 
-    watch = interference.HostWatch().start()
-    monkeypatch.setattr(interference, "foreign_ticks", broken)
-    found = interference.HostWatch().start().stop()
+    watch = host_watch.HostWatch().start()
+    monkeypatch.setattr(host_watch, "foreign_ticks", broken)
+    found = host_watch.HostWatch().start().stop()
     assert found["unreadable"] == ["host watch failed at start: PermissionError: no /proc for you"]
-    monkeypatch.setattr(interference, "cpu_ticks", broken)
+    monkeypatch.setattr(host_watch, "cpu_ticks", broken)
     assert watch.stop()["unreadable"] == ["host watch failed: PermissionError: no /proc for you"]
 
 
@@ -199,7 +199,7 @@ def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_p
     """The trainer for real (MXNet, a tiny ResNet) while a process outside its run burns a core: its
     run_end says what the hog used, and the results side marks the run contended, naming why."""
     from conftest import run_trainer
-    from mxbench.results import interference as results_interference
+    from mxbench.results import contention
     from mxbench_train.events import parse_event
 
     hog = orphan_hog(120)
@@ -216,7 +216,7 @@ def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_p
     host = end["host"]
     # the hog ran before, during and after training, a busy loop against a trainer on two cores: a
     # fair share of a core is far above the contended threshold
-    row = results_interference.summarise(events)
+    row = contention.summarise(events)
     assert row["hosts"] == host["host"]
     assert row["foreign_cores"] == pytest.approx(host["foreign_cpu_s"] / host["wall_s"])
     assert row["contended"] is True and "other processes used" in row["contention"], (row, hog_used)
@@ -228,7 +228,7 @@ def test_a_local_launcher_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_
     time the canary around their training, and the run is marked contended."""
     from mxbench.launchers.local import LocalLauncher
     from mxbench.matrix.variants import Variant
-    from mxbench.results import interference as results_interference
+    from mxbench.results import contention
     from mxbench_train.events import parse_event
 
     mount = cgroup.v2_mount()
@@ -244,10 +244,10 @@ def test_a_local_launcher_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_
             hog.wait()
     events = [e for log in sorted(tmp_path.glob("rank*.log")) for e in map(parse_event, log.read_text().splitlines())
               if e]
-    readings = results_interference.host_readings(events)
+    readings = contention.host_readings(events)
     assert len(readings) == 2 and all(r["pressure_source"] == "the role's own cgroup" for r in readings), readings
     assert all(len(r["canary_s"]) == 2 and r["canary_cost_s"] > 0 for r in readings)
-    row = results_interference.summarise(events)
+    row = contention.summarise(events)
     assert row["run_pressure"] == max(r["run_pressure"] for r in readings)
     assert row["contended"] is True, row
     assert {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} - before == set()

@@ -13,8 +13,7 @@ def test_p2p_notice_on_a_roles_stderr_reaches_the_runs_table_and_the_report(cifa
     from mxbench import run_folder
     from mxbench.matrix.variants import Target
     from mxbench.report import build_report
-    from mxbench.stages import pipeline
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import pipeline, run_stage
 
     monkeypatch.setenv("MXBENCH_REAL_TRAIN_PYTHON", train_python())  # before train_python() means the wrapper
     monkeypatch.setenv("MXBENCH_TRAIN_PYTHON", str(P2P_PYTHON))

@@ -15,7 +15,7 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.events import parse_event
 from mxbench_train.localhost import is_running, start_ticks
 from mxbench_train.plan_runner import LaunchTimeout, RoleFailed, reap, run_plan
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # multi-process MXNet jobs, killed and reaped
@@ -213,7 +213,8 @@ def test_reap_kills_what_a_stuck_earlier_attempt_left_with_the_roles_children(tm
     child_pid = tmp_path / "child.pid"
     plan = [Role("scheduler", "scheduler", "127.0.0.1", ("sh", "-c", LEAVES_A_CHILD.format(child_pid)), {}),
             sleeper("worker-0", "worker", seconds=300)]
-    script = ("import json, sys; from mxbench_train.plan_runner import run_plan; from mxbench_train.roles import Role; "
+    script = ("import json, sys; from mxbench_train.plan_runner import run_plan; "
+              "from mxbench_train.role_plan import Role; "
               "run_plan([Role.from_dict(r) for r in json.loads(sys.argv[1])], sys.argv[2])")
     attempt = subprocess.Popen([sys.executable, "-c", script, json.dumps([r.to_dict() for r in plan]), str(tmp_path)])
     roles = {}

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from conftest import run_trainer
-from mxbench.hosts import quiet as quiet_check
-from mxbench.results import interference
+from mxbench.hosts import quiet_gate
+from mxbench.results import contention
 from mxbench.results.machines import fingerprint
-from mxbench_train import localhost, quiet, telemetry
+from mxbench_train import localhost, quiet_probe, telemetry
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
@@ -53,8 +53,8 @@ def test_the_probe_prints_one_json_line_of_the_readings():
 
 def test_a_planted_hog_is_foreign_and_makes_the_host_not_quiet(hog, monkeypatch):
     """In-process, every foreign process listed (on a busy machine five others may outrank the hog)."""
-    monkeypatch.setattr(quiet, "TOP", 10_000)
-    found = quiet.sample(1.0)
+    monkeypatch.setattr(quiet_probe, "TOP", 10_000)
+    found = quiet_probe.sample(1.0)
     top = {p["pid"]: p for p in found["foreign_top"]}
     assert localhost.is_running(hog)  # it burned through the window
     assert hog in top, found["foreign_top"]
@@ -62,8 +62,8 @@ def test_a_planted_hog_is_foreign_and_makes_the_host_not_quiet(hog, monkeypatch)
     hog_cores = top[hog]["cores"]
     assert hog_cores > 0 and found["foreign_cores"] >= hog_cores
     # judged with a threshold the hog's own share reaches: not quiet, and the hog is named
-    thresholds = interference.Thresholds(foreign_cores=min(hog_cores, interference.FOREIGN_CORES))
-    (reason,) = quiet_check.noisy(found, thresholds)
+    thresholds = contention.Thresholds(foreign_cores=min(hog_cores, contention.FOREIGN_CORES))
+    (reason,) = quiet_gate.noisy(found, thresholds)
     busiest = ", ".join(f"{p['name']} pid {p['pid']} {p['cores']:.2f}" for p in found["foreign_top"][:3])
     assert reason == f"other processes used {found['foreign_cores']:.2f} cores ({busiest})"
 
@@ -73,7 +73,7 @@ def test_the_probes_own_tree_and_ancestors_are_not_foreign(hog):
     the orphaned hog is not."""
     child = subprocess.Popen([sys.executable, "-c", BUSY.format(s=5)])
     try:
-        found = quiet.sample(0.5)
+        found = quiet_probe.sample(0.5)
     finally:
         child.kill()
         child.wait()
@@ -96,12 +96,12 @@ def test_the_machine_facts_are_read_during_the_window_and_a_hung_nvidia_smi_is_n
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("NVIDIA_SMI_SLEEP", "0.5")
     started = time.monotonic()
-    found = quiet.sample(1.0)
+    found = quiet_probe.sample(1.0)
     assert time.monotonic() - started < 1.0 + 0.5 * 2  # its call overlapped the window
     assert found["machine"]["gpu"]["available"] is False and found["unreadable"] == []
     monkeypatch.setenv("NVIDIA_SMI_SLEEP", "30")
-    monkeypatch.setattr(quiet, "FACTS_GRACE_S", 0.2)
+    monkeypatch.setattr(quiet_probe, "FACTS_GRACE_S", 0.2)
     started = time.monotonic()
-    found = quiet.sample(0.3)
+    found = quiet_probe.sample(0.3)
     assert time.monotonic() - started < 0.3 + 0.2 + 1.0 and found["machine"] is None
     assert found["unreadable"] == ["machine facts (nvidia-smi did not answer within 0.2 s of the window)"]

@@ -1,7 +1,7 @@
 """The role plan: a pure function, tested without processes."""
 import pytest
 
-from mxbench_train.roles import Job, Role, plan_roles, threads_per_process
+from mxbench_train.role_plan import Job, Role, plan_roles, threads_per_process
 
 
 def test_dist_sync_two_hosts_plan_wires_every_role_to_the_scheduler():

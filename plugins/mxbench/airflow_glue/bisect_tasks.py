@@ -17,10 +17,10 @@ from airflow.sdk import task
 
 def _plan(params) -> tuple:
     """The builds from good to bad (manifest entries), the one this DAG run measures, and its label."""
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
     from mxbench.regression import bisect
 
-    chosen = bisect.builds_between(params["good_build"], params["bad_build"], builds.load_manifest())
+    chosen = bisect.builds_between(params["good_build"], params["bad_build"], mxnet_builds.load_manifest())
     labels = [bisect.label(b) for b in chosen]
     probe = params.get("probe_build") or labels[0]  # the first DAG run measures the reference
     if probe not in labels:
@@ -43,7 +43,7 @@ def resolve_probe(params=None, run_id=None, dag_run=None) -> dict:
 
     from mxbench import store
     from mxbench.airflow_glue import connections
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
     from mxbench.builds.record import RunBuild
     from mxbench.matrix.params import bisect_chain_params
     from mxbench_train.errors import MxbenchError
@@ -59,10 +59,10 @@ def resolve_probe(params=None, run_id=None, dag_run=None) -> dict:
                                           f"{exc}")) from None
     build = RunBuild.of(entry, label=probe)
     try:
-        build = dataclasses.replace(build, spec=tuple(builds.install_spec(entry)))
+        build = dataclasses.replace(build, spec=tuple(mxnet_builds.install_spec(entry)))
         if "local" in params["launchers"]:
-            python = builds.ensure_venv(entry)
-            build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
+            python = mxnet_builds.ensure_venv(entry)
+            build = dataclasses.replace(build, python=python, unsupported=mxnet_builds.check_trainer(python))
     except MxbenchError as exc:  # the local runs fail with this cause; decide probes a neighbour
         build = dataclasses.replace(build, unsupported=redact(str(exc)))
     print(f"mxbench: bisect {labels[0]} .. {labels[-1]}: this DAG run measures {probe} "

@@ -26,10 +26,10 @@ import contextvars
 import functools
 
 from mxbench import launchers
-from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.kubernetes.pods import PodSettings, pod_settings
 from mxbench.launchers.ssh.commands import SshHost, host_settings
-from mxbench.launchers.ssh.launcher import SshLauncher
+from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import DEFAULT_KUBERNETES_CONNECTION
 from mxbench_train.errors import MxbenchError
 

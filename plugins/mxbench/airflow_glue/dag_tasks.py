@@ -1,8 +1,8 @@
 """The DAGs' Airflow tasks, shared by mxbench_benchmark, mxbench_regression and mxbench_bisect (whose
 own tasks are in ``bisect_tasks``).
 
-Each task wraps a stage function (``mxbench.stages.pipeline``, ``mxbench.stages.failures``,
-``mxbench.stages.regression_check``, ``mxbench.builds.manifest``, ``mxbench.store``), which need no Airflow;
+Each task wraps a stage function (``mxbench.stages.pipeline``, ``mxbench.stages.dag_run_failures``,
+``mxbench.stages.regression_check``, ``mxbench.builds.mxnet_builds``, ``mxbench.store``), which need no Airflow;
 their imports sit inside the tasks, so that parsing a DAG file stays fast. Each works in the DAG
 run's folder as ``mxbench.artifacts`` gives it to the task: with the default artifact store, the
 folder itself (``config.existing_dag_run_dir``: a DAG run begun before folders were keyed by DAG
@@ -45,8 +45,7 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
 
     from mxbench.airflow_glue import connections
     from mxbench.matrix.variants import VariantError
-    from mxbench.stages import failures as dag_run_failures
-    from mxbench.stages import pipeline
+    from mxbench.stages import dag_run_failures, pipeline
     from mxbench_train.errors import MxbenchError
     from mxbench_train.redaction import redact
 
@@ -203,7 +202,7 @@ def check_runs(run_id=None, dag_run=None) -> None:
     Airflow's callbacks and alerting see it; after the report, which is built either way."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mxbench.stages import failures as dag_run_failures
+    from mxbench.stages import dag_run_failures
 
     report = (DagRunFolder.REPORT_MARKDOWN,)
     with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=report) as dag_dir:
@@ -223,22 +222,22 @@ def resolve_build(params=None, dag_run=None) -> dict:
     runs then fail with that cause, never as a crash; the other launchers run it where they run."""
     import dataclasses
 
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
     from mxbench.builds.record import RunBuild
     from mxbench_train.errors import MxbenchError
     from mxbench_train.redaction import redact
 
     when = dag_run.data_interval_start or dag_run.logical_date or dag_run.run_after
-    entry = builds.build_for(when)
-    build = RunBuild.of(entry, builds.install_spec(entry))
+    entry = mxnet_builds.build_for(when)
+    build = RunBuild.of(entry, mxnet_builds.install_spec(entry))
     if "local" not in (params or {}).get("launchers", ["local"]):
         print(f"mxbench: interval from {when} measures {redact(build.package)} (no local runs: no venv here)")
         return build.to_dict()
     try:
-        python = builds.ensure_venv(entry)
+        python = mxnet_builds.ensure_venv(entry)
     except MxbenchError as exc:
         return dataclasses.replace(build, unsupported=redact(str(exc))).to_dict()
-    build = dataclasses.replace(build, python=python, unsupported=builds.check_trainer(python))
+    build = dataclasses.replace(build, python=python, unsupported=mxnet_builds.check_trainer(python))
     print(f"mxbench: interval from {when} measures {redact(build.package)}: "
           f"{redact(build.unsupported or build.python)}")
     return build.to_dict()
@@ -275,14 +274,14 @@ def bisects_to_start(findings: list, build: dict, params=None, run_id=None, dag_
     again, under the same run ids, which have a part nobody can guess. None when ``bisect`` is off."""
     from mxbench import store
     from mxbench.airflow_glue import connections
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
     from mxbench.matrix.params import BISECT_PARAMS_SCHEMA, bisect_chain_params
     from mxbench.regression import bisect
 
     if not params.get("bisect"):
         return []
     untriaged = [f for f in findings if not f.get("triage")]
-    confs = bisect.regression_bisects(untriaged, build.get("package"), builds.load_manifest())
+    confs = bisect.regression_bisects(untriaged, build.get("package"), mxnet_builds.load_manifest())
     shared = {name: value for name, value in params.items()
               if name in BISECT_PARAMS_SCHEMA and name not in ("only_variants", "launchers", "good_build",
                                                                "bad_build", "probe_build", "bisect_runs",

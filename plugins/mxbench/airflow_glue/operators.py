@@ -59,10 +59,10 @@ class RunVariantOperator(BaseOperator):
 
         from mxbench import artifacts, config
         from mxbench.airflow_glue import connections
-        from mxbench.builds.provenance import build_here
+        from mxbench.builds.build_provenance import build_here
         from mxbench.run_folder import DagRunFolder, read_json
-        from mxbench.stages import run as run_stage
-        from mxbench.stages.failures import root_cause
+        from mxbench.stages import run_stage
+        from mxbench.stages.dag_run_failures import root_cause
         from mxbench_train.errors import MxbenchError
 
         params = context["params"]
@@ -141,7 +141,7 @@ class RunVariantOperator(BaseOperator):
     def kubernetes_launcher(self, context):
         """The Kubernetes launcher with the pod operator's client, PodManager and base pod."""
         from mxbench.airflow_glue import connections
-        from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+        from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
         from mxbench_train.errors import MxbenchError
 
         settings = connections.kubernetes_settings(context["params"])

@@ -9,7 +9,7 @@ from typing import Optional
 
 from mxbench import config
 from mxbench.artifacts.object_store import Store, files_under
-from mxbench.builds import caches
+from mxbench.builds import venv_and_data_caches
 from mxbench.run_folder import sha256_of
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
@@ -77,7 +77,7 @@ def local_data(data: dict, root: Path, store: Optional[Store] = None) -> dict:
     sizes_ok = lambda: all((local.parent / rel).is_file() and (local.parent / rel).stat().st_size == e["size"]  # noqa: E731
                            for rel, e in manifest["files"].items())
     if not (stamp.is_file() and stamp.read_text() == digest and sizes_ok()):
-        with caches.making(local):  # runs on this worker wait for one fetch
+        with venv_and_data_caches.making(local):  # runs on this worker wait for one fetch
             if not (stamp.is_file() and stamp.read_text() == digest and sizes_ok()):
                 stamp.unlink(missing_ok=True)
                 try:
@@ -89,5 +89,5 @@ def local_data(data: dict, root: Path, store: Optional[Store] = None) -> dict:
                                        f"{store.shown} failed: {type(exc).__name__}: {redact(str(exc))}") from None
                 stamp.write_text(digest)
         if Path(root) == config.data_dir():  # never a volume other workers share: its users are not ours to see
-            caches.prune_data(root, used=(str(local),))
+            venv_and_data_caches.prune_data(root, used=(str(local),))
     return {**data, "dir": str(local)}

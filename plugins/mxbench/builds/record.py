@@ -1,7 +1,7 @@
 """The one shape of the MXNet build a DAG run measures, as the DAG hands it around.
 
 ``resolve_build`` (the regression DAG) and ``plan_probe`` (the bisect DAG) make a ``RunBuild`` from
-the versions manifest's entry (``builds.manifest.Build``) and hand it on through XCom as a dict
+the versions manifest's entry (``builds.mxnet_builds.Build``) and hand it on through XCom as a dict
 (``to_dict``); the stages and launchers read it back with ``from_dict``. Shown, it never carries a
 wheel URL's credentials (``mxbench_train.redaction``). No Airflow, no pandas.
 """
@@ -14,7 +14,7 @@ from mxbench_train.redaction import redact
 @dataclass(frozen=True)
 class RunBuild:
     """The MXNet build a run must train with: ``spec`` is what pip installs for it
-    (``builds.manifest.install_spec``), ``python`` its venv on the Airflow worker (the local
+    (``builds.mxnet_builds.install_spec``), ``python`` its venv on the Airflow worker (the local
     launcher's), ``image`` the versions manifest's image name (which a Kubernetes connection's image
     template may use); ``commit`` and ``since`` name its manifest entry, ``unsupported`` why the
     local runs cannot train it, ``label`` the bisect DAG's name for its probe."""
@@ -31,7 +31,7 @@ class RunBuild:
 
     @classmethod
     def of(cls, entry, spec=(), **more) -> "RunBuild":
-        """The record of a versions manifest entry (a ``builds.manifest.Build``)."""
+        """The record of a versions manifest entry (a ``builds.mxnet_builds.Build``)."""
         return cls(entry.package, entry.version, tuple(spec or ()), image=entry.image, commit=entry.commit,
                    since=str(entry.since), **more)
 

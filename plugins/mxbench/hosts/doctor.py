@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from mxbench.results.interference import STEAL
-from mxbench_train import interference
+from mxbench.results.contention import STEAL
+from mxbench_train import host_watch
 
 PRESSURE = 0.10  # a runnable task waited for a CPU this share of the window: something else computes
 CPU = Path("sys/devices/system/cpu")
@@ -155,11 +155,11 @@ def check_huge_pages(root: Path) -> Finding:
 def check_cpu_now(root: Path, seconds: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> List[Finding]:
     """CPU pressure (PSI ``some``) and steal over ``seconds``, read twice."""
     proc = root / "proc"
-    pressure, ticks = interference.pressure_total_us(proc), interference.cpu_ticks(proc)
+    pressure, ticks = host_watch.pressure_total_us(proc), host_watch.cpu_ticks(proc)
     started = time.monotonic()
     sleep(seconds)
     window = max(time.monotonic() - started, seconds, 1e-6)
-    pressure_end, ticks_end = interference.pressure_total_us(proc), interference.cpu_ticks(proc)
+    pressure_end, ticks_end = host_watch.pressure_total_us(proc), host_watch.cpu_ticks(proc)
     found = []
     if pressure is None or pressure_end is None:
         found.append(_unreadable("cpu pressure", "proc/pressure/cpu"))

@@ -3,15 +3,15 @@
 ``base`` says what a launcher is (the ``Launcher`` and ``RoleHandle`` protocols) and holds what
 they share. ``local`` is the embedded default; the ``ssh`` package runs each role on an SSH host
 (``commands``: its pure part, every command line; ``transfer``: the data set and the run's
-outputs over SFTP); the ``kubernetes`` package runs each role as a pod (``roles``: a run's pods
+outputs over SFTP); the ``kubernetes`` package runs each role as a pod (``role_pods``: a run's pods
 and each role's; ``pods``: its pure part, settings and manifests), with the pod building of the
 DAG's run operator (``mxbench.airflow_glue.operators``). ``mxbench.airflow_glue.connections``
 makes the ssh and kubernetes ones from Airflow connections. No launcher imports another.
 """
 from mxbench.launchers.base import Launched, Launcher
-from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.local import LocalLauncher
-from mxbench.launchers.ssh.launcher import SshLauncher
+from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import LAUNCHERS as NAMES
 from mxbench_train.errors import MxbenchError
 

@@ -24,7 +24,7 @@ from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 if TYPE_CHECKING:
     from mxbench.matrix.variants import Target, Variant
     from mxbench_train.plan_runner import RoleResult
-    from mxbench_train.roles import Role
+    from mxbench_train.role_plan import Role
 
 # each launcher's step times (StepTimes), written beside the run's records
 STEP_TIME_FILES = frozenset(RunFolder.STEP_TIMES.values())
@@ -45,7 +45,7 @@ class Launched:
 
 class RoleHandle(Protocol):
     """One started role, as ``run_plan`` drives it (``mxbench_train.plan_runner.LocalProcess``,
-    ``ssh.roles.RemoteRole``, ``kubernetes.roles.RolePod``)."""
+    ``ssh.remote_role.RemoteRole``, ``kubernetes.role_pods.RolePod``)."""
 
     pid: Optional[int]
 
@@ -81,8 +81,8 @@ class Launcher(Protocol):
 
     def reap(self, run_dir) -> list: ...  # stop what an earlier, killed attempt left running
 
-    # each of the variant's hosts over ``seconds`` ({host: mxbench_train.quiet reading}), or an
-    # MxbenchError saying why they cannot be looked at (mxbench.hosts.quiet judges and waits)
+    # each of the variant's hosts over ``seconds`` ({host: mxbench_train.quiet_probe reading}), or an
+    # MxbenchError saying why they cannot be looked at (mxbench.hosts.quiet_gate judges and waits)
     def quiet_probe(self, variant: "Variant", seconds: float) -> Dict[str, dict]: ...
 
 

@@ -11,7 +11,7 @@ from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, pid_scope
 from mxbench_train.plan_runner import reap, run_plan
-from mxbench_train.roles import plan_roles
+from mxbench_train.role_plan import plan_roles
 from mxbench_train.telemetry import gpu_environment
 
 HOST = "127.0.0.1"
@@ -43,10 +43,10 @@ class LocalLauncher:
         return build.python if build is not None else config.train_env_python()
 
     def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
-        """This machine over ``seconds`` (``mxbench_train.quiet.sample``), whatever loopback hosts the
+        """This machine over ``seconds`` (``mxbench_train.quiet_probe.sample``), whatever loopback hosts the
         variant has: ours are the run task, what it started and the processes above it (its task
         supervisor, the Airflow worker or executor, up to init); every other process is foreign."""
-        from mxbench_train.quiet import sample
+        from mxbench_train.quiet_probe import sample
 
         reading = sample(seconds)
         return {reading["host"]: reading}

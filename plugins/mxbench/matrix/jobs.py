@@ -6,7 +6,7 @@ the logs and the interpreter are on its machines.
 from pathlib import PurePosixPath
 
 from mxbench.matrix.variants import Variant
-from mxbench_train.roles import Job
+from mxbench_train.role_plan import Job
 
 
 def trainer_args(variant: Variant, data_dir: str, log_dir: str) -> tuple:

@@ -2,7 +2,7 @@
 
 The builds are the versions manifest's entries from the good build to the bad one, in order. The
 good build is measured first, as the reference; then each probe measures one build in between
-with repeats and is judged by the regression DAG's own rule (``regression.rule.check``: permutation
+with repeats and is judged by the regression DAG's own rule (``regression.regression_rule.check``: permutation
 p, bootstrap interval and ``min_drop``) against the good build's repeats: a regression is "bad",
 anything else measured is "good", and a probe with too few measured repeats is "failed". A
 failed probe is said so and a neighbour is probed instead; when only failed builds are left
@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pandas as pd
 
-from mxbench.regression import rule as regression
+from mxbench.regression import regression_rule
 from mxbench.stats import verdict
 
 GOOD, BAD, FAILED = "good", "bad", "failed"
@@ -49,9 +49,9 @@ class Step:
 
 
 def judge(build: str, speeds: Sequence[float], good_speeds: Sequence[float], variant: str = "",
-          launcher: str = "", min_drop: float = regression.MIN_DROP) -> Probe:
+          launcher: str = "", min_drop: float = regression_rule.MIN_DROP) -> Probe:
     """A probe's repeats (samples/s) against the good build's, by the regression DAG's rule."""
-    finding = regression.check(variant, launcher, speeds, good_speeds, min_drop=min_drop, min_baseline_runs=0)
+    finding = regression_rule.check(variant, launcher, speeds, good_speeds, min_drop=min_drop, min_baseline_runs=0)
     if finding.status == "regression":
         return Probe(build, BAD, finding.message, finding.change)
     if finding.status in ("ok", "improved"):
@@ -108,7 +108,7 @@ def speeds_by_run(history: pd.DataFrame, run_ids: Sequence[str]) -> Dict[str, Li
     ok = history[history["run_id"].isin(list(run_ids))]
     if "status" in ok.columns:
         ok = ok[ok["status"] == "ok"]
-    return {run_id: regression.usable_speeds(ok.loc[ok["run_id"] == run_id, "samples_per_sec"])
+    return {run_id: regression_rule.usable_speeds(ok.loc[ok["run_id"] == run_id, "samples_per_sec"])
             for run_id in run_ids}
 
 
@@ -153,7 +153,7 @@ def builds_between(good: str, bad: str, manifest: Sequence) -> list:
 
 
 def probes_of(runs: Sequence[dict], speeds: Dict[str, List[float]], good: str, variant: str, launcher: str,
-              min_drop: float = regression.MIN_DROP) -> Optional[List[Probe]]:
+              min_drop: float = regression_rule.MIN_DROP) -> Optional[List[Probe]]:
     """The probes of a bisect's DAG runs (``{"build", "run_id"}`` in order; ``speeds`` by run id):
     each judged against the good build's latest reference run; None when the reference did not
     measure enough repeats (then nothing can be judged)."""
@@ -185,7 +185,7 @@ def start_conf(step: Optional[dict], manifest: Sequence, variant: str, launcher:
 
 def regression_bisects(findings: Sequence[dict], build: Optional[str], manifest: Sequence) -> List[dict]:
     """The bisects a regression DAG run starts (``start_conf`` each, variant and launcher in it):
-    one per regression (``findings``: ``regression.Finding.to_dict()`` rows) whose baseline
+    one per regression (``findings``: ``regression_rule.Finding.to_dict()`` rows) whose baseline
     measured an earlier manifest build than this DAG run's ``build`` (a package, as the manifest
     names it) with manifest builds between the newest such one and it."""
     confs = []
@@ -193,7 +193,7 @@ def regression_bisects(findings: Sequence[dict], build: Optional[str], manifest:
         if finding.get("status") != "regression" or not build:
             continue
         earlier = []
-        for name in regression.baseline_builds(finding.get("baseline_builds")):
+        for name in regression_rule.baseline_builds(finding.get("baseline_builds")):
             try:
                 earlier.append(find_build(name, manifest))
             except ValueError:  # a build no longer in the manifest (or named twice): not bisectable

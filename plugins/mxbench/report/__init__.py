@@ -16,7 +16,7 @@ from typing import Dict, Optional
 import pandas as pd
 
 from mxbench.report.answer import answer_rows, answer_table, forest_svg
-from mxbench.report.builds import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
+from mxbench.report.builds_view import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
 from mxbench.report.links import Links, backfill_history_href, run_evidence
 from mxbench.report.notes import (
     conditions,
@@ -40,7 +40,7 @@ from mxbench.report.plots import (
     plot_scaling,
     plot_scaling_fit,
 )
-from mxbench.report.scaling import scaling_sections
+from mxbench.report.scaling_tables import scaling_sections
 from mxbench.report.tables import (
     SINCE_LAST,
     STEP_FINDER,
@@ -62,7 +62,7 @@ from mxbench.report.tables import (
     verdict_lines,
     with_build,
 )
-from mxbench.results.interference import flags
+from mxbench.results.contention import flags
 from mxbench.run_folder import DagRunFolder, load_table, read_json, write_atomically
 from mxbench.stats.floors import rounds_needed
 
@@ -350,8 +350,8 @@ def backfill_builds(dag_dir: Path, runs: pd.DataFrame) -> Optional[pd.DataFrame]
 
 def false_alert_line(dag_dir: Path, findings) -> str:
     """How many false alerts a month of nightly checks like this one should give, from the A/A
-    noise floor of each series (``regression.rule.false_alerts_per_month``), or why that is not known."""
-    from mxbench.regression.rule import false_alerts_per_month
+    noise floor of each series (``regression.regression_rule.false_alerts_per_month``), or why that is not known."""
+    from mxbench.regression.regression_rule import false_alerts_per_month
 
     params = (read_json(DagRunFolder(dag_dir).request) or {}).get("params") or {}
     confirm = int(params.get("confirm_rounds") or 0)

@@ -7,7 +7,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 import pandas as pd
 
-from mxbench.results import interference
+from mxbench.results import contention
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 TARGET_NAMES = {"local": "Local", "ssh": "SSH", "kubernetes": "Kubernetes"}
@@ -43,13 +43,13 @@ def conditions(dag_dir: Path) -> List[Condition]:
                                f"REUSED: {', '.join(reused)} were measured by an earlier attempt of this DAG run and "
                                "reused as they were."))
     found += [Condition(shorten("R" + note.split(": ", 1)[1].split(":")[0][1:]), note) for note in retried_notes(runs)]
-    contended = interference.contended_line(runs)
+    contended = contention.contended_line(runs)
     if contended:
         found.append(Condition(contended.split(" had other work")[0] + " had other work on their hosts", contended))
-    judged_with = interference.thresholds_line(runs)
+    judged_with = contention.thresholds_line(runs)
     if judged_with and (contended or "(defaults" not in judged_with):  # only when it says something new
         found.append(Condition(shorten(judged_with), judged_with))
-    readings = interference.readings_line(runs)
+    readings = contention.readings_line(runs)
     if readings:
         found.append(Condition(shorten(readings), readings))
     waited = quiet_condition(runs, request, folder)
@@ -90,7 +90,7 @@ def conditions(dag_dir: Path) -> List[Condition]:
 
 
 def quiet_condition(runs: pd.DataFrame, request: dict, folder: DagRunFolder) -> Optional[Condition]:
-    """The quiet check before the runs (``hosts.quiet``): how many started on quiet hosts, how long
+    """The quiet check before the runs (``hosts.quiet_gate``): how many started on quiet hosts, how long
     they waited, which went on busy and why; None when no run was checked."""
     if "quiet" not in runs or runs["quiet"].isna().all():
         return None

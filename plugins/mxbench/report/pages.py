@@ -7,10 +7,10 @@ from typing import Iterable, List, Optional, Tuple
 
 import pandas as pd
 
-from mxbench.report.builds import Machine, named_machines
+from mxbench.report.builds_view import Machine, named_machines
 from mxbench.report.plots import plot_history
 from mxbench.report.tables import STEP_FINDER, distinct, fmt, step_table, with_build
-from mxbench.results.interference import flags
+from mxbench.results.contention import flags
 
 
 def render_page(title: str, notes: List[str], sections, images: List[Tuple[str, bytes]], intro=(),
@@ -154,14 +154,14 @@ def history_page(history: pd.DataFrame, source: str, alerts: Optional[pd.DataFra
                  sizes: Optional[pd.DataFrame] = None, names: Optional[dict] = None,
                  scope: Optional[str] = None, backfills: Optional[pd.DataFrame] = None) -> str:
     """The "Benchmark history" page: throughput per variant over DAG runs and MXNet builds, from
-    the results store's rows (``regression.rule.judge_history``'s, with ``verdict``); regressions ringed
+    the results store's rows (``regression.regression_rule.judge_history``'s, with ``verdict``); regressions ringed
     in the plot and listed, each with its triage state from ``alerts`` (``store.read_alerts``'
     rows; none: new) and, on the alerts of the DAGs in ``editable``, a form to set it that carries
     ``form_token``. A DAG run with a contended run (other work on its hosts) is counted beside its
     series, and a flagged regression says how many of its runs were contended. With ``sizes``
     (``store.read_sizes``) and a model measured at more than one device count: its measured scaling
     efficiency and cost per million images by MXNet build (``scaling_by_build``). First, the builds
-    view (``report.builds``), machines named by ``names`` (``store.machine_names``). ``scope``: a
+    view (``report.builds_view``), machines named by ``names`` (``store.machine_names``). ``scope``: a
     sentence saying which DAG runs ``history`` was narrowed to (one backfill's), shown first;
     ``backfills``: a table of backfills, each a link to the page of its DAG runs only, shown last."""
     title = "mxbench: benchmark history" + (" of one backfill" if scope else "")
@@ -234,9 +234,9 @@ def named_steps(steps: pd.DataFrame, names: dict) -> pd.DataFrame:
 
 
 def builds_section(history: pd.DataFrame, names: Optional[dict]) -> tuple:
-    """The history page's builds view (``report.builds``): a bisect's probes measure old builds on
+    """The history page's builds view (``report.builds_view``): a bisect's probes measure old builds on
     purpose and are left out."""
-    from mxbench.report.builds import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
+    from mxbench.report.builds_view import BUILDS_VIEW, builds_table, builds_view, manifest_or_none
     from mxbench.store import PROBE_DAG_IDS
 
     judged = history[~history["dag_id"].isin(PROBE_DAG_IDS)] if "dag_id" in history else history
@@ -247,7 +247,7 @@ def builds_section(history: pd.DataFrame, names: Optional[dict]) -> tuple:
 def scaling_by_build(history: pd.DataFrame, sizes: Optional[pd.DataFrame], names: dict) -> list:
     """The history page's section of measured scaling efficiency and cost by MXNet build; none
     without sizes or where no model was measured at more than one device count."""
-    from mxbench.report.scaling import BUILD_TABLE, build_table, prices_or_why
+    from mxbench.report.scaling_tables import BUILD_TABLE, build_table, prices_or_why
     from mxbench.results.stored import efficiency_by_build, sized
 
     if sizes is None or sizes.empty:

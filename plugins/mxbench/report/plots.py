@@ -8,8 +8,8 @@ from typing import Optional
 
 import pandas as pd
 
-from mxbench.regression.rule import dag_run_keys
-from mxbench.results.interference import flags
+from mxbench.regression.regression_rule import dag_run_keys
+from mxbench.results.contention import flags
 from mxbench.run_folder import write_atomically
 
 # Okabe & Ito (2008): colours that stay distinct with the common kinds of colour-blindness
@@ -86,7 +86,7 @@ def plot_scaling(summary: pd.DataFrame, path: Path):
 
 
 def plot_scaling_fit(found, path: Path):
-    """Efficiency against devices per setup (``report.scaling.models``): the measured sizes as dots
+    """Efficiency against devices per setup (``report.scaling_tables.models``): the measured sizes as dots
     (measured samples/s over devices times the fitted 1-device rate), the model as a line through
     the measured sizes, and the projections as hollow markers with their intervals, labelled."""
     fig, ax = _figure()

@@ -254,7 +254,7 @@ def step_table(history: pd.DataFrame) -> pd.DataFrame:
     fingerprint), each change point over the whole history (``change_points``) with the first build
     after it and the last before; "none" where the level never changed. ``alert``: what the
     regression rule made of that DAG run (``verdict``, where ``judge_history`` gave one)."""
-    from mxbench.regression.rule import dag_run_keys, dag_run_names
+    from mxbench.regression.regression_rule import dag_run_keys, dag_run_names
     from mxbench.stats.change_points import mark_change_points
 
     steps = []

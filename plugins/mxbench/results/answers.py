@@ -1,6 +1,6 @@
 """What hosts answer, as JSON Schemas, checked where each answer comes in: the training-env probe
 (the SSH launcher's ``target()`` and run set-up), the work folder's answer, a quiet probe's reading
-(``hosts.quiet``) and the machine facts a trainer reports in its ``run_start`` event (the parse
+(``hosts.quiet_gate``) and the machine facts a trainer reports in its ``run_start`` event (the parse
 stage). A host is not trusted: a bad answer fails that host's run, or that host's check, with its
 cause, never the DAG run.
 
@@ -47,7 +47,7 @@ WORK_FOLDER = {"type": "object", "required": ["workdir", "run_dir"], "properties
 # the shared data folder's checksums (commands.sha256_command): file name -> hex digest
 CHECKSUMS = {"type": "object", "additionalProperties": {"type": "string"}}
 
-# python -m mxbench_train quiet-probe (mxbench_train.quiet.sample)
+# python -m mxbench_train quiet-probe (mxbench_train.quiet_probe.sample)
 QUIET_READING = {"type": "object", "properties": {
     "foreign_cores": {"type": ["number", "null"]},
     "steal": {"type": ["number", "null"]},

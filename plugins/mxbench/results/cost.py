@@ -7,7 +7,7 @@ which the harness's share is the time outside the trainer (``duration_s`` - ``tr
 """
 from typing import Dict, List, Optional, Sequence
 
-from mxbench.results.scaling import Config, Projection
+from mxbench.results.scaling_model import Config, Projection
 
 NOT_SET = "not set"
 

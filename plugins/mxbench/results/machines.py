@@ -2,7 +2,7 @@
 
 Two identical machines are one kind: host name, Python and MXNet are left out (the MXNet version
 is what a history compares). The results store keys its environments by it; the contention
-thresholds (``results.interference``) are looked up by it, from a run's ``environment`` or from
+thresholds (``results.contention``) are looked up by it, from a run's ``environment`` or from
 the machine facts a quiet probe reports.
 """
 import hashlib

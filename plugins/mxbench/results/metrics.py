@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import pandas as pd
 
 from mxbench.matrix.variants import ARM_B, HOST_NETWORK_SUFFIX, launcher_of
-from mxbench.results import interference
+from mxbench.results import contention
 from mxbench.results.parse import ParsedLog
 from mxbench.stats import family, verdict
 from mxbench.stats.floors import ALPHA, MIN_REPEATS, rounds_needed
@@ -387,13 +387,13 @@ def paired_rounds(runs: pd.DataFrame, a: str, b: str, replaced: int = 0) -> Tupl
 
 def contended_rounds(runs: pd.DataFrame, a: str, b: str) -> List[int]:
     """The rounds (``repeat``) in which a run of ``a`` or ``b`` was contended: other work on its
-    hosts (``results.interference``). None when a measured run of either could not tell."""
+    hosts (``results.contention``). None when a measured run of either could not tell."""
     if "contended" not in runs:
         return []
     legs = runs[runs["launcher"].isin([a, b]) & (runs["status"] == "ok")]
     if legs["contended"].isna().any():  # a leg that could not tell (a pod): excluding only the other's rounds
         return []  # would bias the pair, so neither leg's are
-    return sorted(set(legs.loc[interference.flags(legs["contended"]), "repeat"].astype(int)))
+    return sorted(set(legs.loc[contention.flags(legs["contended"]), "repeat"].astype(int)))
 
 
 def stop_plan(budget: tuple) -> Tuple[int, int, float, int]:

@@ -60,8 +60,8 @@ def one_machine(rows: pd.DataFrame) -> Optional[str]:
 
 
 def fit_inputs(rows: pd.DataFrame) -> Tuple[pd.DataFrame, Dict[str, dict]]:
-    """``sized`` rows of one kind of machine as the runs table and the variants ``scaling.setups``
-    reads (what ``report.scaling`` fits a DAG run folder from): every repeat of every DAG run a
+    """``sized`` rows of one kind of machine as the runs table and the variants ``scaling_model.setups``
+    reads (what ``report.scaling_tables`` fits a DAG run folder from): every repeat of every DAG run a
     point's speeds. The store keeps no P2P matrix: a GPU size of more than one device per host is
     fitted with its P2P layout unknown."""
     one_machine(rows)

@@ -5,9 +5,9 @@ The folder's layout (request, data, one folder per run, tables, report) is told 
 reads what the earlier ones wrote, so any stage can be rerun, and ``mxbench report`` rebuilds the
 tables and report from files.
 
-The run stage is ``stages.run.run_one``, apart so that the run task loads no pandas.
-Beside the stages: ``mxbench.run_folder`` reads and writes the folder's files, ``stages.failures``
-keeps the stage failures and says why a DAG run fails (``check_runs``), ``builds.provenance`` says
+The run stage is ``stages.run_stage.run_one``, apart so that the run task loads no pandas.
+Beside the stages: ``mxbench.run_folder`` reads and writes the folder's files, ``stages.dag_run_failures``
+keeps the stage failures and says why a DAG run fails (``check_runs``), ``builds.build_provenance`` says
 which MXNet build a run trains with and which it did, and ``stages.regression_check`` is the
 regression DAG's check against the results database.
 """
@@ -24,9 +24,9 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from mxbench import config, launchers
-from mxbench.builds import caches
+from mxbench.builds import venv_and_data_caches
 from mxbench.builds.record import RunBuild
-from mxbench.hosts import quiet
+from mxbench.hosts import quiet_gate
 from mxbench.matrix.variants import (
     SYNTHETIC,
     Target,
@@ -37,11 +37,11 @@ from mxbench.matrix.variants import (
     stop_budget,
     variant_from_dict,
 )
-from mxbench.results import answers, calibration, convergence, interference
+from mxbench.results import answers, calibration, contention, convergence
 from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
-from mxbench.stages.failures import clear_stage_failure, root_cause, stage_failed
+from mxbench.stages.dag_run_failures import clear_stage_failure, root_cause, stage_failed
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
@@ -124,13 +124,13 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
 
 def contention_thresholds(url: str) -> dict:
     """Each kind of machine's contention thresholds under each launcher from its latest A/A
-    calibrations in the results store (``interference.from_aa``), of the DAGs the deployer trusts
-    with them only (``config.calibration_dags``), their contended runs left out: ``interference.table_key`` ->
+    calibrations in the results store (``contention.from_aa``), of the DAGs the deployer trusts
+    with them only (``config.calibration_dags``), their contended runs left out: ``contention.table_key`` ->
     ``Thresholds.as_dict``, looked up once when the DAG run expands; it reads, never makes or
     upgrades the store. Never fails the caller: a store that cannot be read gives no table (every
     machine's defaults) and says why, without the URL's password."""
     from mxbench import store
-    from mxbench.store.errors import first_line
+    from mxbench.store.store_errors import first_line
 
     trusted = config.calibration_dags()
     try:
@@ -145,7 +145,7 @@ def contention_thresholds(url: str) -> dict:
         calibrations = len(runs[["dag_id", "dag_run"]].drop_duplicates())
         # run ids are unique per DAG only: a calibration is its DAG and run
         runs = runs.assign(dag_run=runs["dag_id"].astype(str) + "/" + runs["dag_run"].astype(str))
-        table[interference.table_key(str(machine), str(launcher))] = interference.from_aa(
+        table[contention.table_key(str(machine), str(launcher))] = contention.from_aa(
             runs.to_dict("records"), calibrations, sorted(set(runs["dag_id"].astype(str)))).as_dict()
     return table
 
@@ -200,7 +200,7 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
         raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
     clear_stage_failure(dag_dir, "prepare_data")
     write_json(DagRunFolder(dag_dir).data, data)
-    caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
+    venv_and_data_caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
     return data
 
 
@@ -280,7 +280,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None, "quiet_wait_s": None, "quiet": None,
            "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"])),
-           **dict.fromkeys(interference.COLUMNS)}
+           **dict.fromkeys(contention.COLUMNS)}
     parsed = parse_run_logs(folder.logs())
     tag = {"key": run["key"], "variant": variant.id, "launcher": leg(run), "repeat": run["repeat"]}
     speed, epochs = parsed.speed.assign(**tag), parsed.epochs.assign(**tag)
@@ -290,7 +290,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")),
                worker=meta.get("worker"), try_number=meta.get("try_number"),
-               **quiet.columns(meta.get("quiet")))
+               **quiet_gate.columns(meta.get("quiet")))
     ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
     row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))
     if meta["status"] == "skipped":  # an optional round, not needed: settled (stop_rule)
@@ -322,9 +322,9 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             warnings = [*meta.get("warnings", []), *filter(None, [parsed.restart_note()])]
             row.update({k: metrics[k] for k in ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch",
                                                 "first_epoch_s", "warmup_excluded", "validation_accuracy")})
-            judged_with = interference.thresholds_for(thresholds, interference.run_machine(parsed.events),
+            judged_with = contention.thresholds_for(thresholds, contention.run_machine(parsed.events),
                                                       run["launcher"])
-            row.update(**gpu_usage(run_dir), **interference.summarise(parsed.events, judged_with),
+            row.update(**gpu_usage(run_dir), **contention.summarise(parsed.events, judged_with),
                        warnings="; ".join(warnings) or None)
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
@@ -397,7 +397,7 @@ def stored_aa_noise(dag_dir: Path, url: str) -> calibration.Stored:
     measured on (``calibration.stored_noise``). Never fails the caller: a store that cannot be
     read gives no noise and says so (without the URL's password) in the ratios' noise column."""
     from mxbench import store
-    from mxbench.store.errors import first_line
+    from mxbench.store.store_errors import first_line
 
     fingerprints = machines(dag_dir)
     try:

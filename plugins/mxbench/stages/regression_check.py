@@ -1,5 +1,5 @@
 """The regression DAG's ``check_regression`` stage over a DAG run's folder: each variant and
-launcher against its baseline in the results database (the rule itself: ``mxbench.regression.rule``).
+launcher against its baseline in the results database (the rule itself: ``mxbench.regression.regression_rule``).
 No Airflow here."""
 from pathlib import Path
 from typing import Dict, List
@@ -20,12 +20,11 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     The alerts people triaged on the history page apply (``mxbench.regression.triage``): a distribution
     change starts the series' baseline at its DAG run, and a regression at the level of an
     acknowledged or expected alert keeps that state in its ``triage`` column and its message, which
-    ``stages.failures`` does not fail the DAG run for."""
+    ``stages.dag_run_failures`` does not fail the DAG run for."""
     from mxbench import store
-    from mxbench.regression import rule as regression
-    from mxbench.regression import triage
+    from mxbench.regression import regression_rule, triage
     from mxbench.results import calibration
-    from mxbench.store.errors import first_line
+    from mxbench.store.store_errors import first_line
 
     runs = load_table(DagRunFolder(dag_dir).table("runs"))
     setups = measured_setups(dag_dir)
@@ -51,7 +50,7 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
         print(f"mxbench: no A/A noise estimate: {type(exc).__name__}: {store.without_password(first_line(exc), url)}")
         noise = calibration.stored_noise(pd.DataFrame(columns=["dag_id", "dag_run"]))
     noise = {(row["variant"], row["launcher"]): row for row in noise.to_dict("records")}
-    findings = regression.dag_run_findings(runs, baselines, min_drop, noise) if pairs else []
+    findings = regression_rule.dag_run_findings(runs, baselines, min_drop, noise) if pairs else []
     slower_to_target = convergence_flags(dag_dir, runs, baselines)
     rows = []
     for finding in findings:
@@ -74,7 +73,7 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
         if history.empty:
             continue
         history = history.assign(when=pd.to_datetime(history["measured_at"], utc=True))
-        histories.append(regression.judge_history(history, baseline_runs, min_drop))
+        histories.append(regression_rule.judge_history(history, baseline_runs, min_drop))
     if histories:
         pd.concat(histories, ignore_index=True).to_csv(folder.table("history"), index=False)
     return rows

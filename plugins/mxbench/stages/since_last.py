@@ -9,7 +9,7 @@ launcher, hardware fingerprint and ``setup_key`` (``variants.measured_setup``); 
 depth or epochs is another setup and is never compared. The change and its 95% interval are the
 launcher verdict's own statistics (``stats.verdict.compare``: ratio of medians, bootstrap
 interval, permutation test) over the two DAG runs' repeats. Contended runs (other work on their
-hosts, ``results.interference``) on either side are left out, and the note says how many: a busy
+hosts, ``results.contention``) on either side are left out, and the note says how many: a busy
 neighbour must neither raise nor hide an alarm; a series whose runs here were all contended says
 "contended: not compared".
 """
@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from mxbench.regression.rule import CONTENDED_NOT_COMPARED, MIN_DROP, left_out, quiet_repeats
+from mxbench.regression.regression_rule import CONTENDED_NOT_COMPARED, MIN_DROP, left_out, quiet_repeats
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 
 COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_sec", "build",
@@ -72,7 +72,7 @@ def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str, unreadable: Op
                          "setup": setups.get((variant, launcher)), "speeds": list(mine), "busy": busy})
     if rows:
         from mxbench import store
-        from mxbench.store.errors import first_line
+        from mxbench.store.store_errors import first_line
 
         why = f"not shown: {unreadable}" if unreadable else None
         try:
@@ -137,7 +137,7 @@ def _previous(rows: List[dict], url: str, dag_id: str, run_id: str, runs: pd.Dat
         if not row["speeds"]:
             row["note"] = "no measured repeat in this DAG run"
             continue
-        # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+        # the band: the smallest change the regression rule calls worth an alert (``regression_rule.MIN_DROP``)
         compared = compare(row["speeds"], theirs, name="this DAG run", reference="the previous", target_gap=MIN_DROP)
         left = [left_out(count, whose) for count, whose in ((row["busy"], " of this DAG run"),
                                                             (earlier.attrs.get("contended_left_out", 0),

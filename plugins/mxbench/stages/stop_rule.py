@@ -7,7 +7,7 @@ the rounds beyond that are skipped. Only the first stage's speeds decide, so eve
 decides alike whichever runs first, and the verdict stays exact (``verdict.compare_two_stage``);
 of the later rounds, only whether an ended one was contended counts (it is replaced). A pair
 that cannot be paired (a failed run, overlapping runs) gets the whole budget. A contended round
-(a run that had other work on its hosts, ``results.interference``), of the first stage or a later
+(a run that had other work on its hosts, ``results.contention``), of the first stage or a later
 round that has ended, is left out of the plan and replaced by one more round, from a budget of its
 own (``contended_replacements``, beyond ``max_repeats``); past it the contended rounds are judged
 as measured. ``metrics.rounds_to_run`` is the rule, which ``metrics.launcher_ratios`` reads too,
@@ -18,7 +18,7 @@ variant and launcher whose first rounds look like a regression against the basel
 will use (``confirmation_skip_reason``), so that an alert rests on every round.
 
 Imported by the run task only for optional rounds: it parses logs (pandas), which the run path
-itself never loads (``stages.run``). No Airflow here.
+itself never loads (``stages.run_stage``). No Airflow here.
 """
 import shutil
 import tempfile
@@ -28,7 +28,7 @@ from typing import Optional
 import pandas as pd
 
 from mxbench.matrix.variants import budget, confirming, leg, measured_setup, stop_budget
-from mxbench.results import interference
+from mxbench.results import contention
 from mxbench.results.metrics import NoSpeedLines, contended_rounds, launcher_pairs, rounds_to_run, run_metrics
 from mxbench.results.parse import parse_run_logs
 from mxbench.run_folder import DagRunFolder, read_json
@@ -51,9 +51,9 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresh
         except NoSpeedLines:
             row["status"] = "failed"
         else:  # the machine, as the trainer reported it (parse_logs writes it to metrics.json later)
-            row["environment"] = interference.run_machine(parsed.events)  # None where malformed
-            judged_with = interference.thresholds_for(thresholds, row["environment"], run["launcher"])
-            row["contended"] = interference.summarise(parsed.events, judged_with)["contended"]
+            row["environment"] = contention.run_machine(parsed.events)  # None where malformed
+            judged_with = contention.thresholds_for(thresholds, row["environment"], run["launcher"])
+            row["contended"] = contention.summarise(parsed.events, judged_with)["contended"]
     return row
 
 
@@ -140,10 +140,10 @@ def machine_of(rows: pd.DataFrame) -> Optional[str]:
 def confirmation_skip_reason(run: dict, first: pd.DataFrame, machine: Optional[str], baseline_for,
                              min_drop: float, setup: Optional[str] = None) -> Optional[str]:
     """Why confirmation round ``run`` need not run: its launcher's first rounds (``first``, as
-    ``measured`` gives them) do not look like a regression (``regression.rule.suspected``) against the
+    ``measured`` gives them) do not look like a regression (``regression.regression_rule.suspected``) against the
     baseline on ``machine`` of ``setup`` (what the run measures), or there is nothing to confirm
     against; None: run it."""
-    from mxbench.regression.rule import (
+    from mxbench.regression.regression_rule import (
         MIN_BASELINE_RUNS,
         SUSPECT_SHARE,
         dag_run_keys,

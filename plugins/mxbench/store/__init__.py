@@ -8,7 +8,7 @@ per process, so a fresh or older database just works.
 No Airflow here: the DAG passes in what it knows (run id, trigger, dates), the rest is read from
 the DAG run's folder as the pipeline leaves it after ``join_results``.
 
-Modules: ``errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
+Modules: ``store_errors`` (StoreError, messages without passwords), ``database`` (URL, engine,
 migrations), ``recording`` (storing DAG runs), ``reading`` (history, variants' sizes, baselines, A/A calibrations),
 ``alerts`` (the triage state of regression alerts and its record), ``bisect_chains`` (which DAG runs
 belong to a bisect) and ``schema`` (the tables).
@@ -46,7 +46,6 @@ from mxbench.store.database import (
     ready_engine,
     url_of_connection,
 )
-from mxbench.store.errors import StoreError, errors_without_password, safe_error, shown, without_password
 from mxbench.store.reading import (
     PROBE_DAG_IDS,
     aa_calibrations,
@@ -61,6 +60,7 @@ from mxbench.store.reading import (
 )
 from mxbench.store.recording import TRIGGERS, fingerprint, import_runs, record_dag_run
 from mxbench.store.schema import metadata
+from mxbench.store.store_errors import StoreError, errors_without_password, safe_error, shown, without_password
 
 __all__ = ["StoreError", "shown", "without_password", "safe_error", "errors_without_password",
            "URL_ENV", "MIGRATIONS", "default_url", "url_of_connection", "engine_name", "engine", "alembic_config",

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 
 from mxbench.regression import triage
 from mxbench.store.database import ready_engine
-from mxbench.store.errors import StoreError
 from mxbench.store.reading import reader
 from mxbench.store.schema import alert_changes, alerts, dag_runs, repeats, utcnow
+from mxbench.store.store_errors import StoreError
 
 SERIES_KEY = ("dag_id", "run_id", "variant", "launcher", "environment")
 ALERT_COLUMNS = [*SERIES_KEY, "state", "level", "changed_by", "reason", "changed_at"]

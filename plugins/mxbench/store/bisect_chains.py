@@ -17,8 +17,8 @@ from typing import List, Mapping, Optional, Tuple
 import sqlalchemy as sa
 
 from mxbench.store.database import ready_engine
-from mxbench.store.errors import StoreError
 from mxbench.store.schema import bisect_chains, utcnow
+from mxbench.store.store_errors import StoreError
 
 
 class ChainRefused(StoreError):

@@ -8,7 +8,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from mxbench import config
-from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
+from mxbench.store.store_errors import UNSHOWN, StoreError, first_line, shown, without_password
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 URL_ENV = "MXBENCH_RESULTS_URL"

@@ -11,11 +11,11 @@ import pandas as pd
 import sqlalchemy as sa
 
 from mxbench import config
-from mxbench.regression.rule import feeding_dags
+from mxbench.regression.regression_rule import feeding_dags
 from mxbench.store.database import engine, ready_engine
-from mxbench.store.errors import UNSHOWN, StoreError, first_line, shown, without_password
 from mxbench.store.recording import utc_time
 from mxbench.store.schema import dag_runs, environments, repeats, variants
+from mxbench.store.store_errors import UNSHOWN, StoreError, first_line, shown, without_password
 
 HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.started_at,
                    dag_runs.c.run_id, dag_runs.c.dag_id, dag_runs.c.trigger, dag_runs.c.mxnet_version,
@@ -239,7 +239,7 @@ def aa_interference(url: str, latest: int = 20, dag_ids: Optional[Iterable[str]]
     """What the measured runs of the ``latest`` A/A calibrations on each kind of machine and under
     each launcher saw of other work (``foreign_cores``, ``steal``, ``cpu_pressure``; revision 0009; ``run_pressure``,
     ``canary_s``: revision 0010, None before), newest first: what the contention thresholds of that
-    hardware are made of (``interference.from_aa``). Only calibrations of ``dag_ids`` (default
+    hardware are made of (``contention.from_aa``). Only calibrations of ``dag_ids`` (default
     ``config.calibration_dags()``: the deployer's ``MXBENCH_CALIBRATION_DAGS``) count, and only their
     runs not judged contended. A reader (``reader``): a store not there yet, or from before revision
     0009, has no rows."""

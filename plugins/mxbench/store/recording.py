@@ -15,8 +15,8 @@ from mxbench.results import convergence
 from mxbench.results.machines import fingerprint
 from mxbench.run_folder import DagRunFolder, load_table, read_json
 from mxbench.store.database import ready_engine
-from mxbench.store.errors import StoreError
 from mxbench.store.schema import dag_runs, environments, repeats, utcnow, variants
+from mxbench.store.store_errors import StoreError
 
 TRIGGERS = ("manual", "scheduled", "backfill")
 VARIANT_COLUMNS = [c.name for c in variants.columns if c.name != "id"]

@@ -118,7 +118,7 @@ repeats = sa.Table(
     sa.Column("time_to_target_s", sa.Float),
     sa.Column("gpu_util_pct", sa.Float),
     sa.Column("gpu_mem_mib", sa.Float),
-    # revision 0009: what else used the run's hosts (``results.interference``); NULL: not measured
+    # revision 0009: what else used the run's hosts (``results.contention``); NULL: not measured
     sa.Column("cpu_pressure", sa.Float),  # worst host's PSI "some" share of the run's time
     sa.Column("steal", sa.Float),  # worst host's share of CPU time stolen by the hypervisor
     sa.Column("foreign_cores", sa.Float),  # worst host's CPU used by processes outside the run, in cores

@@ -56,14 +56,14 @@ def backfill_id(airflow_db):
 def client(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web, web_auth
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
     record_nights(url, tmp_path, ["1.8.0"] * 5 + ["1.9.0", "1.9.0", "1.9.1"])
-    monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
-    monkeypatch.setattr(web, "may_edit", lambda user, dag_id: False)
-    web.app.dependency_overrides[web.current_user] = Reader
+    monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: True)
+    monkeypatch.setattr(web_auth, "may_edit", lambda user, dag_id: False)
+    web.app.dependency_overrides[web_auth.current_user] = Reader
     yield TestClient(web.app, base_url="http://airflow.test")
     web.app.dependency_overrides.clear()
 
@@ -90,12 +90,12 @@ def test_a_backfill_reports_link_finds_its_backfill(client, backfill_id):
 
 
 def test_the_backfill_param_is_a_whole_number_checked_before_any_query(client, backfill_id, monkeypatch):
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web_auth
 
     for bad in ("<script>alert(1)</script>", "1 OR 1=1", "1.5", "0", "-3", str(2**31)):
         answer = client.get("/history", params={"backfill": bad})
         assert answer.status_code == 422, bad
         assert "<script>" not in answer.text and "alert(1)" not in answer.text and "Refused: backfill" in answer.text
     assert client.get("/history", params={"backfill": backfill_id + 1000}).status_code == 404
-    monkeypatch.setattr(web, "may_read", lambda user, dag_id: dag_id != DAG)  # may read the benchmark DAG only
+    monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: dag_id != DAG)  # may read the benchmark DAG only
     assert client.get("/history", params={"backfill": backfill_id}).status_code == 403

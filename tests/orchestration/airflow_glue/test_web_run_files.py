@@ -74,13 +74,13 @@ def home(tmp_path, monkeypatch):
 def client(monkeypatch):
     from fastapi.testclient import TestClient
 
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web, web_auth
 
-    monkeypatch.setattr(web, "may_read", lambda user, dag_id: user == "viewer" and dag_id == DAG)
+    monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: user == "viewer" and dag_id == DAG)
     monkeypatch.setattr(web, "dag_run_state", lambda dag_id, run_id: "failed" if run_id == RUN_ID else None)
     test_client = TestClient(web.app, base_url="http://airflow.test")
     test_client.user = "viewer"
-    web.app.dependency_overrides[web.current_user] = lambda: test_client.user
+    web.app.dependency_overrides[web_auth.current_user] = lambda: test_client.user
     yield test_client
     web.app.dependency_overrides.clear()
 

@@ -1,4 +1,4 @@
-"""MXNet builds (mxbench.builds.manifest): the versions manifest maps dates to builds, a bad manifest is
+"""MXNet builds (mxbench.builds.mxnet_builds): the versions manifest maps dates to builds, a bad manifest is
 named entry by entry, each build gets one cached training venv (made once, under a lock, never
 left half made), and an MXNet without the Module API is reported by name, never a crash."""
 import datetime as dt
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mxbench import config
-from mxbench.builds import manifest as builds
-from mxbench.builds.manifest import Build, ManifestError
+from mxbench.builds import mxnet_builds, venv_and_data_caches
+from mxbench.builds.mxnet_builds import Build, ManifestError
 from mxbench_train.errors import MxbenchError
 
 ENTRIES = [
@@ -35,11 +35,11 @@ def write(tmp_path, entries, name="builds.json"):
 
 @pytest.fixture
 def manifest(tmp_path):
-    return builds.load_manifest(write(tmp_path, ENTRIES))
+    return mxnet_builds.load_manifest(write(tmp_path, ENTRIES))
 
 
 def test_a_date_maps_to_the_last_build_since_then(manifest):
-    pick = lambda when: builds.build_for(when, manifest).package  # noqa: E731
+    pick = lambda when: mxnet_builds.build_for(when, manifest).package  # noqa: E731
     assert pick("2026-01-01") == "mxnet==1.7.0.post2"  # on the boundary: that build
     assert pick("2026-01-31") == "mxnet==1.7.0.post2"
     assert pick(dt.date(2026, 2, 1)) == "mxnet==1.8.0.post0"
@@ -54,9 +54,9 @@ def test_a_date_maps_to_the_last_build_since_then(manifest):
 def test_a_date_before_the_first_build_is_an_error_naming_it(manifest):
     with pytest.raises(ManifestError, match=r"no MXNet build for 2025-12-31: the versions manifest starts at "
                                             r"2026-01-01 \(mxnet==1\.7\.0\.post2\)"):
-        builds.build_for("2025-12-31T12:00:00+00:00", manifest)
+        mxnet_builds.build_for("2025-12-31T12:00:00+00:00", manifest)
     with pytest.raises(ManifestError, match="'yesterday' is not a date"):
-        builds.build_for("yesterday", manifest)
+        mxnet_builds.build_for("yesterday", manifest)
 
 
 def test_build_fields(manifest):
@@ -72,12 +72,12 @@ def test_build_fields(manifest):
 
 
 def test_the_repository_manifest_backfills_three_versions_in_early_november():
-    manifest = builds.load_manifest()
+    manifest = mxnet_builds.load_manifest()
     assert [b.since for b in manifest] == sorted(b.since for b in manifest)
-    assert manifest[-1].package == "mxnet==1.9.1" and builds.is_pinned(manifest[-1])
+    assert manifest[-1].package == "mxnet==1.9.1" and mxnet_builds.is_pinned(manifest[-1])
     assert manifest[-1].since <= dt.date(2026, 12, 3)
     days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(10)]
-    assert len({builds.build_for(d, manifest).version for d in days}) == 3
+    assert len({mxnet_builds.build_for(d, manifest).version for d in days}) == 3
     for build in manifest:
         assert build.package.startswith("mxnet=="), build
         assert build.image.startswith("mxbench-train:") and not build.pins, build
@@ -105,34 +105,34 @@ def test_the_repository_manifest_backfills_three_versions_in_early_november():
 def test_a_bad_manifest_is_named_entry_by_entry(tmp_path, entries, message):
     path = write(tmp_path, entries)
     with pytest.raises(ManifestError, match=message) as raised:
-        builds.load_manifest(path)
+        mxnet_builds.load_manifest(path)
     assert str(path) in str(raised.value)
 
 
 def test_a_missing_or_broken_manifest_file(tmp_path):
     with pytest.raises(ManifestError, match="does not exist"):
-        builds.load_manifest(tmp_path / "nope.json")
+        mxnet_builds.load_manifest(tmp_path / "nope.json")
     (tmp_path / "bad.json").write_text("[{")
     with pytest.raises(ManifestError, match="bad.json is not JSON"):
-        builds.load_manifest(tmp_path / "bad.json")
+        mxnet_builds.load_manifest(tmp_path / "bad.json")
 
 
 def test_the_install_spec_is_the_training_requirements_with_the_build_and_its_pins(tmp_path, manifest):
     reqs = tmp_path / "requirements-train.txt"
     reqs.write_text("# training\nmxnet==1.9.1\nnumpy<1.24  # why\n\nopencv-python-headless==4.11.0.86\n")
-    assert builds.install_spec(manifest[0], reqs) == ["mxnet==1.7.0.post2", "numpy<1.24",
+    assert mxnet_builds.install_spec(manifest[0], reqs) == ["mxnet==1.7.0.post2", "numpy<1.24",
                                                       "opencv-python-headless==4.11.0.86"]
-    assert builds.install_spec(manifest[1], reqs) == ["mxnet==1.8.0.post0", "numpy==1.23.5",
+    assert mxnet_builds.install_spec(manifest[1], reqs) == ["mxnet==1.8.0.post0", "numpy==1.23.5",
                                                       "opencv-python-headless==4.11.0.86"]
     extra = Build(dt.date(2026, 1, 1), "mxnet==1.6.0", "i", pins=("requests==2.31.0", "NumPy==1.23.4"))
-    assert builds.install_spec(extra, reqs) == ["mxnet==1.6.0", "NumPy==1.23.4", "opencv-python-headless==4.11.0.86",
-                                                "requests==2.31.0"]
-    assert builds.is_pinned(manifest[2], reqs) and not builds.is_pinned(manifest[0], reqs)
-    assert not builds.is_pinned(Build(dt.date(2026, 1, 1), "mxnet==1.9.1", "i", pins=("numpy==1.23.5",)), reqs)
+    assert mxnet_builds.install_spec(extra, reqs) == ["mxnet==1.6.0", "NumPy==1.23.4",
+                                                      "opencv-python-headless==4.11.0.86", "requests==2.31.0"]
+    assert mxnet_builds.is_pinned(manifest[2], reqs) and not mxnet_builds.is_pinned(manifest[0], reqs)
+    assert not mxnet_builds.is_pinned(Build(dt.date(2026, 1, 1), "mxnet==1.9.1", "i", pins=("numpy==1.23.5",)), reqs)
 
 
 def test_the_pinned_build_is_the_training_env_itself(manifest):
-    assert builds.ensure_venv(manifest[2]) == config.train_env_python()
+    assert mxnet_builds.ensure_venv(manifest[2]) == config.train_env_python()
 
 
 def test_the_base_python_is_the_one_the_training_env_names(tmp_path):
@@ -140,16 +140,16 @@ def test_the_base_python_is_the_one_the_training_env_names(tmp_path):
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\nversion = 3.11.7\n"
                                      f"executable = {sys.executable}\n")
-    assert builds.base_python(str(venv / "bin" / "python")) == sys.executable
+    assert mxnet_builds.base_python(str(venv / "bin" / "python")) == sys.executable
     (venv / "pyvenv.cfg").write_text("home = /nowhere\nversion = 3.11.7\n")
     with pytest.raises(MxbenchError, match="cannot find the Python the training env was made from"):
-        builds.base_python(str(venv / "bin" / "python"))
+        mxnet_builds.base_python(str(venv / "bin" / "python"))
     plain = tmp_path / "image" / "bin" / "python"  # no venv (an image's interpreter): itself
     plain.parent.mkdir(parents=True)
     plain.write_text("")
-    assert builds.base_python(str(plain)) == str(plain)
+    assert mxnet_builds.base_python(str(plain)) == str(plain)
     with pytest.raises(MxbenchError, match="does not exist: run scripts/setup.sh"):
-        builds.base_python(str(tmp_path / "missing" / "bin" / "python"))
+        mxnet_builds.base_python(str(tmp_path / "missing" / "bin" / "python"))
 
 
 def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
@@ -160,12 +160,12 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
         time.sleep(0.5)  # long enough for the other callers to reach the lock
         (venv / "bin").mkdir(parents=True)
         (venv / "bin" / "python").write_text("")
-        (venv / builds.STAMP).write_text(json.dumps({"spec": spec}))
+        (venv / mxnet_builds.STAMP).write_text(json.dumps({"spec": spec}))
 
-    monkeypatch.setattr(builds, "_create", fake_create)
-    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
+    monkeypatch.setattr(mxnet_builds, "_create", fake_create)
+    monkeypatch.setattr(mxnet_builds, "base_python", lambda: sys.executable)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(builds.ensure_venv(manifest[0], tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(mxnet_builds.ensure_venv(manifest[0], tmp_path)))
                for _ in range(3)]
     for thread in threads:
         thread.start()
@@ -173,7 +173,7 @@ def test_concurrent_callers_make_a_venv_once(tmp_path, monkeypatch, manifest):
         thread.join()
     assert len(made) == 1 and len(set(results)) == 1 and results[0].startswith(str(tmp_path))
     # a different spec (a pin) is a different venv
-    assert builds.ensure_venv(manifest[1], tmp_path) != results[0] and len(made) == 2
+    assert mxnet_builds.ensure_venv(manifest[1], tmp_path) != results[0] and len(made) == 2
 
 
 @pytest.mark.slow
@@ -182,12 +182,13 @@ def test_a_failed_install_names_the_build_and_leaves_nothing_half_made(tmp_path,
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
     build = Build(dt.date(2026, 1, 1), "mxnet==1.8.0.post0", "mxbench-train:1.8.0.post0-cu112")
     with pytest.raises(MxbenchError) as raised:
-        builds.ensure_venv(build, tmp_path / "envs")
+        mxnet_builds.ensure_venv(build, tmp_path / "envs")
     message = str(raised.value)
     assert message.startswith("cannot make the training env for MXNet build mxnet==1.8.0.post0 (since 2026-01-01): "
                               "pip install mxnet==1.8.0.post0 "), message
     assert "ERROR: " in message and "mxnet==1.8.0.post0" in message.split("failed", 1)[1], message
-    assert [p.name for p in (tmp_path / "envs").iterdir()] == [builds.env_dir(build, tmp_path / "envs").name + ".lock"]
+    lock = mxnet_builds.env_dir(build, tmp_path / "envs").name + ".lock"
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [lock]
 
 
 @pytest.mark.parametrize("checkout", [True, False], ids=["checkout", "installed wheel"])
@@ -196,9 +197,9 @@ def test_a_build_venv_imports_the_checkout_trainer_or_its_own_copy(tmp_path, mon
     a copy of the installed trainer (host_build's), and a changed trainer keys another venv."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    monkeypatch.setattr(builds, "TRAINER", config.REPO / "tasks" if checkout else None)
+    monkeypatch.setattr(mxnet_builds, "TRAINER", config.REPO / "tasks" if checkout else None)
     build = Build(dt.date(2026, 1, 1), "mxnet==1.9.0", "i")
-    builds.add_trainer(build, venv, builds.install_spec(build))
+    mxnet_builds.add_trainer(build, venv, mxnet_builds.install_spec(build))
     done = subprocess.run([str(venv / "bin" / "python"), "-c", "import mxbench_train; print(mxbench_train.__file__)"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env={})
     assert done.returncode == 0, done.stderr
@@ -209,9 +210,9 @@ def test_a_build_venv_imports_the_checkout_trainer_or_its_own_copy(tmp_path, mon
         assert venv.resolve() in imported.parents
         assert sorted(p.name for p in imported.parent.glob("*.py")) == sorted(
             p.name for p in (config.REPO / "tasks" / "mxbench_train").glob("*.py"))
-        key = builds.env_dir(build, tmp_path / "envs", base=sys.executable)
-        monkeypatch.setattr(builds.host_build, "trainer_digest", lambda: "0" * 64)
-        assert builds.env_dir(build, tmp_path / "envs", base=sys.executable) != key
+        key = mxnet_builds.env_dir(build, tmp_path / "envs", base=sys.executable)
+        monkeypatch.setattr(mxnet_builds.host_build, "trainer_digest", lambda: "0" * 64)
+        assert mxnet_builds.env_dir(build, tmp_path / "envs", base=sys.executable) != key
 
 
 def fake_python(tmp_path, mxnet_init: str) -> str:
@@ -231,43 +232,43 @@ def test_an_mxnet_without_the_module_api_is_named(tmp_path):
     info = tmp_path / "fake-site" / "mxnet-2.0.0b1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mxnet\nVersion: 2.0.0b1\n")
-    assert builds.check_trainer(python) == ("MXNet 2.0.0b1 is not supported by this trainer: it has no Module API "
-                                            "(MXNet 2 removed it)")
+    assert mxnet_builds.check_trainer(python) == ("MXNet 2.0.0b1 is not supported by this trainer: "
+                                                  "it has no Module API (MXNet 2 removed it)")
     # the trainer itself says the same, as one error line
     done = subprocess.run([python, "-m", "mxbench_train", "train", "--benchmark", "1", "--num-layers", "8",
                            "--kv-store", "local", "--log-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done
-    assert done.stderr.strip().splitlines() == ["error: " + builds.unsupported_message("2.0.0b1")], done.stderr
+    assert done.stderr.strip().splitlines() == ["error: " + mxnet_builds.unsupported_message("2.0.0b1")], done.stderr
 
 
 def test_check_trainer_passes_an_mxnet_1_and_names_a_broken_one(tmp_path):
     good = fake_python(tmp_path / "good", '__version__ = "1.9.1"\nclass mod:\n    Module = object\n')
-    assert builds.check_trainer(good) is None
+    assert mxnet_builds.check_trainer(good) is None
     broken = fake_python(tmp_path / "broken", 'raise OSError("libquadmath.so.0: cannot open shared object file")\n')
-    assert builds.check_trainer(broken) == (f"cannot import mxnet with {broken}: OSError: libquadmath.so.0: "
+    assert mxnet_builds.check_trainer(broken) == (f"cannot import mxnet with {broken}: OSError: libquadmath.so.0: "
                                             "cannot open shared object file")
-    assert builds.check_trainer(str(tmp_path / "none")).startswith("cannot run the training python")
+    assert mxnet_builds.check_trainer(str(tmp_path / "none")).startswith("cannot run the training python")
 
 
 def test_check_trainer_passes_the_training_env(train_py):
-    assert builds.check_trainer(train_py) is None
+    assert mxnet_builds.check_trainer(train_py) is None
 
 
 @pytest.mark.slow
 def test_a_second_build_gets_its_own_venv_once_and_trains(cifar_rec, tmp_path):
-    build = builds.build_for("2026-11-05")  # the repository manifest's 1.9.0
-    assert build.package == "mxnet==1.9.0" and not builds.is_pinned(build)
+    build = mxnet_builds.build_for("2026-11-05")  # the repository manifest's 1.9.0
+    assert build.package == "mxnet==1.9.0" and not mxnet_builds.is_pinned(build)
     started = time.monotonic()
-    python = builds.ensure_venv(build)
+    python = mxnet_builds.ensure_venv(build)
     made_in = time.monotonic() - started
     assert Path(python).parent.parent.parent == config.home() / "envs"
     started = time.monotonic()
-    assert builds.ensure_venv(build) == python
+    assert mxnet_builds.ensure_venv(build) == python
     assert time.monotonic() - started < 1.0, "the second call must be a cache hit"
-    stamp = json.loads((Path(python).parent.parent / builds.STAMP).read_text())
+    stamp = json.loads((Path(python).parent.parent / mxnet_builds.STAMP).read_text())
     assert stamp["mxnet_version"] == "1.9.0" and stamp["spec"][0] == "mxnet==1.9.0"
-    assert builds.check_trainer(python) is None
+    assert mxnet_builds.check_trainer(python) is None
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     done = subprocess.run([python, "-m", "mxbench_train", "train", "--num-layers", "8", "--kv-store", "local",
@@ -304,7 +305,7 @@ SHA = "ab" * 32
 def test_a_wheel_fetched_over_the_network_must_carry_its_sha256(tmp_path, package, pins, message):
     path = write(tmp_path, [{"since": "2026-01-01", "package": package, "image": "i", "pins": pins}])
     with pytest.raises(ManifestError, match=message) as raised:
-        builds.load_manifest(path)
+        mxnet_builds.load_manifest(path)
     assert "s3cret" not in str(raised.value) and "bob" not in str(raised.value)
 
 
@@ -313,17 +314,17 @@ def test_a_local_wheel_and_a_hashed_download_are_accepted(tmp_path):
                 f"mxnet @ https://wheels.example/mxnet-1.9.1-py3-none-any.whl#sha256={SHA}",
                 f"mxnet-cu112 @ http://wheels.example/mxnet_cu112-1.9.1-py3-none-manylinux2014_x86_64.whl#sha256={SHA}"]
     entries = [{"since": f"2026-0{i + 1}-01", "package": p, "image": "i"} for i, p in enumerate(packages)]
-    manifest = builds.load_manifest(write(tmp_path, entries))
+    manifest = mxnet_builds.load_manifest(write(tmp_path, entries))
     assert [(b.distribution, b.version) for b in manifest] == [("mxnet", "1.9.1"), ("mxnet", "1.9.1"),
                                                                ("mxnet-cu112", "1.9.1")]
 
 
 def test_ensure_venv_refuses_an_unhashed_download_before_pip_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(builds, "_create", lambda *a: pytest.fail("pip must not run"))
-    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
+    monkeypatch.setattr(mxnet_builds, "_create", lambda *a: pytest.fail("pip must not run"))
+    monkeypatch.setattr(mxnet_builds, "base_python", lambda: sys.executable)
     build = Build(dt.date(2026, 1, 1), "mxnet @ http://bob:s3cret@wheels.example/mxnet-1.9.1-py3-none-any.whl", "i")
     with pytest.raises(MxbenchError) as raised:
-        builds.ensure_venv(build, tmp_path / "envs")
+        mxnet_builds.ensure_venv(build, tmp_path / "envs")
     assert str(raised.value) == (
         "refusing to install MXNet build mxnet @ http://wheels.example/mxnet-1.9.1-py3-none-any.whl (since "
         "2026-01-01): http://wheels.example/mxnet-1.9.1-py3-none-any.whl is fetched over http without "
@@ -356,7 +357,7 @@ def test_pip_checks_the_sha256_a_wheel_url_carries(tmp_path):
 
     def pip_download(sha):
         package = f"mxnet @ {url}#sha256={sha}"
-        assert builds.url_problem(package) is None
+        assert mxnet_builds.url_problem(package) is None
         return subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-index",
                                "--disable-pip-version-check", "-d", str(tmp_path / f"got-{sha[:4]}"), package],
                               capture_output=True, text=True, timeout=120)
@@ -376,7 +377,7 @@ WHEEL_URL = "https://wheels.example/mxnet-1.9.1-py3-none-manylinux2014_x86_64.wh
 
 
 def one_entry(tmp_path, **entry):
-    return builds.load_manifest(write(tmp_path, [{"since": "2026-04-01", "image": "mxbench-train:1.9.1-cu112",
+    return mxnet_builds.load_manifest(write(tmp_path, [{"since": "2026-04-01", "image": "mxbench-train:1.9.1-cu112",
                                                    **entry}]))[0]
 
 
@@ -391,7 +392,7 @@ def test_a_commit_from_a_wheel_is_recorded_with_its_sha256(tmp_path):
     build = one_entry(tmp_path, package=f"mxnet @ {WHEEL_URL}", commit="0123abcd", sha256=SHA)
     assert build.commit == "0123abcd" and build.sha256 == SHA and not build.source_only
     assert build.package == f"mxnet @ {WHEEL_URL}#sha256={SHA}"  # pip checks the download against it
-    assert builds.install_spec(build)[0] == build.package
+    assert mxnet_builds.install_spec(build)[0] == build.package
     assert "commit 0123abcd" in str(build)
 
 
@@ -419,7 +420,7 @@ def test_a_source_built_commit_runs_only_in_its_image(tmp_path):
     # the pinned release is not that commit: no venv of it, no training env standing in for it
     with pytest.raises(MxbenchError, match=r"MXNet build mxnet==1\.9\.1 \(since 2026-04-01, commit 0123abcd5678\) "
                                            r"is built from source: .* only its image mxbench-train:src-0123abcd"):
-        builds.ensure_venv(build, tmp_path / "envs")
+        mxnet_builds.ensure_venv(build, tmp_path / "envs")
     assert not (tmp_path / "envs").exists()
 
 
@@ -430,19 +431,20 @@ def test_a_local_wheel_path_is_a_file_url_checked_before_install(tmp_path):
     right = hashlib.sha256(wheel.read_bytes()).hexdigest()
     build = one_entry(tmp_path, package="wheels/" + wheel.name, commit="0123abcd", sha256=right)
     assert build.package == f"mxnet @ {wheel.resolve().as_uri()}"  # relative to the manifest's folder
-    builds.check_wheel(build)  # the bytes the manifest names: no error
+    mxnet_builds.check_wheel(build)  # the bytes the manifest names: no error
 
     wrong = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=SHA)
     with pytest.raises(MxbenchError) as raised:
-        builds.ensure_venv(wrong, tmp_path / "envs")
+        mxnet_builds.ensure_venv(wrong, tmp_path / "envs")
     assert str(raised.value) == (f"refusing to install MXNet build {wrong}: its wheel {wheel.resolve()} has SHA-256 "
                                  f"{right}, the manifest says {SHA} (a changed or wrong file)")
-    assert [p.name for p in (tmp_path / "envs").iterdir()] == [builds.env_dir(wrong, tmp_path / "envs").name + ".lock"]
+    lock = mxnet_builds.env_dir(wrong, tmp_path / "envs").name + ".lock"
+    assert [p.name for p in (tmp_path / "envs").iterdir()] == [lock]
 
     wheel.unlink()
     with pytest.raises(MxbenchError, match=r"refusing to install MXNet build .*commit 0123abcd.*: cannot read its "
                                            r"wheel .*mxnet-1\.9\.1-py3-none-manylinux2014_x86_64\.whl"):
-        builds.check_wheel(build)
+        mxnet_builds.check_wheel(build)
 
 
 def test_a_rebuilt_wheel_or_a_corrected_sha256_never_reuses_the_old_venv(tmp_path, monkeypatch):
@@ -455,36 +457,37 @@ def test_a_rebuilt_wheel_or_a_corrected_sha256_never_reuses_the_old_venv(tmp_pat
         made.append((venv.name, Path(urllib.parse.urlsplit(build.package.split(" @ ")[1]).path).read_bytes()))
         (venv / "bin").mkdir(parents=True, exist_ok=True)  # the real one starts from scratch
         (venv / "bin" / "python").write_text("")
-        (venv / builds.STAMP).write_text(json.dumps({"spec": spec, "wheel_sha256": builds.wheel_digest(build)}))
+        stamp = {"spec": spec, "wheel_sha256": mxnet_builds.wheel_digest(build)}
+        (venv / mxnet_builds.STAMP).write_text(json.dumps(stamp))
 
-    monkeypatch.setattr(builds, "_create", fake_create)
-    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
-    monkeypatch.setattr(builds.caches, "prune_builds", lambda *a, **k: None)
+    monkeypatch.setattr(mxnet_builds, "_create", fake_create)
+    monkeypatch.setattr(mxnet_builds, "base_python", lambda: sys.executable)
+    monkeypatch.setattr(venv_and_data_caches, "prune_builds", lambda *a, **k: None)
     envs = tmp_path / "envs"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     wheel = fake_wheel(wheels, b"wheel one")
     first = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=hashlib.sha256(b"wheel one").hexdigest())
-    one = builds.ensure_venv(first, envs)
-    assert builds.ensure_venv(first, envs) == one and len(made) == 1  # cached while nothing changed
+    one = mxnet_builds.ensure_venv(first, envs)
+    assert mxnet_builds.ensure_venv(first, envs) == one and len(made) == 1  # cached while nothing changed
 
     fake_wheel(wheels, b"wheel two")  # rebuilt at the same path, the manifest's sha256 corrected
     second = one_entry(tmp_path, package=str(wheel), commit="0123abcd", sha256=hashlib.sha256(b"wheel two").hexdigest())
-    assert second.package == first.package and builds.install_spec(second) == builds.install_spec(first)
-    two = builds.ensure_venv(second, envs)
+    assert second.package == first.package and mxnet_builds.install_spec(second) == mxnet_builds.install_spec(first)
+    two = mxnet_builds.ensure_venv(second, envs)
     assert two != one and made[-1][1] == b"wheel two"
     # the old entry again: its venv holds the bytes its sha256 names (checked when it was made)
-    assert builds.ensure_venv(first, envs) == one and len(made) == 2
+    assert mxnet_builds.ensure_venv(first, envs) == one and len(made) == 2
 
     # no sha256 in the manifest: the local file's bytes key the venv, hashed on every use
     plain = one_entry(tmp_path, package=str(wheel))
-    three = builds.ensure_venv(plain, envs)
+    three = mxnet_builds.ensure_venv(plain, envs)
     fake_wheel(wheels, b"wheel three")
-    four = builds.ensure_venv(plain, envs)
+    four = mxnet_builds.ensure_venv(plain, envs)
     assert three == two  # the same bytes as the second entry's: the same venv
     assert four not in (one, two) and made[-1][1] == b"wheel three" and len(made) == 3
 
     # a stamp that does not name the entry's digest (planted, or made before digests) is made again
-    stamp = Path(four).parent.parent / builds.STAMP
+    stamp = Path(four).parent.parent / mxnet_builds.STAMP
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "wheel_sha256": "cd" * 32}))
-    assert builds.ensure_venv(plain, envs) == four and len(made) == 4
+    assert mxnet_builds.ensure_venv(plain, envs) == four and len(made) == 4

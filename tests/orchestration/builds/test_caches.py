@@ -1,6 +1,6 @@
-"""Pruning the caches (mxbench.builds.caches): build venvs and data sets beyond the N most recently used
+"""Pruning the caches (mxbench.builds.venv_and_data_caches): build venvs and data sets beyond the N most recently used
 are removed and reported with the bytes freed; one in use (a run holds it through the real
-``stages.run.run_one``, a build is being made, a data set is being converted) is never removed;
+``stages.run_stage.run_one``, a build is being made, a data set is being converted) is never removed;
 nothing that mxbench did not name is touched. The venvs here are small folders, not 700 MB
 ones; the locks, stamps and code paths are the real ones, held from other processes."""
 import contextlib
@@ -17,12 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from mxbench import config
-from mxbench.builds import caches
-from mxbench.builds import manifest as builds
+from mxbench.builds import mxnet_builds, venv_and_data_caches
 from mxbench.launchers import Launched
 from mxbench.matrix.variants import Target, expand_runs
-from mxbench.stages import pipeline
-from mxbench.stages import run as run_stage
+from mxbench.stages import pipeline, run_stage
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
@@ -41,7 +39,7 @@ def entry(root: Path, name: str, kbytes: int, days_ago: float) -> Path:
     folder = root / name
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "payload").write_bytes(os.urandom(kbytes * 1024))
-    stamp = folder / caches.STAMP
+    stamp = folder / venv_and_data_caches.STAMP
     stamp.write_text("")
     when = time.time() - days_ago * DAY
     os.utime(stamp, (when, when))
@@ -50,9 +48,10 @@ def entry(root: Path, name: str, kbytes: int, days_ago: float) -> Path:
 
 @contextlib.contextmanager
 def held_by_another_process(*paths, home_dir: Path):
-    """``caches.in_use(*paths)`` held by a separate process until the block ends."""
-    code = ("import sys\nfrom mxbench.builds import caches\n"
-            "with caches.in_use(*sys.argv[1:]):\n    print('holding', flush=True)\n    sys.stdin.read()\n")
+    """``venv_and_data_caches.in_use(*paths)`` held by a separate process until the block ends."""
+    code = ("import sys\nfrom mxbench.builds import venv_and_data_caches\n"
+            "with venv_and_data_caches.in_use(*sys.argv[1:]):\n"
+            "    print('holding', flush=True)\n    sys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, *map(str, paths)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "MXBENCH_HOME": str(home_dir)})
     try:
@@ -65,9 +64,9 @@ def held_by_another_process(*paths, home_dir: Path):
 
 def prune_in_another_process(home_dir: Path, keep_builds: int, keep_data: int, using=()) -> str:
     """Prune as another DAG run's tasks would, from another process, having just used ``using``; its log."""
-    code = ("import sys\nfrom mxbench import config\nfrom mxbench.builds import caches\n"
-            "with caches.in_use(*sys.argv[1:]):\n"
-            "    caches.prune_builds()\n    caches.prune_data(config.data_dir())\n")
+    code = ("import sys\nfrom mxbench import config\nfrom mxbench.builds import venv_and_data_caches\n"
+            "with venv_and_data_caches.in_use(*sys.argv[1:]):\n"
+            "    venv_and_data_caches.prune_builds()\n    venv_and_data_caches.prune_data(config.data_dir())\n")
     done = subprocess.run([sys.executable, "-c", code, *map(str, using)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "MXBENCH_HOME": str(home_dir), "MXBENCH_KEEP_BUILDS": str(keep_builds),
                                "MXBENCH_KEEP_DATA": str(keep_data)})
@@ -97,7 +96,8 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
         def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
             # the run stamped its use; another DAG run then used the newest ones, so that the
             # run's are past the 1 to keep, and pruned everything else
-            assert time.time() - caches.last_used(old_venv) < 60 and time.time() - caches.last_used(old_data) < 60
+            assert time.time() - venv_and_data_caches.last_used(old_venv) < 60
+            assert time.time() - venv_and_data_caches.last_used(old_data) < 60
             logs.append(prune_in_another_process(home, keep_builds=1, keep_data=1,
                                                  using=(newest_venv / "bin" / "python", newest_data)))
             # the trainer's word on what it imported, which the run checks against its build
@@ -139,7 +139,7 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
     monkeypatch.setenv("MXBENCH_KEEP_DATA", "2")
     with held_by_another_process(in_use, home_dir=home):  # a run of another DAG run trains from it
         long_ago = time.time() - 40 * DAY  # ... and began long ago: its use stamp is that old
-        os.utime(in_use / caches.STAMP, (long_ago, long_ago))
+        os.utime(in_use / venv_and_data_caches.STAMP, (long_ago, long_ago))
         prepared = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, home / "runs" / "x", data)
     log = capsys.readouterr().out
     new_rec, new_source = Path(prepared["dir"]), data / f"synthetic-v{SYNTHETIC_VERSION}-200"
@@ -166,44 +166,44 @@ def test_a_build_being_made_is_never_pruned_and_each_use_stamps_it(home, monkeyp
                {"since": "2026-03-01", "package": "mxnet==1.8.0.post0", "image": "i"}]
     path = home.parent / "builds.json"
     path.write_text(json.dumps(entries))
-    first, second, third = builds.load_manifest(path)
+    first, second, third = mxnet_builds.load_manifest(path)
     making_first, release_first = threading.Event(), threading.Event()
 
     def fake_create(build, venv, spec, base, pip_timeout):
         (venv / "bin").mkdir(parents=True)
         (venv / "bin" / "python").write_text("")
-        (venv / builds.STAMP).write_text(json.dumps({"spec": spec}))
+        (venv / mxnet_builds.STAMP).write_text(json.dumps({"spec": spec}))
         if build is first:  # a slow pip install, meanwhile another task picks another build
             making_first.set()
             assert release_first.wait(30)
 
-    monkeypatch.setattr(builds, "_create", fake_create)
-    monkeypatch.setattr(builds, "base_python", lambda: sys.executable)
+    monkeypatch.setattr(mxnet_builds, "_create", fake_create)
+    monkeypatch.setattr(mxnet_builds, "base_python", lambda: sys.executable)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
     envs = home / "envs"
-    maker = threading.Thread(target=builds.ensure_venv, args=(first,))
+    maker = threading.Thread(target=mxnet_builds.ensure_venv, args=(first,))
     maker.start()
     try:
         assert making_first.wait(30)
-        second_python = builds.ensure_venv(second)
+        second_python = mxnet_builds.ensure_venv(second)
     finally:
         release_first.set()
         maker.join()
-    first_venv, second_venv = builds.env_dir(first, envs), Path(second_python).parent.parent
+    first_venv, second_venv = mxnet_builds.env_dir(first, envs), Path(second_python).parent.parent
     log = capsys.readouterr().out
     # the second's call found the first past the one to keep, but being made: kept
     assert f"mxbench: kept build venv {first_venv.name} (past the 1 most recently used): in use" in log
     # then the first's call, done making it, stamped it and pruned the second, older by use
     assert first_venv.is_dir() and not second_venv.exists(), log
     assert f"mxbench: pruned build venv {second_venv} (last used " in log
-    builds.ensure_venv(third)
+    mxnet_builds.ensure_venv(third)
     log = capsys.readouterr().out
-    assert [p.name for p in envs.iterdir() if p.is_dir()] == [builds.env_dir(third, envs).name], log
+    assert [p.name for p in envs.iterdir() if p.is_dir()] == [mxnet_builds.env_dir(third, envs).name], log
     assert f"mxbench: pruned build venv {first_venv} (last used " in log
     # the pinned build (the training env itself) prunes the others too, and is never one of them
-    monkeypatch.setattr(builds, "is_pinned", lambda build: True)
+    monkeypatch.setattr(mxnet_builds, "is_pinned", lambda build: True)
     monkeypatch.setenv("MXBENCH_KEEP_BUILDS", "1")
-    assert builds.ensure_venv(first) == config.train_env_python()
+    assert mxnet_builds.ensure_venv(first) == config.train_env_python()
     assert len([p for p in envs.iterdir() if p.is_dir()]) == 1
 
 
@@ -212,21 +212,22 @@ def test_a_lock_unlinked_by_pruning_while_waited_on_is_taken_afresh(tmp_path):
     # the file: the maker must then lock the file a newcomer would create, not the dead one
     entry_dir = tmp_path / "mxnet-1.6.0-0123456789"
     entry_dir.mkdir()
-    pruner = caches._lock(caches.lock_path(entry_dir), fcntl.LOCK_EX)
+    pruner = venv_and_data_caches._lock(venv_and_data_caches.lock_path(entry_dir), fcntl.LOCK_EX)
     got = threading.Event()
 
     def maker():
-        with caches.making(entry_dir):
+        with venv_and_data_caches.making(entry_dir):
             got.set()
             time.sleep(1.0)
 
     thread = threading.Thread(target=maker)
     thread.start()
     time.sleep(0.3)
-    caches.lock_path(entry_dir).unlink()
+    venv_and_data_caches.lock_path(entry_dir).unlink()
     os.close(pruner)
     assert got.wait(10)
-    assert caches._lock(caches.lock_path(entry_dir), fcntl.LOCK_EX | fcntl.LOCK_NB) is None, \
+    lock = venv_and_data_caches.lock_path(entry_dir)
+    assert venv_and_data_caches._lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB) is None, \
         "the maker holds the lock file now at the path"
     thread.join()
 
@@ -237,15 +238,16 @@ def test_a_bad_keep_setting_is_named(home, monkeypatch, value):
     with pytest.raises(MxbenchError, match=f"MXBENCH_KEEP_DATA={value!r}: expected a whole number of at least 1 "
                                            r"\(how many data sets of each kind \(synthetic sources, prepared data "
                                            r"sets\) to keep; default 4\)"):
-        caches.prune_data(home / "data")
+        venv_and_data_caches.prune_data(home / "data")
 
 
 def test_defaults_keep_three_builds_and_four_data_sets_of_each_kind(home, monkeypatch):
     monkeypatch.delenv("MXBENCH_KEEP_BUILDS", raising=False)
     monkeypatch.delenv("MXBENCH_KEEP_DATA", raising=False)
-    assert [caches.keep_count(k) for k in (caches.BUILD_VENVS, *caches.DATA_KINDS)] == [3, 4, 4]
+    kinds = (venv_and_data_caches.BUILD_VENVS, *venv_and_data_caches.DATA_KINDS)
+    assert [venv_and_data_caches.keep_count(k) for k in kinds] == [3, 4, 4]
     for i in range(5):
         entry(home / "data", f"rec-{i:012d}", 4, days_ago=i)
         entry(home / "data", f"synthetic-v1-{100 + i}", 4, days_ago=i)
-    assert len(caches.prune_data(home / "data", log=lambda line: None)) == 2
+    assert len(venv_and_data_caches.prune_data(home / "data", log=lambda line: None)) == 2
     assert sorted(p.name for p in (home / "data").iterdir() if p.is_dir())[:4] == [f"rec-{i:012d}" for i in range(4)]

@@ -2,7 +2,7 @@
 import datetime as dt
 import json
 
-from mxbench.builds.manifest import Build
+from mxbench.builds.mxnet_builds import Build
 from mxbench.builds.record import RunBuild
 
 

@@ -40,7 +40,7 @@ from mxbench_train.pod_outputs import (
     unpack,
 )
 from mxbench_train.role_log import lines_of
-from mxbench_train.roles import plan_roles
+from mxbench_train.role_plan import plan_roles
 
 K8S_VERSION = "1.34.0"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

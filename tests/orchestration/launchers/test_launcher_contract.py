@@ -16,21 +16,20 @@ import pytest
 
 from conftest import REPO
 from mxbench import launchers, run_folder
-from mxbench.builds import provenance as build_provenance
+from mxbench.builds import build_provenance
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import Launched, RoleLogSink
-from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.kubernetes.pods import image_for, pod_settings, role_pod
 from mxbench.launchers.local import LocalLauncher
 from mxbench.launchers.ssh.commands import SshHost, build_command, builds_problem, host_settings, setup_command
-from mxbench.launchers.ssh.launcher import SshLauncher
+from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import Target, VariantError, expand_runs
-from mxbench.stages import pipeline
-from mxbench.stages import run as run_stage
+from mxbench.stages import pipeline, run_stage
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
 from mxbench_train.plan_runner import describe_exit
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 LAUNCHER_DIR = REPO / "plugins" / "mxbench" / "launchers"
 OLD = RunBuild("mxnet==1.9.0", "1.9.0", ("mxnet==1.9.0", "numpy<1.24"), "/envs/mxnet-1.9.0/bin/python",
@@ -58,12 +57,13 @@ def test_no_launcher_imports_another_and_pure_parts_import_no_client_library():
     # commands and pods import nothing of theirs)
     base = {"mxbench.launchers.base"}
     own = {"local.py": base,
-           "ssh/launcher.py": base | {"mxbench.launchers.ssh.commands", "mxbench.launchers.ssh.roles",
+           "ssh/ssh_launcher.py": base | {"mxbench.launchers.ssh.commands", "mxbench.launchers.ssh.remote_role",
                                       "mxbench.launchers.ssh.transfer"},
-           "ssh/commands.py": base, "ssh/roles.py": base | {"mxbench.launchers.ssh.commands"},
+           "ssh/commands.py": base, "ssh/remote_role.py": base | {"mxbench.launchers.ssh.commands"},
            "ssh/transfer.py": base | {"mxbench.launchers.ssh.commands"},
-           "kubernetes/launcher.py": base | {"mxbench.launchers.kubernetes.pods", "mxbench.launchers.kubernetes.roles"},
-           "kubernetes/pods.py": base, "kubernetes/roles.py": base | {"mxbench.launchers.kubernetes.pods"}}
+           "kubernetes/kubernetes_launcher.py": base | {"mxbench.launchers.kubernetes.pods",
+                                                        "mxbench.launchers.kubernetes.role_pods"},
+           "kubernetes/pods.py": base, "kubernetes/role_pods.py": base | {"mxbench.launchers.kubernetes.pods"}}
     files = {str(p.relative_to(LAUNCHER_DIR)) for p in LAUNCHER_DIR.rglob("*.py")}
     assert files - set(own) == {"__init__.py", "base.py", "ssh/__init__.py", "kubernetes/__init__.py"}, files
     for name, allowed in own.items():

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import core_api, pods_left
-from mxbench.launchers.kubernetes import roles as kubernetes_roles
-from mxbench.launchers.kubernetes.launcher import KubernetesLauncher
+from mxbench.launchers.kubernetes import role_pods
+from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.kubernetes.pods import pod_settings
 from mxbench.matrix.variants import Variant
 from mxbench_train.errors import MxbenchError
@@ -94,7 +94,7 @@ def test_an_endless_line_is_capped_and_the_outputs_block_at_the_end_still_comes_
 
 
 def test_a_log_past_the_fetch_limit_is_read_no_further(kube_standin, tmp_path, small_role_logs, monkeypatch, capfd):
-    monkeypatch.setattr(kubernetes_roles, "FETCH_MAX_BYTES", 2 << 20)
+    monkeypatch.setattr(role_pods, "FETCH_MAX_BYTES", 2 << 20)
     run_dir, outcome = run_hostile(kube_standin, tmp_path, "endless")
     assert not isinstance(outcome, Exception), outcome
     _, err = capfd.readouterr()
@@ -155,8 +155,7 @@ def test_a_commit_build_through_expand_runs_the_commits_image_or_is_refused(kube
     image keyed by the commit whose trainer names no commit (a release's) is not kept."""
     from mxbench.builds.record import RunBuild
     from mxbench.run_folder import DagRunFolder, read_json
-    from mxbench.stages import pipeline
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import pipeline, run_stage
 
     data_root = tmp_path / "data"
     params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "launchers": ["kubernetes"],

@@ -21,15 +21,15 @@ import pytest
 
 from conftest import train_python
 from mxbench.airflow_glue import connections
-from mxbench.launchers.ssh import launcher as ssh_launcher
+from mxbench.launchers.ssh import ssh_launcher
 from mxbench.launchers.ssh.commands import SshHost, host_settings, isolation_flag, role_command
-from mxbench.launchers.ssh.launcher import SshLauncher
-from mxbench.launchers.ssh.roles import RemoteRole
+from mxbench.launchers.ssh.remote_role import RemoteRole
+from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.launchers.ssh.transfer import FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, fetch_outputs
 from mxbench.matrix.variants import Variant
 from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 pytestmark = pytest.mark.slow  # hostile hosts through real sshd, some running MXNet
 
@@ -784,12 +784,12 @@ def test_a_host_that_answers_a_byte_a_second_is_dropped_at_the_commands_time_bou
 
 def test_a_host_whose_quiet_probe_floods_is_recorded_not_quiet_checked(ssh_hosts, monkeypatch, tmp_path):
     """The quiet probe goes through the same bounded read: the check never raises and names the host."""
-    from mxbench.hosts import quiet
+    from mxbench.hosts import quiet_gate
 
     monkeypatch.setenv("MXBENCH_SSH_ANSWER_MAX_BYTES", str(ANSWER_BOUND))
     python, sent = hostile_python(tmp_path, "forever", "mxbench_train quiet-probe")
     ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
-    record = bounded(lambda: quiet.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5))
+    record = bounded(lambda: quiet_gate.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5))
     assert record["quiet"] is None
     assert record["why"] == ("not checked: host mxbench_ssh_1 (127.0.0.1): looking at how busy the host is failed: "
                              f"its answer passed {ANSWER_BOUND} bytes on stdout (MXBENCH_SSH_ANSWER_MAX_BYTES): "
@@ -824,12 +824,12 @@ def test_a_malformed_probe_answer_fails_that_launchers_runs_not_the_expand(ssh_h
      "foreign_top.0.cores is null, not number")])
 def test_a_malformed_quiet_reading_fails_that_hosts_check_never_the_run(ssh_hosts, monkeypatch, tmp_path, answer,
                                                                         cause):
-    from mxbench.hosts import quiet
+    from mxbench.hosts import quiet_gate
 
     python, _ = hostile_python(tmp_path, "answer", "mxbench_train quiet-probe", answer)
     ssh = hostile_first_host(monkeypatch, ssh_hosts, python)
     # the quiet probe answers {conn_id: reading}: the hostile host's reading is the answer itself
-    record = quiet.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5)
+    record = quiet_gate.check(ssh, Variant("tiny2", "2 hosts", 32, hosts=2, workers=2), 5)
     assert record["quiet"] is None and record["samples"] == 1
     assert record["why"] == f"not checked: mxbench_ssh_1: its reading is malformed ({cause})"
     assert record["readings"]["mxbench_ssh_1"] == {"malformed": cause}
@@ -850,8 +850,7 @@ def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete
     parse, join (with the stored A/A noise lookup) and store, its run fails naming the cause and
     the local run beside it is measured and stored."""
     from mxbench import launchers, store
-    from mxbench.stages import pipeline
-    from mxbench.stages import run as run_stage
+    from mxbench.stages import pipeline, run_stage
 
     facts, cause = MALFORMED_FACTS[case]
     python, _ = hostile_python(tmp_path, "facts", "mxbench_train train", json.dumps(facts))

@@ -25,7 +25,7 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, processes, start_ticks
 from mxbench_train.localhost import is_running as alive
 from mxbench_train.plan_runner import LaunchTimeout, RoleFailed
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts
@@ -75,7 +75,7 @@ def remote_folder(fleet, host, run_dir):
 def before_removal(monkeypatch, fleet, run_dir):
     """What the hosts held just before the launcher removed the run's folders:
     {"pids": {role@host: pid}, "rank_logs": {conn_id: [names]}}."""
-    from mxbench.launchers.ssh.launcher import SshLauncher
+    from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 
     seen, remove = {"pids": {}, "rank_logs": {}}, SshLauncher._remove_run_folder
 
@@ -148,7 +148,7 @@ def test_target_asks_the_hosts(ssh_hosts, monkeypatch):
 def test_the_quiet_check_looks_at_the_runs_hosts_over_their_connections(ssh_hosts, monkeypatch):
     """Each of the variant's hosts runs quiet-probe over its connection, all in one window; the
     launcher's connections are closed after."""
-    from mxbench.hosts import quiet
+    from mxbench.hosts import quiet_gate
     from mxbench.results.machines import fingerprint
     from mxbench_train import telemetry
 
@@ -161,7 +161,7 @@ def test_the_quiet_check_looks_at_the_runs_hosts_over_their_connections(ssh_host
         # its machine facts name the kind of machine as the trainer's environment does: its thresholds' key
         assert fingerprint(reading["machine"])[0] == here
     assert list(ssh.quiet_probe(ONE_HOST, 0.5)) == [CONN_IDS[0]]
-    record = quiet.check(ssh, TWO_HOSTS, 1)
+    record = quiet_gate.check(ssh, TWO_HOSTS, 1)
     assert record["samples"] == 1 and sorted(record["readings"]) == list(CONN_IDS)
 
 
@@ -478,7 +478,7 @@ def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
     """The roles failed; the SFTP fetch then fails too (the connection is gone): the role's error stands."""
     import paramiko
 
-    from mxbench.launchers.ssh.launcher import SshLauncher
+    from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 
     class DeadClient:
         def open_sftp(self):
@@ -503,7 +503,7 @@ def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contende
     """Issue 39: over real sshd, the supervisor puts the role in a cgroup of its own on the host
     (removed after); with two busy loops outside it, the worker reads that cgroup's pressure and
     the run is marked contended."""
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench_train import cgroup
     from mxbench_train.events import parse_event
 
@@ -518,8 +518,8 @@ def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contende
             hog.kill()
             hog.wait()
     events = [e for e in map(parse_event, (run_dir / "rank0.log").read_text().splitlines()) if e]
-    (reading,) = interference.host_readings(events)
+    (reading,) = contention.host_readings(events)
     assert reading["pressure_source"] == "the role's own cgroup" and isinstance(reading["run_pressure"], float)
-    row = interference.summarise(events)
+    row = contention.summarise(events)
     assert row["contended"] is True and row["run_pressure"] == reading["run_pressure"], row
     assert {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} - before == set()

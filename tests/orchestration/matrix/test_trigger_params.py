@@ -15,7 +15,7 @@ import pytest
 
 from conftest import kubernetes_connection, train_python
 from mxbench.airflow_glue import connections
-from mxbench.launchers.ssh.launcher import connect
+from mxbench.launchers.ssh.ssh_launcher import connect
 from mxbench_train.errors import MxbenchError
 from support.counting_listener import counting_listener
 

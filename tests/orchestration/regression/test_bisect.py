@@ -132,7 +132,7 @@ def manifest_of(*entries):
     """Builds as the manifest loads them: (since, package, commit)."""
     from datetime import date
 
-    from mxbench.builds.manifest import Build
+    from mxbench.builds.mxnet_builds import Build
 
     return [Build(date.fromisoformat(since), package, "img", commit=commit) for since, package, commit in entries]
 
@@ -184,7 +184,7 @@ def test_a_step_the_regression_dag_found_starts_a_bisect_only_with_builds_betwee
 
 
 def test_a_regression_between_builds_with_builds_between_starts_a_bisect():
-    from mxbench.builds.manifest import load_manifest
+    from mxbench.builds.mxnet_builds import load_manifest
     from mxbench.regression.bisect import regression_bisects
 
     manifest = load_manifest()  # config/mxnet-builds.json: 1.6.0, 1.7.0.post2, 1.8.0.post0, 1.9.0, 1.9.1
@@ -204,9 +204,9 @@ def test_a_regression_between_builds_with_builds_between_starts_a_bisect():
 
 def test_a_baseline_of_wheel_builds_starts_a_bisect_too():
     """A build by commit is a wheel, whose package has spaces: the finding's cell keeps it whole."""
-    from mxbench.builds.manifest import Build
+    from mxbench.builds.mxnet_builds import Build
     from mxbench.regression.bisect import regression_bisects
-    from mxbench.regression.rule import Finding
+    from mxbench.regression.regression_rule import Finding
 
     wheel = "mxnet @ https://example.org/mxnet-1.9.0-py3-none-any.whl#sha256=" + "a" * 64
     manifest = [Build(since=dt.date(2026, 11, day), package=package, image="mxbench-train:x")

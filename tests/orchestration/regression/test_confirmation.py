@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mxbench.matrix.variants import Target, budget, expand_runs
-from mxbench.regression import rule as regression
+from mxbench.regression import regression_rule
 from mxbench.run_folder import write_json
 from mxbench.stages import stop_rule
 from mxbench_train.events import format_event
@@ -95,33 +95,33 @@ def test_a_confirmation_round_whose_first_rounds_are_still_running_runs(tmp_path
 
 def test_a_regression_that_does_not_hold_across_the_series_checked_is_not_called():
     def finding(status, p):
-        return regression.Finding("v", "l", status, p_value=p, message=f"v (l): {status}: 900 against 1000")
+        return regression_rule.Finding("v", "l", status, p_value=p, message=f"v (l): {status}: 900 against 1000")
 
-    lone = regression.controlled([finding("regression", 0.03)])[0]
+    lone = regression_rule.controlled([finding("regression", 0.03)])[0]
     assert (lone.status, lone.q_value) == ("regression", 0.03)
-    crowd = regression.controlled([finding("regression", 0.03)] + [finding("ok", 0.5) for _ in range(5)])
+    crowd = regression_rule.controlled([finding("regression", 0.03)] + [finding("ok", 0.5) for _ in range(5)])
     assert crowd[0].status == "ok" and crowd[0].q_value == pytest.approx(0.18)
     assert crowd[0].message.startswith("v (l): ok: ") and "not across the 6 series checked" in crowd[0].message
-    strong = regression.controlled([finding("regression", 0.001)] + [finding("ok", 0.5) for _ in range(5)])
+    strong = regression_rule.controlled([finding("regression", 0.001)] + [finding("ok", 0.5) for _ in range(5)])
     assert strong[0].status == "regression"
 
 
 def test_suspicion_is_half_the_smallest_drop():
-    assert regression.suspected([970.0] * 4, [1000.0] * 20, 0.05) == (True, pytest.approx(0.97))
-    assert regression.suspected([980.0] * 4, [1000.0] * 20, 0.05)[0] is False
+    assert regression_rule.suspected([970.0] * 4, [1000.0] * 20, 0.05) == (True, pytest.approx(0.97))
+    assert regression_rule.suspected([980.0] * 4, [1000.0] * 20, 0.05)[0] is False
 
 
 def test_false_alerts_per_month_follow_the_noise_and_fall_with_confirmation():
-    quiet = regression.false_alert_chance(0.02, 8, 20, first=4)
-    noisy = regression.false_alert_chance(0.09, 8, 20, first=4)
-    assert 0 < quiet < noisy < regression.false_alert_chance(0.09, 8, 20) == pytest.approx(0.025)
+    quiet = regression_rule.false_alert_chance(0.02, 8, 20, first=4)
+    noisy = regression_rule.false_alert_chance(0.09, 8, 20, first=4)
+    assert 0 < quiet < noisy < regression_rule.false_alert_chance(0.09, 8, 20) == pytest.approx(0.025)
     findings = pd.DataFrame({"noise_cv": [0.02, 0.09, None], "n": [8, 8, 4], "n_baseline": [20, 20, 20]})
-    assert regression.false_alerts_per_month(findings, first=4) == pytest.approx(30 * (quiet + noisy))
-    assert regression.false_alerts_per_month(findings.assign(noise_cv=None)) is None
+    assert regression_rule.false_alerts_per_month(findings, first=4) == pytest.approx(30 * (quiet + noisy))
+    assert regression_rule.false_alerts_per_month(findings.assign(noise_cv=None)) is None
     # confirmation rounds skipped tonight (n = 4): a series that alerts would have run them
     skipped = findings.assign(n=4)
-    assert regression.false_alerts_per_month(skipped, first=4, rounds=8) == pytest.approx(30 * (quiet + noisy))
-    assert regression.false_alerts_per_month(skipped, first=4) == pytest.approx(30 * 2 * 0.025)
+    assert regression_rule.false_alerts_per_month(skipped, first=4, rounds=8) == pytest.approx(30 * (quiet + noisy))
+    assert regression_rule.false_alerts_per_month(skipped, first=4) == pytest.approx(30 * 2 * 0.025)
 
 
 def test_the_estimate_is_near_a_simulation_of_the_rule():
@@ -132,11 +132,11 @@ def test_the_estimate_is_near_a_simulation_of_the_rule():
     for _ in range(trials):
         baseline = list(1000 * np.exp(rng.normal(0, cv, 20)))
         current = list(1000 * np.exp(rng.normal(0, cv, 4)))
-        if regression.suspected(current, baseline)[0]:
+        if regression_rule.suspected(current, baseline)[0]:
             current += list(1000 * np.exp(rng.normal(0, cv, 4)))
-        alerts += regression.check("v", "l", current, baseline, [f"r{i // 4}" for i in range(20)]).status \
+        alerts += regression_rule.check("v", "l", current, baseline, [f"r{i // 4}" for i in range(20)]).status \
             == "regression"
-    estimate = regression.false_alert_chance(cv, 8, 20, first=4)
+    estimate = regression_rule.false_alert_chance(cv, 8, 20, first=4)
     assert alerts / trials <= estimate + 0.02
 
 
@@ -145,8 +145,8 @@ def test_the_report_gives_the_false_alerts_to_expect_from_the_noise(tmp_path):
 
     write_json(tmp_path / "request.json", {"params": PARAMS})
     findings = pd.DataFrame({"noise_cv": [0.02, 0.09], "n": [4, 4], "n_baseline": [20, 20]})
-    expected = 30 * (regression.false_alert_chance(0.02, 8, 20, first=4)
-                     + regression.false_alert_chance(0.09, 8, 20, first=4))
+    expected = 30 * (regression_rule.false_alert_chance(0.02, 8, 20, first=4)
+                     + regression_rule.false_alert_chance(0.09, 8, 20, first=4))
     line = false_alert_line(tmp_path, findings)
     assert line.startswith(f"At most about {expected:.2g} a month") and "with 4 confirmation rounds" in line
     assert false_alert_line(tmp_path, findings.assign(noise_cv=None)).startswith("Not known")

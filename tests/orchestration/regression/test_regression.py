@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mxbench.regression.rule import check
+from mxbench.regression.regression_rule import check
 
 CV = 0.03  # run-to-run spread of samples/s seen on the CPU demo and in the seed's logs
 REPEATS, BASELINE_RUNS = 4, 5
@@ -84,7 +84,7 @@ def test_the_step_finder_names_the_first_slower_build():
 
 
 def test_the_alert_names_variant_baseline_change_builds_and_runs():
-    from mxbench.regression.rule import alert, dag_run_findings
+    from mxbench.regression.regression_rule import alert, dag_run_findings
 
     rng = np.random.default_rng(7)
     base, ids = history(rng, 1000.0)

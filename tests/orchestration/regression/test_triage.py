@@ -9,8 +9,7 @@ import pytest
 from mxbench import store
 from mxbench.regression import triage
 from mxbench.report import history_page
-from mxbench.stages import failures as dag_run_failures
-from mxbench.stages import regression_check
+from mxbench.stages import dag_run_failures, regression_check
 from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs
 
 DAG = "mxbench_regression"
@@ -177,7 +176,7 @@ def test_another_dags_triage_does_not_silence_or_reset_this_dags_check(url, tmp_
 # --- the history page -------------------------------------------------------------------------
 
 def judged(url):
-    from mxbench.regression.rule import judge_history
+    from mxbench.regression.regression_rule import judge_history
 
     rows = store.read_history(url)
     return judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True)))
@@ -219,16 +218,16 @@ def client(airflow_db, url, tmp_path, monkeypatch):
     ``client.via_header`` says whether the request came with a bearer token."""
     from fastapi.testclient import TestClient
 
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web, web_auth, web_form_tokens
 
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
-    monkeypatch.setattr(web, "form_secret", lambda: b"test secret")
-    monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
-    monkeypatch.setattr(web, "may_edit", lambda user, dag_id: user.name == "editor" and dag_id == DAG)
+    monkeypatch.setattr(web_form_tokens, "form_secret", lambda: b"test secret")
+    monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: True)
+    monkeypatch.setattr(web_auth, "may_edit", lambda user, dag_id: user.name == "editor" and dag_id == DAG)
     test_client = TestClient(web.app, base_url="http://airflow.test")
     test_client.user, test_client.via_header = User("editor"), False
-    web.app.dependency_overrides[web.writer] = lambda: (test_client.user, test_client.via_header)
-    web.app.dependency_overrides[web.current_user] = lambda: test_client.user
+    web.app.dependency_overrides[web_auth.writer] = lambda: (test_client.user, test_client.via_header)
+    web.app.dependency_overrides[web_auth.current_user] = lambda: test_client.user
     yield test_client
     web.app.dependency_overrides.clear()
 
@@ -239,21 +238,21 @@ def alert_form(run_id, state="acknowledged", **more):
 
 
 def test_a_form_token_is_the_users_own_and_expires():
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue.web_form_tokens import FORM_TOKEN_LIFETIME_S, form_token, valid_form_token
 
-    token = web.form_token("editor", b"k", now=1000)
-    assert web.valid_form_token(token, "editor", b"k", now=1000 + web.FORM_TOKEN_LIFETIME_S)
-    assert not web.valid_form_token(token, "viewer", b"k", now=1000)
-    assert not web.valid_form_token(token, "editor", b"other key", now=1000)
-    assert not web.valid_form_token(token, "editor", b"k", now=1001 + web.FORM_TOKEN_LIFETIME_S)
-    assert not web.valid_form_token("", "editor", b"k") and not web.valid_form_token("x.y", "editor", b"k")
+    token = form_token("editor", b"k", now=1000)
+    assert valid_form_token(token, "editor", b"k", now=1000 + FORM_TOKEN_LIFETIME_S)
+    assert not valid_form_token(token, "viewer", b"k", now=1000)
+    assert not valid_form_token(token, "editor", b"other key", now=1000)
+    assert not valid_form_token(token, "editor", b"k", now=1001 + FORM_TOKEN_LIFETIME_S)
+    assert not valid_form_token("", "editor", b"k") and not valid_form_token("x.y", "editor", b"k")
     # forged shapes are refused, not errors: a non-ASCII digit, a non-ASCII signature
-    assert not web.valid_form_token("\u00b2.x", "editor", b"k")
-    assert not web.valid_form_token(token.split(".")[0] + ".\u00e9", "editor", b"k", now=1000)
+    assert not valid_form_token("\u00b2.x", "editor", b"k")
+    assert not valid_form_token(token.split(".")[0] + ".\u00e9", "editor", b"k", now=1000)
 
 
 def test_an_editor_sets_a_state_from_the_page_and_is_sent_back_to_it(client, url, tmp_path):
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue.web_form_tokens import FORM_TOKEN_LIFETIME_S, form_token
 
     dropped = seeded_drop(url, tmp_path)
     page = client.get("/history")
@@ -263,21 +262,21 @@ def test_an_editor_sets_a_state_from_the_page_and_is_sent_back_to_it(client, url
                          headers={"Origin": "http://airflow.test", "Sec-Fetch-Site": "same-origin"})
     assert answer.status_code == 303 and answer.headers["location"] == "../history"
     assert store.read_alerts(url)[["state", "changed_by"]].values.tolist() == [["acknowledged", "editor"]]
-    assert token == web.form_token("editor", b"test secret", now=int(token.split(".")[0]) - web.FORM_TOKEN_LIFETIME_S)
+    assert token == form_token("editor", b"test secret", now=int(token.split(".")[0]) - FORM_TOKEN_LIFETIME_S)
 
 
 def test_cross_site_untokened_and_unauthorized_writes_are_refused_and_change_nothing(client, url, tmp_path):
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue.web_form_tokens import form_token
 
     dropped = seeded_drop(url, tmp_path)
-    token = web.form_token("editor", b"test secret")
+    token = form_token("editor", b"test secret")
     forged = client.post("/history/alerts", data=alert_form(dropped, token=token),
                          headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
     assert forged.status_code == 403 and "from another site" in forged.text
     no_token = client.post("/history/alerts", data=alert_form(dropped))
     assert no_token.status_code == 403 and "token is missing" in no_token.text
     client.user = User("viewer")  # may read, not edit; even with its own token
-    refused = client.post("/history/alerts", data=alert_form(dropped, token=web.form_token("viewer", b"test secret")))
+    refused = client.post("/history/alerts", data=alert_form(dropped, token=form_token("viewer", b"test secret")))
     assert refused.status_code == 403 and "may not change the runs of mxbench_regression" in refused.text
     assert store.read_alerts(url).empty and store.alert_history(url).empty
 
@@ -324,22 +323,22 @@ def test_what_a_triage_change_logs_is_one_line(client, url, tmp_path, caplog):
 
 
 def test_cross_site_reads_the_browsers_word():
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web_form_tokens
 
     hosts = {"airflow.test"}
-    assert web.cross_site({}, hosts) is None  # an API client says nothing
-    assert web.cross_site({"sec-fetch-site": "same-origin", "origin": "http://airflow.test"}, hosts) is None
-    assert "same-site" in web.cross_site({"sec-fetch-site": "same-site"}, hosts)
-    assert "http://evil.example" in web.cross_site({"origin": "http://evil.example"}, hosts)
-    assert web.cross_site({"origin": "null"}, hosts)  # a sandboxed frame elsewhere
+    assert web_form_tokens.cross_site({}, hosts) is None  # an API client says nothing
+    assert web_form_tokens.cross_site({"sec-fetch-site": "same-origin", "origin": "http://airflow.test"}, hosts) is None
+    assert "same-site" in web_form_tokens.cross_site({"sec-fetch-site": "same-site"}, hosts)
+    assert "http://evil.example" in web_form_tokens.cross_site({"origin": "http://evil.example"}, hosts)
+    assert web_form_tokens.cross_site({"origin": "null"}, hosts)  # a sandboxed frame elsewhere
 
 
 def test_without_a_secret_to_sign_with_there_are_no_forms_and_cookie_writes_are_refused(client, url, tmp_path,
                                                                                         monkeypatch):
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web_form_tokens
 
     dropped = seeded_drop(url, tmp_path)
-    monkeypatch.setattr(web, "form_secret", lambda: None)
+    monkeypatch.setattr(web_form_tokens, "form_secret", lambda: None)
     page = client.get("/history")
     assert page.status_code == 200 and "<td>new</td>" in page.text and "<form" not in page.text
     refused = client.post("/history/alerts", data=alert_form(dropped, token="1.x"))

@@ -1,4 +1,4 @@
-"""The builds view (report.builds) over a seeded store: three builds, a real 20% step at the
+"""The builds view (report.builds_view) over a seeded store: three builds, a real 20% step at the
 second, none at the third; contended repeats left out and counted; machines by name; and the same
 view from the command line (``mxbench builds``)."""
 from datetime import timedelta
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from mxbench import cli, store
-from mxbench.builds.manifest import load_manifest
-from mxbench.regression.rule import MIN_DROP
-from mxbench.report.builds import builds_lines, builds_table, builds_view
+from mxbench.builds.mxnet_builds import load_manifest
+from mxbench.regression.regression_rule import MIN_DROP
+from mxbench.report.builds_view import builds_lines, builds_table, builds_view
 from mxbench.stats.verdict import compare
 from support.stored_runs import CPU_BOX, CPU_FP, T0, make_dag_dir, ok_runs
 
@@ -146,7 +146,7 @@ def test_mxbench_builds_prints_the_view(backfilled, capsys):
 
 
 def test_the_history_page_shows_the_builds_first_and_machines_by_name(backfilled):
-    from mxbench.regression.rule import judge_history
+    from mxbench.regression.regression_rule import judge_history
     from mxbench.report import history_page
 
     url, _ = backfilled

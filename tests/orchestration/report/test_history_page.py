@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mxbench import store
-from mxbench.regression.rule import judge_history
+from mxbench.regression.regression_rule import judge_history
 from mxbench.report import history_page
 from support.stored_runs import (
     CPU_FP,
@@ -203,7 +203,7 @@ def test_an_empty_store_says_so():
 
 def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
     from mxbench import config
-    from mxbench.airflow_glue.web import report_file
+    from mxbench.airflow_glue.web_folders import report_file
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     run_id = "manual__2026-12-03T00:00:00+00:00"
@@ -227,7 +227,7 @@ def test_a_report_is_found_only_inside_the_runs_folder(tmp_path, monkeypatch):
 def test_each_dag_gets_its_own_report_for_a_shared_run_id(tmp_path, monkeypatch):
     """A manual run of the benchmark DAG may take the regression DAG's scheduled run id."""
     from mxbench import config
-    from mxbench.airflow_glue.web import report_file
+    from mxbench.airflow_glue.web_folders import report_file
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     run_id = "scheduled__2026-11-08T00:00:00+00:00"
@@ -242,7 +242,7 @@ def test_each_dag_gets_its_own_report_for_a_shared_run_id(tmp_path, monkeypatch)
 
 def test_a_report_under_the_old_folder_name_is_still_served(tmp_path, monkeypatch):
     from mxbench import config
-    from mxbench.airflow_glue.web import report_file
+    from mxbench.airflow_glue.web_folders import report_file
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     run_id = "manual__2026-10-01T00:00:00+00:00"
@@ -271,31 +271,31 @@ def test_the_plugin_serves_no_api_docs(monkeypatch):
 def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(airflow_db, tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web, web_auth
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
     for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
         folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
         store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
-    web.app.dependency_overrides[web.current_user] = lambda: "someone"  # the auth manager's part is may_read
+    web.app.dependency_overrides[web_auth.current_user] = lambda: "someone"  # the auth manager's part is may_read
     try:
         client = TestClient(web.app)
-        monkeypatch.setattr(web, "may_read", lambda user, dag_id: dag_id == "mxbench_regression")
-        monkeypatch.setattr(web, "may_edit", lambda user, dag_id: False)
+        monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: dag_id == "mxbench_regression")
+        monkeypatch.setattr(web_auth, "may_edit", lambda user, dag_id: False)
         page = client.get("/history")
         assert page.status_code == 200
         assert "cpu1-nightly" in page.text and "cpu1-bench" not in page.text
         assert str(tmp_path) not in page.text  # where the store is stays on the server
         assert page.headers["content-security-policy"] == web.POLICY and "script-src" not in web.POLICY
         assert page.headers["x-content-type-options"] == "nosniff"
-        monkeypatch.setattr(web, "may_read", lambda user, dag_id: False)
+        monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: False)
         refused = client.get("/history")
         assert refused.status_code == 403 and refused.headers["content-type"].startswith("text/html")
         nowhere = client.get("/no-such-page")
         assert nowhere.status_code == 404 and "<h1>mxbench: 404</h1>" in nowhere.text
         # a store not made yet is an empty history, and a reader's visit does not make it
-        monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
+        monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: True)
         monkeypatch.setenv("MXBENCH_RESULTS_URL", f"sqlite:///{tmp_path / 'none' / 'results.db'}")
         empty = client.get("/history")
         assert "No runs are stored yet." in empty.text and not (tmp_path / "none").exists()
@@ -372,16 +372,16 @@ def test_no_page_or_command_shows_a_machine_as_a_bare_fingerprint(airflow_db, tm
     from fastapi.testclient import TestClient
 
     from mxbench import cli
-    from mxbench.airflow_glue import web
+    from mxbench.airflow_glue import web, web_auth, web_form_tokens
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
     record_a_step(url, tmp_path)
     record_scaling_series(url, tmp_path, dag_runs=2, dag_id="mxbench_regression")
-    web.app.dependency_overrides[web.current_user] = Editor
-    monkeypatch.setattr(web, "may_read", lambda user, dag_id: True)
-    monkeypatch.setattr(web, "may_edit", lambda user, dag_id: True)
-    monkeypatch.setattr(web, "form_secret", lambda: b"test secret")
+    web.app.dependency_overrides[web_auth.current_user] = Editor
+    monkeypatch.setattr(web_auth, "may_read", lambda user, dag_id: True)
+    monkeypatch.setattr(web_auth, "may_edit", lambda user, dag_id: True)
+    monkeypatch.setattr(web_form_tokens, "form_secret", lambda: b"test secret")
     try:
         page = TestClient(web.app).get("/history").text
     finally:

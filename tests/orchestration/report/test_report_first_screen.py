@@ -161,7 +161,7 @@ def test_at_1366x768_the_answer_is_the_first_screen_and_the_page_passes_axe(thre
 
 
 def test_contended_runs_are_one_condition_line_and_marked_in_the_run_order(tmp_path):
-    """Interference measured on the hosts (``results.interference``): the conditions box names the
+    """Interference measured on the hosts (``results.contention``): the conditions box names the
     contended runs and why; the run-order table says it of each; the plot is drawn with them ringed."""
     dag_dir = make_dag_dir(tmp_path, "busy", ok_runs(speeds=(100.0, 60.0, 101.0)))
     runs_csv = dag_dir / "tables" / "runs.csv"
@@ -184,12 +184,12 @@ def test_contended_runs_are_one_condition_line_and_marked_in_the_run_order(tmp_p
 def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tmp_path):
     """The thresholds the runs were judged with (here the hardware's own, from A/A runs) and the quiet
     check before each run: how many started on quiet hosts, the waiting, which went on busy and why."""
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench.run_folder import write_json
 
     dag_dir = make_dag_dir(tmp_path, "checked", ok_runs(speeds=(100.0, 99.0, 101.0)),
                            params={"preset": "cpu-demo", "repeats": 3, "quiet_wait_s": 60})
-    own = str(interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)"))
+    own = str(contention.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)"))
     runs_csv = dag_dir / "tables" / "runs.csv"
     runs = pd.read_csv(runs_csv).assign(contended=False, contention_thresholds=own, quiet=[True, True, False],
                                         quiet_wait_s=[2.0, 14.0, 60.5])
@@ -204,7 +204,7 @@ def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tm
                             "1 went on busy"
     assert f"{busy_key}: {why}" in checked.detail and "or 60 s (quiet_wait_s) had passed" in checked.detail
     # under the defaults, with nothing contended and nothing checked, neither line
-    pd.read_csv(runs_csv).assign(contention_thresholds=str(interference.DEFAULTS), quiet=None).to_csv(
+    pd.read_csv(runs_csv).assign(contention_thresholds=str(contention.DEFAULTS), quiet=None).to_csv(
         runs_csv, index=False)
     assert not {"Contended means", "Quiet check"} & {c.short.split(":")[0] for c in notes.conditions(dag_dir)}
 

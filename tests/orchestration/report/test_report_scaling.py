@@ -4,7 +4,7 @@ Costs only from the deployer's prices, "not set" otherwise."""
 import json
 
 from mxbench import report
-from mxbench.report import scaling as scaling_report
+from mxbench.report import scaling_tables
 from mxbench.stages import pipeline
 from support.stored_runs import make_dag_dir, variant
 
@@ -50,11 +50,11 @@ def test_costs_come_from_the_deployers_prices_only(tmp_path, monkeypatch):
     assert "0.292" in md and "1.05 EUR" in md  # 0.2917 device-hours at 3.6 EUR
     runs = __import__("pandas").read_csv(folder / "tables" / "runs.csv")
     request = json.loads((folder / "request.json").read_text())
-    found = scaling_report.models(runs, request)
-    (line,) = scaling_report.cheapest_line(found, {"local": {"per_hour": 3.6, "unit": "device", "currency": "EUR"}},
+    found = scaling_tables.models(runs, request)
+    (line,) = scaling_tables.cheapest_line(found, {"local": {"per_hour": 3.6, "unit": "device", "currency": "EUR"}},
                                            wanted=500)
     assert "8 CPU workers on 2 machines (PROJECTED)" in line or "16 CPU workers on 4 machines (PROJECTED)" in line
-    assert "no price set" in scaling_report.cheapest_line(found, {}, wanted=500)[0]
+    assert "no price set" in scaling_tables.cheapest_line(found, {}, wanted=500)[0]
 
 
 def test_a_malformed_price_setting_is_said_not_guessed(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 
 from mxbench.matrix.params import PARAMS_SCHEMA, REGRESSION_PARAMS_SCHEMA
 from mxbench.matrix.variants import Target, expand_runs, leg, stop_budget
-from mxbench.regression import rule as regression
+from mxbench.regression import regression_rule
 from mxbench.results import calibration
 from mxbench.results.metrics import launcher_pairs, launcher_ratios
 from mxbench.stats.verdict import ALPHA
@@ -155,21 +155,21 @@ def test_the_regression_check_takes_the_a_a_spread_as_its_noise_estimate():
                          for s in (100, 101, 99, 100)])
     base = pd.DataFrame([{"run_id": f"r{i}", "samples_per_sec": s} for i, s in enumerate((100, 102, 98, 100, 101))])
     quiet, noisy = ({("v", "local"): {"cv": cv, "dag_run": "mxbench_benchmark/aa1"}} for cv in (0.01, 0.05))
-    low = regression.dag_run_findings(runs, {("v", "local"): base}, noise=quiet)[0]
-    high = regression.dag_run_findings(runs, {("v", "local"): base}, noise=noisy)[0]
+    low = regression_rule.dag_run_findings(runs, {("v", "local"): base}, noise=quiet)[0]
+    high = regression_rule.dag_run_findings(runs, {("v", "local"): base}, noise=noisy)[0]
     assert low.noise_cv == 0.01 and low.noise_from == "mxbench_benchmark/aa1"
     # 4 vs 5 repeats at 5%: (1.96 + 0.84) x 0.05 x sqrt(1/4 + 1/5) = 9.4% in log terms
     assert high.detectable == pytest.approx(-math.expm1(-2.8016 * 0.05 * math.sqrt(0.45)), rel=1e-3)
-    assert regression.detectable_drop(0.01, 4, 5) == pytest.approx(-math.expm1(-2.8016 * 0.01 * math.sqrt(0.45)),
+    assert regression_rule.detectable_drop(0.01, 4, 5) == pytest.approx(-math.expm1(-2.8016 * 0.01 * math.sqrt(0.45)),
                                                                    rel=1e-3)
     # at 1% the repeats would detect 1.9%, but nothing under the minimum drop is alerted
-    assert low.detectable == regression.MIN_DROP
+    assert low.detectable == regression_rule.MIN_DROP
     assert ("A/A within-run noise CV 1.0% per run (mxbench_benchmark/aa1): 4 vs 5 repeats detect a drop of 5.0% "
             "or more (the minimum drop alerted)") in low.message
     assert "(the minimum drop" not in high.message
-    bare = regression.dag_run_findings(runs, {("v", "local"): base})[0]
+    bare = regression_rule.dag_run_findings(runs, {("v", "local"): base})[0]
     assert bare.noise_cv is None and "A/A" not in bare.message
-    young = regression.dag_run_findings(runs, {("v", "local"): base.head(0)}, noise=quiet)[0]
+    young = regression_rule.dag_run_findings(runs, {("v", "local"): base.head(0)}, noise=quiet)[0]
     assert young.status == "no baseline yet" and young.detectable is None and "A/A" not in young.message
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mxbench.results import interference
+from mxbench.results import contention
 
 
 def reading(host="a", wall=10.0, foreign=0.0, steal=0.0, pressure=0.1, gpus=(), unreadable=()):
@@ -14,32 +14,32 @@ def reading(host="a", wall=10.0, foreign=0.0, steal=0.0, pressure=0.1, gpus=(), 
 
 
 def test_a_quiet_run_is_not_contended_even_under_its_own_pressure():
-    row = interference.summarise([reading(pressure=0.6), reading("b", foreign=1.0)])
+    row = contention.summarise([reading(pressure=0.6), reading("b", foreign=1.0)])
     assert row["contended"] is False and row["contention"] is None
     assert row["hosts"] == "a, b" and row["cpu_pressure"] == 0.6 and row["foreign_cores"] == 0.1
 
 
 def test_each_signal_marks_a_run_and_says_why():
-    assert interference.summarise([reading(foreign=2.5)])["contention"] == "other processes used 0.25 cores"
-    assert interference.summarise([reading(steal=0.07)])["contention"] == "steal 7%"
-    row = interference.summarise([reading(gpus=[{"pid": 1}]), reading("b", foreign=5.0)])
+    assert contention.summarise([reading(foreign=2.5)])["contention"] == "other processes used 0.25 cores"
+    assert contention.summarise([reading(steal=0.07)])["contention"] == "steal 7%"
+    row = contention.summarise([reading(gpus=[{"pid": 1}]), reading("b", foreign=5.0)])
     assert row["contended"] and row["contention"] == "other processes used 0.50 cores; 1 other process(es) on its GPUs"
 
 
 def test_what_no_host_could_read_is_said():
-    row = interference.summarise([reading(unreadable=["cpu pressure (no /proc/pressure/cpu)"])])
+    row = contention.summarise([reading(unreadable=["cpu pressure (no /proc/pressure/cpu)"])])
     assert row["interference_unread"] == "cpu pressure (no /proc/pressure/cpu)" and row["cpu_pressure"] == 0.1
-    old = interference.summarise([{"event": "run_end", "status": "ok"}])
+    old = contention.summarise([{"event": "run_end", "status": "ok"}])
     assert old["contended"] is None and "no worker reported its host" in old["interference_unread"]
 
 
 def test_the_conditions_line_names_the_contended_runs():
     runs = pd.DataFrame({"key": ["r1", "r2", "r3"], "contended": [True, False, None],
                          "contention": ["steal 7%", None, None]})
-    line = interference.contended_line(runs)
+    line = contention.contended_line(runs)
     assert line.startswith("Contended: 1 of 2 runs had other work on their hosts") and "r1 (steal 7%)" in line
-    assert interference.contended_line(runs.assign(contended=[False, False, None])) is None
-    assert interference.contended_line(runs.drop(columns=["contended"])) is None
+    assert contention.contended_line(runs.assign(contended=[False, False, None])) is None
+    assert contention.contended_line(runs.drop(columns=["contended"])) is None
 
 
 def rounds_table(n, slow_round=None, contended_round=None, contended=()):
@@ -88,7 +88,7 @@ def test_what_a_host_sends_back_is_checked_not_trusted():
     """A malformed reading (a hostile or broken host) is no number, never a crash; NaN hides nothing."""
     bad = {"event": "run_end", "host": {"host": "x", "wall_s": "10", "foreign_cpu_s": float("nan"), "steal": "a lot",
                                         "gpu_foreign_processes": 3, "unreadable": "all"}}
-    row = interference.summarise([bad, reading("b", foreign=5.0)])
+    row = contention.summarise([bad, reading("b", foreign=5.0)])
     assert row["foreign_cores"] == 0.5 and row["steal"] == 0.0 and row["gpu_foreign"] == 0
     assert row["contended"] is True
 
@@ -106,10 +106,10 @@ def test_a_pair_with_a_leg_that_could_not_tell_excludes_no_round():
 
 
 def test_too_few_aa_runs_keep_the_defaults_and_say_so():
-    few = [{"foreign_cores": 0.01, "steal": 0.0}] * (interference.MIN_AA_RUNS - 1)
-    found = interference.from_aa(few, calibrations=1)
-    assert (found.foreign_cores, found.steal) == (interference.FOREIGN_CORES, interference.STEAL)
-    needed = interference.MIN_AA_RUNS
+    few = [{"foreign_cores": 0.01, "steal": 0.0}] * (contention.MIN_AA_RUNS - 1)
+    found = contention.from_aa(few, calibrations=1)
+    assert (found.foreign_cores, found.steal) == (contention.FOREIGN_CORES, contention.STEAL)
+    needed = contention.MIN_AA_RUNS
     assert found.source == f"defaults: {len(few)} A/A run(s) on this hardware read them, {needed} needed"
 
 
@@ -119,16 +119,16 @@ def test_enough_aa_runs_set_twice_their_90th_percentile_within_bounds(seed):
     foreign = rng.uniform(0.1, 0.3, 12)  # a node whose daemons always use a little CPU
     steal = rng.uniform(0.0, 0.002, 12)  # next to no steal: the lower bound holds
     runs = [{"foreign_cores": f, "steal": s, "dag_run": f"cal{i % 2}"} for i, (f, s) in enumerate(zip(foreign, steal))]
-    found = interference.from_aa(runs + [{"foreign_cores": None, "dag_run": "cal0"}], calibrations=2)
+    found = contention.from_aa(runs + [{"foreign_cores": None, "dag_run": "cal0"}], calibrations=2)
     # the lowest of all runs' level and each calibration's alone (the other left out): numpy's linear percentile
     levels = [2 * np.percentile(values, 90) for values in (foreign, foreign[0::2], foreign[1::2])]
     assert found.foreign_cores == pytest.approx(min(levels), abs=1e-3)
-    assert found.steal == interference.STEAL_BOUNDS[0]
+    assert found.steal == contention.STEAL_BOUNDS[0]
     assert found.source == ("from 12 A/A runs on this hardware (2 calibrations): a factor over their 90th percentile, "
                             "no single calibration loosening them; own cgroup waiting, canary, host-wide pressure "
                             "default")
-    busy = interference.from_aa([{"foreign_cores": 1.5, "steal": 0.5, "dag_run": f"c{i % 2}"} for i in range(10)])
-    assert (busy.foreign_cores, busy.steal) == (interference.FOREIGN_BOUNDS[1], interference.STEAL_BOUNDS[1])
+    busy = contention.from_aa([{"foreign_cores": 1.5, "steal": 0.5, "dag_run": f"c{i % 2}"} for i in range(10)])
+    assert (busy.foreign_cores, busy.steal) == (contention.FOREIGN_BOUNDS[1], contention.STEAL_BOUNDS[1])
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -142,33 +142,33 @@ def test_one_noisy_calibration_cannot_loosen_the_thresholds_and_one_alone_only_t
     quiet = [*calibration("q1", 6, (0.01, 0.03), (0.0, 0.005), (0.05, 0.15), (0.30, 0.32)),
              *calibration("q2", 6, (0.01, 0.03), (0.0, 0.005), (0.05, 0.15), (0.30, 0.32))]
     noisy = calibration("noisy", 6, (0.4, 0.5), (0.1, 0.18), (0.6, 0.8), (0.5, 0.6))  # 0.45 cores, 15% steal
-    before, after = interference.from_aa(quiet), interference.from_aa(quiet + noisy)
-    for signal, _, factor, bounds in interference.SIGNALS[:4]:  # at most the quiet ones' level: the noisy one out
-        pooled = interference._level([r[signal] for r in quiet], bounds, factor)
+    before, after = contention.from_aa(quiet), contention.from_aa(quiet + noisy)
+    for signal, _, factor, bounds in contention.SIGNALS[:4]:  # at most the quiet ones' level: the noisy one out
+        pooled = contention._level([r[signal] for r in quiet], bounds, factor)
         assert getattr(after, signal) <= pooled and getattr(before, signal) <= pooled, signal
     assert before.foreign_cores < 0.1 and before.steal < 0.02 and before.run_pressure < 0.3 and before.canary_s < 0.4
-    alone = interference.from_aa(calibration("noisy", 12, (0.4, 0.5), (0.1, 0.18), (0.6, 0.8), (0.5, 0.6)))
+    alone = contention.from_aa(calibration("noisy", 12, (0.4, 0.5), (0.1, 0.18), (0.6, 0.8), (0.5, 0.6)))
     assert (alone.foreign_cores, alone.steal, alone.run_pressure) == (
-        interference.FOREIGN_CORES, interference.STEAL, interference.RUN_PRESSURE)  # not looser than the defaults
-    tight = interference.from_aa(calibration("q1", 12, (0.01, 0.03), (0.0, 0.005), (0.05, 0.15), (0.30, 0.32)))
-    assert tight.foreign_cores < interference.FOREIGN_CORES and tight.run_pressure < interference.RUN_PRESSURE
+        contention.FOREIGN_CORES, contention.STEAL, contention.RUN_PRESSURE)  # not looser than the defaults
+    tight = contention.from_aa(calibration("q1", 12, (0.01, 0.03), (0.0, 0.005), (0.05, 0.15), (0.30, 0.32)))
+    assert tight.foreign_cores < contention.FOREIGN_CORES and tight.run_pressure < contention.RUN_PRESSURE
 
 
 def test_the_runs_own_cgroup_pressure_marks_it_on_every_launcher_a_pod_included():
     pod = reading(foreign=None, pressure=0.9, unreadable=["CPU used by other processes (a pod sees ...)"])
     pod["host"].update(run_pressure=0.62, pressure_source="the pod's own cgroup", run_threads=2, cpus=2)
-    row = interference.summarise([pod])
+    row = contention.summarise([pod])
     assert row["contended"] is True and row["run_pressure"] == 0.62
     assert row["contention"] == ("its own cgroup waited for a CPU 62% of its time "
                                  "(62% beyond what its own 2 threads on 2 cores explain)")
     assert row["pressure_source"] == "the pod's own cgroup"
     pod["host"]["run_pressure"] = 0.1  # the pod read its own waits and they were few: quiet, not "neither"
-    assert interference.summarise([pod])["contended"] is False
+    assert contention.summarise([pod])["contended"] is False
     del pod["host"]["run_pressure"]  # neither its node's processes nor its own cgroup: it cannot say
-    assert interference.summarise([pod])["contended"] is None
-    strict = interference.Thresholds(0.25, 0.05, "from 9 A/A runs", run_pressure=0.05, own_excess=None)
+    assert contention.summarise([pod])["contended"] is None
+    strict = contention.Thresholds(0.25, 0.05, "from 9 A/A runs", run_pressure=0.05, own_excess=None)
     pod["host"]["run_pressure"] = 0.1
-    assert interference.summarise([pod], strict)["contended"] is True
+    assert contention.summarise([pod], strict)["contended"] is True
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -177,31 +177,31 @@ def test_a_slow_canary_marks_the_run_whatever_the_cause(seed):
     steady = [round(0.3 * rng.uniform(0.98, 1.02), 4) for _ in range(4)]
     quiet = [reading("a"), reading("b")]
     quiet[0]["host"]["canary_s"], quiet[1]["host"]["canary_s"] = steady[:2], steady[2:]
-    row = interference.summarise(quiet)
+    row = contention.summarise(quiet)
     assert row["contended"] is False and row["canary_s"] == max(steady)
     assert row["canary_ratio"] == pytest.approx(max(steady) / min(steady), abs=1e-3)
     slowed = [reading("a")]
     slowed[0]["host"]["canary_s"] = [steady[0], steady[0] * 1.6]  # a neighbour came during the run
-    assert interference.canary_slow(interference.canary_times(h["host"] for h in slowed)).startswith(
+    assert contention.canary_slow(contention.canary_times(h["host"] for h in slowed)).startswith(
         "canary ran 1.60x slower")
-    assert interference.summarise(slowed)["contended"] is True
+    assert contention.summarise(slowed)["contended"] is True
     # slow at both ends: only the hardware's own A/A level sees it
     both = [reading("a")]
     both[0]["host"]["canary_s"] = [0.4, 0.41]
-    assert interference.summarise(both)["contended"] is False
-    aa = interference.Thresholds(canary_s=0.35, source="from 9 A/A runs")
-    row = interference.summarise(both, aa)
+    assert contention.summarise(both)["contended"] is False
+    aa = contention.Thresholds(canary_s=0.35, source="from 9 A/A runs")
+    row = contention.summarise(both, aa)
     assert row["contended"] is True and row["contention"] == "canary took 0.41 s (quiet A/A runs: under 0.35 s)"
     for forged in (["x", None], "0.1", [float("nan"), -1.0]):  # what a host sends back is not trusted
         both[0]["host"]["canary_s"] = forged
-        assert interference.summarise(both, aa)["canary_s"] is None
+        assert contention.summarise(both, aa)["canary_s"] is None
 
 
 def test_a_table_entry_from_before_the_new_signals_keeps_their_defaults():
     old = {"foreign_cores": 0.1, "steal": 0.02, "source": "from 9 A/A runs"}
-    found = interference.Thresholds.from_dict(old)
-    assert (found.run_pressure, found.canary_s) == (interference.RUN_PRESSURE, None)
-    assert interference.Thresholds.from_dict(found.as_dict()) == found
+    found = contention.Thresholds.from_dict(old)
+    assert (found.run_pressure, found.canary_s) == (contention.RUN_PRESSURE, None)
+    assert contention.Thresholds.from_dict(found.as_dict()) == found
     assert "own cgroup waiting >= 20% beyond what its own threads explain (>= 70% where" in str(found)
     assert "canary >= 1.5x its fastest" in str(found)
 
@@ -214,25 +214,25 @@ def test_own_pressure_is_judged_beyond_what_the_runs_own_threads_explain(seed):
     for pressure, busy in ((rng.uniform(0.12, 0.26), False), (rng.uniform(0.6, 0.74), True)):
         run = reading(foreign=None, unreadable=["CPU used by other processes (a pod sees ...)"])
         run["host"].update(run_pressure=round(pressure, 3), run_threads=3, cpus=2)
-        assert interference.summarise([run])["contended"] is busy
-    assert interference.explained_pressure(3, 2) == pytest.approx(1 / 3)
-    assert interference.explained_pressure(2, 2) == 0.0 and interference.explained_pressure(None, 2) is None
+        assert contention.summarise([run])["contended"] is busy
+    assert contention.explained_pressure(3, 2) == pytest.approx(1 / 3)
+    assert contention.explained_pressure(2, 2) == 0.0 and contention.explained_pressure(None, 2) is None
     # the same 0.55 is contended for a run that fits its cores, not for one of 8 threads on 2 (0.75 its own)
     fits, crowded = reading(foreign=None), reading(foreign=None)
     fits["host"].update(run_pressure=0.55, run_threads=2, cpus=2)
     crowded["host"].update(run_pressure=0.55, run_threads=8, cpus=2)
-    assert interference.summarise([fits])["contended"] is True
-    assert interference.summarise([crowded])["contended"] is False
+    assert contention.summarise([fits])["contended"] is True
+    assert contention.summarise([crowded])["contended"] is False
     # where the hardware's A/A runs set the level, they carry the run's own threads: judged as read
-    aa = interference.from_aa([{"run_pressure": 0.2, "dag_run": f"c{i % 3}"} for i in range(9)], calibrations=3)
+    aa = contention.from_aa([{"run_pressure": 0.2, "dag_run": f"c{i % 3}"} for i in range(9)], calibrations=3)
     assert aa.own_excess is None and aa.run_pressure == pytest.approx(0.3)
-    assert interference.Thresholds.from_dict(aa.as_dict()) == aa
-    assert interference.summarise([crowded], aa)["contended"] is True
+    assert contention.Thresholds.from_dict(aa.as_dict()) == aa
+    assert contention.summarise([crowded], aa)["contended"] is True
 
 
 def test_a_signal_no_aa_run_read_keeps_its_default():
-    found = interference.from_aa([{"foreign_cores": 0.02, "steal": None}] * 10, calibrations=1)
-    assert found.foreign_cores == interference.FOREIGN_BOUNDS[0] and found.steal == interference.STEAL
+    found = contention.from_aa([{"foreign_cores": 0.02, "steal": None}] * 10, calibrations=1)
+    assert found.foreign_cores == contention.FOREIGN_BOUNDS[0] and found.steal == contention.STEAL
     assert found.source.endswith("; steal, own cgroup waiting, canary, host-wide pressure default")
 
 
@@ -240,51 +240,51 @@ def test_the_table_is_looked_up_by_the_machines_fingerprint_and_bad_entries_give
     from mxbench.results.machines import fingerprint
 
     box = {"cpu_model": "EPYC", "cpu_count": 2, "gpu": {"available": False}, "host": "box-1"}
-    own = interference.Thresholds(0.06, 0.01, "from 9 A/A runs")
-    table = {interference.table_key(fingerprint(box)[0], "ssh"): own.as_dict()}
-    assert interference.table_key("f00", "ssh-b") == interference.table_key("f00", "ssh")  # an arm b is its launcher
-    assert interference.thresholds_for(table, {**box, "host": "box-2"}, "ssh") == own  # another box of the same kind
-    assert interference.thresholds_for(table, {**box, "host": "box-2"}, "ssh-b") == own
-    assert interference.thresholds_for(table, box, "local") is interference.DEFAULTS  # another launcher's neighbours
-    assert interference.thresholds_for(table, {**box, "cpu_count": 4}, "ssh") is interference.DEFAULTS
-    assert interference.thresholds_for(table, None, "ssh") is interference.DEFAULTS
-    assert interference.thresholds_for(None, box, "ssh") is interference.DEFAULTS
+    own = contention.Thresholds(0.06, 0.01, "from 9 A/A runs")
+    table = {contention.table_key(fingerprint(box)[0], "ssh"): own.as_dict()}
+    assert contention.table_key("f00", "ssh-b") == contention.table_key("f00", "ssh")  # an arm b is its launcher
+    assert contention.thresholds_for(table, {**box, "host": "box-2"}, "ssh") == own  # another box of the same kind
+    assert contention.thresholds_for(table, {**box, "host": "box-2"}, "ssh-b") == own
+    assert contention.thresholds_for(table, box, "local") is contention.DEFAULTS  # another launcher's neighbours
+    assert contention.thresholds_for(table, {**box, "cpu_count": 4}, "ssh") is contention.DEFAULTS
+    assert contention.thresholds_for(table, None, "ssh") is contention.DEFAULTS
+    assert contention.thresholds_for(None, box, "ssh") is contention.DEFAULTS
     for bad in ("0.06", {"foreign_cores": "x", "steal": 0.01}, {"foreign_cores": -1, "steal": 0.01}, {}):
-        assert interference.thresholds_for({interference.table_key(fingerprint(box)[0], "ssh"): bad}, box,
-                                           "ssh") is interference.DEFAULTS
+        assert contention.thresholds_for({contention.table_key(fingerprint(box)[0], "ssh"): bad}, box,
+                                           "ssh") is contention.DEFAULTS
     for forged in ({"gpu": "nvidia"}, {"gpu": {"available": True, "gpus": 3}}, {"cpu_count": {1, 2}}):
-        assert interference.thresholds_for(table, {**box, **forged}, "ssh") is interference.DEFAULTS  # a host's word
+        assert contention.thresholds_for(table, {**box, **forged}, "ssh") is contention.DEFAULTS  # a host's word
 
 
 def test_a_run_is_judged_with_the_thresholds_given_and_says_which():
     events = [reading(foreign=1.0)]  # 0.1 cores over 10 s
-    assert interference.summarise(events)["contended"] is False
-    strict = interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware")
-    row = interference.summarise(events, strict)
+    assert contention.summarise(events)["contended"] is False
+    strict = contention.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware")
+    row = contention.summarise(events, strict)
     assert row["contended"] is True and row["contention"] == "other processes used 0.10 cores"
     assert row["contention_thresholds"] == (
         "other processes >= 0.06 cores or steal >= 1.0% or own cgroup waiting >= 20% beyond what its own threads "
         "explain (>= 70% where they are unknown) or canary >= 1.5x its fastest (from 9 A/A runs on this hardware)")
     runs = pd.DataFrame({"key": ["a", "b"], "contention_thresholds": [row["contention_thresholds"], None]})
-    assert interference.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
-    assert interference.thresholds_line(runs.drop(columns=["contention_thresholds"])) is None
+    assert contention.thresholds_line(runs) == f"Contended means: {row['contention_thresholds']}."
+    assert contention.thresholds_line(runs.drop(columns=["contention_thresholds"])) is None
 
 
 def test_the_run_start_event_names_the_machine():
     box = {"cpu_model": "EPYC", "cpu_count": 2}
-    assert interference.run_machine([{"event": "run_start", "environment": box}, reading()]) == box
-    assert interference.run_machine([reading()]) is None
+    assert contention.run_machine([{"event": "run_start", "environment": box}, reading()]) == box
+    assert contention.run_machine([reading()]) is None
 
 
 def test_the_conditions_say_where_the_runs_own_pressure_came_from_and_what_the_canary_cost():
     runs = pd.DataFrame({"pressure_source": ["the role's own cgroup", "the role's own cgroup",
                                              "host-wide PSI: no cgroup of its own (no cgroup v2 mount)", None],
                          "canary_cost_s": [1.1, 1.3, 0.9, None]})
-    assert interference.readings_line(runs) == (
+    assert contention.readings_line(runs) == (
         "Interference readings: the run's own CPU pressure from host-wide PSI: no cgroup of its own (no cgroup v2 "
         "mount) (1 run), the role's own cgroup (2 runs); the canary (a fixed workload each worker timed before and "
         "after its run) cost 1.1 s per run (at most 1.3 s).")
-    assert interference.readings_line(pd.DataFrame({"key": ["a"]})) is None
+    assert contention.readings_line(pd.DataFrame({"key": ["a"]})) is None
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -294,7 +294,7 @@ def test_a_pod_without_its_own_cgroup_is_judged_by_the_host_wide_pressure_where_
     the busy run is contended and a quiet one is quiet."""
     rng = np.random.default_rng(seed)
     aa = [{"dag_run": f"cal{i % 2}", "cpu_pressure": rng.uniform(0.30, 0.37)} for i in range(12)]
-    own = interference.from_aa(aa, calibrations=2)
+    own = contention.from_aa(aa, calibrations=2)
     assert 0.37 <= own.host_pressure <= 1.5 * 0.37 + 1e-9 and "host-wide pressure >= " in str(own)
 
     def pod(pressure):
@@ -302,12 +302,12 @@ def test_a_pod_without_its_own_cgroup_is_judged_by_the_host_wide_pressure_where_
                                              "unreadable": ["CPU used by other processes (a pod sees ...)"]}}
 
     busy, quiet = pod(rng.uniform(0.88, 0.91)), pod(rng.uniform(0.30, 0.37))
-    assert interference.summarise([busy])["contended"] is None  # the defaults do not judge it
-    row = interference.summarise([busy], own)
+    assert contention.summarise([busy])["contended"] is None  # the defaults do not judge it
+    row = contention.summarise([busy], own)
     assert row["contended"] is True and row["contention"].startswith("host-wide CPU pressure ")
-    assert interference.summarise([quiet], own)["contended"] is False
+    assert contention.summarise([quiet], own)["contended"] is False
     # a run with a pod that read its own cgroup is judged by that, not by the node's PSI
     felt = pod(0.9)
     felt["host"]["run_pressure"] = 0.05
-    assert interference.summarise([felt], own)["contended"] is False
-    assert interference.Thresholds.from_dict(own.as_dict()) == own
+    assert contention.summarise([felt], own)["contended"] is False
+    assert contention.Thresholds.from_dict(own.as_dict()) == own

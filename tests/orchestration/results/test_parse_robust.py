@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-import mxbench.results.parse as parse
+from mxbench.results import parse
 from mxbench.results.metrics import run_metrics
 from mxbench.results.parse import MAX_LINE, MAX_NOTICES, MAX_UNPARSED, METRIC, parse_lines, parse_log, parse_run_logs
 from mxbench_train.events import parse_event

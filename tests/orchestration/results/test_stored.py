@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from mxbench import store
-from mxbench.report import scaling as model_text
+from mxbench.report import scaling_tables
 from mxbench.results import stored
 from support.stored_runs import (
     CPU_FP,
@@ -31,7 +31,7 @@ def test_the_store_based_fit_takes_every_dag_run_and_recovers_the_planted_model(
     runs, variants = stored.fit_inputs(rows_of(url))
     assert runs.groupby(["dag_id", "run_id"]).ngroups == 4 and len(runs) == 4 * 3 * 2
     assert variants["cpu4-bs32"]["workers"] == 4 and variants["cpu4-bs32"]["kvstore"] == "dist_sync"
-    found = model_text.fitted(runs, variants)
+    found = scaling_tables.fitted(runs, variants)
     assert [m.key for m in found] == [("local", 8, 32)]
     model = found[0].model
     assert [len(p.speeds) for p in model.points] == [8, 8, 8]  # 4 DAG runs x 2 repeats per size

@@ -8,9 +8,8 @@ import pytest
 
 from mxbench.matrix.variants import Target, expand_runs, preset
 from mxbench.run_folder import write_json
-from mxbench.stages import pipeline
-from mxbench.stages import run as run_stage
-from mxbench.stages.failures import failed_runs, failure_message
+from mxbench.stages import pipeline, run_stage
+from mxbench.stages.dag_run_failures import failed_runs, failure_message
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import start_ticks
 
@@ -59,7 +58,7 @@ def test_variant_round_trips_through_the_run_dict():
 
 def test_a_variant_becomes_one_trainer_command_line_and_a_role_plan():
     from mxbench.matrix.jobs import job_for
-    from mxbench_train.roles import plan_roles
+    from mxbench_train.role_plan import plan_roles
 
     two_hosts = preset("seed")[-1]
     job = job_for(two_hosts, data_dir="/data", log_dir="/runs/x", python="/opt/train/bin/python",
@@ -125,7 +124,7 @@ def test_an_old_folder_that_names_no_dag_is_neither_written_nor_served_for_a_dag
     """The attack: a trigger user of mxbench_benchmark picks the run id of the regression DAG's old
     folder (written before request.json named its DAG) to write into it and be served its report."""
     from mxbench import config
-    from mxbench.airflow_glue.web import report_file
+    from mxbench.airflow_glue.web_folders import report_file
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
     run_id = "scheduled__2026-10-01T00:00:00+00:00"
@@ -364,7 +363,7 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     import os
 
     from mxbench import config
-    from mxbench.builds import caches
+    from mxbench.builds import venv_and_data_caches
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MXBENCH_KEEP_DATA", "1")
@@ -377,8 +376,8 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
         (entry / "bin" / "python").symlink_to(config.train_env_python())
         os.utime(entry, (os.path.getmtime(entry) - age,) * 2)
     # later DAG runs' prepare_data and resolve_build prune what they did not use
-    assert [p.path for p in caches.prune_data(data_root, used=[new_data])] == [old_data]
-    assert [p.path for p in caches.prune_builds(current=new_venv)] == [old_venv]
+    assert [p.path for p in venv_and_data_caches.prune_data(data_root, used=[new_data])] == [old_data]
+    assert [p.path for p in venv_and_data_caches.prune_builds(current=new_venv)] == [old_venv]
     (run,) = expand_runs({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, TARGETS)
     run = {**run, "build": {"package": "mxnet==1.6.0", "version": "1.6.0", "python": str(old_venv / "bin" / "python")}}
     with pytest.raises(run_stage.RunFailed, match=re.escape(

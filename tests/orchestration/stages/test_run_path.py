@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mxbench.builds import provenance as build_provenance
+from mxbench.builds import build_provenance
 from mxbench.results.parse import MAX_LINE, parse_run_logs
 from mxbench_train.events import format_event
 
@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import mxbench.airflow_glue.operators
 {imports}
 from mxbench import artifacts
-from mxbench.stages import run as run_stage
+from mxbench.stages import run_stage
 from mxbench.launchers import Launched
 from mxbench.run_folder import read_json
 from mxbench.matrix.variants import Target, expand_runs
@@ -82,8 +82,8 @@ print("heavy:", ",".join(m for m in ("pandas", "numpy") if m in sys.modules) or 
 def test_the_run_task_imports_no_pandas_and_no_numpy(tmp_path):
     imports = imports_of_the_run_task()
     # what run_in and kubernetes_launcher import; the probe below imports them all
-    assert "from mxbench.builds.provenance import build_here" in imports
-    assert "from mxbench.stages import run as run_stage" in imports, imports
+    assert "from mxbench.builds.build_provenance import build_here" in imports
+    assert "from mxbench.stages import run_stage" in imports, imports
     probe = PROBE.format(imports="\n".join(imports))
     path = [str(REPO / "plugins"), str(REPO / "tasks"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "MXBENCH_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join(path)}

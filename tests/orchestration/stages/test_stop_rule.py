@@ -10,8 +10,8 @@ from mxbench.matrix.variants import Target, expand_runs
 from mxbench.results.metrics import launcher_ratios, summarise
 from mxbench.run_folder import write_json
 from mxbench.stages import pipeline, stop_rule
-from mxbench.stages.failures import failed_runs
-from mxbench.stages.run import record_skip
+from mxbench.stages.dag_run_failures import failed_runs
+from mxbench.stages.run_stage import record_skip
 
 TARGETS = {"local": Target("local", 1, 0, one_machine=True), "ssh": Target("ssh", 1, 0)}
 PARAMS = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local", "ssh"],
@@ -28,7 +28,7 @@ def speed_log(samples_per_sec: float) -> str:
 
 
 def quiet_host() -> str:
-    """The run_end event of a worker whose host had no other work (``results.interference``)."""
+    """The run_end event of a worker whose host had no other work (``results.contention``)."""
     from mxbench_train.events import format_event
 
     return format_event("run_end", rank=0, status="ok", host={"host": "box", "wall_s": 10.0, "foreign_cpu_s": 0.0,
@@ -381,7 +381,7 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
     """0.1 of a core beside round 3: under the defaults (0.25) no contention, round 7 is skipped;
     with this hardware's A/A thresholds in request.json (0.06) the round is contended, round 7 runs
     in its place, and the runs table says so with the thresholds it was judged with."""
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench.results.machines import fingerprint
     from mxbench.run_folder import read_json
     from mxbench_train.events import format_event
@@ -394,10 +394,10 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
     contend(dag_dir, hogged, foreign_cores=0.1)
     assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir).startswith("round 7 of cpu1-bs64 skipped")
 
-    strict = interference.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
+    strict = contention.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
     request = read_json(dag_dir / "request.json")
     # ssh's runs on this machine; local's would still be judged with the defaults
-    table = {interference.table_key(fingerprint(box)[0], hogged["launcher"]): strict.as_dict()}
+    table = {contention.table_key(fingerprint(box)[0], hogged["launcher"]): strict.as_dict()}
     write_json(dag_dir / "request.json", {**request, "contention_thresholds": table})
     assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None  # round 3 is replaced
     for run in runs[len(round_of(runs, 1)) * 6:]:
@@ -408,4 +408,4 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
         "other processes used 0.10 cores")
     assert table.loc[hogged["key"], "contention_thresholds"] == str(strict)
     # the others, whose trainers did not say their machine, keep the defaults
-    assert set(table["contention_thresholds"].dropna()) == {str(strict), str(interference.DEFAULTS)}
+    assert set(table["contention_thresholds"].dropna()) == {str(strict), str(contention.DEFAULTS)}

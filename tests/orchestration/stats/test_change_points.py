@@ -70,7 +70,7 @@ def test_the_dag_runs_of_a_series_are_marked_with_the_build_before_and_after():
 
 
 def test_the_history_and_the_step_finder_show_the_change_point():
-    from mxbench.regression.rule import judge_history
+    from mxbench.regression.regression_rule import judge_history
     from mxbench.report import step_table
 
     rng = np.random.default_rng(4)

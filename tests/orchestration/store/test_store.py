@@ -580,8 +580,7 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     from mxbench import config
     from mxbench.airflow_glue import dag_tasks
     from mxbench.report import build_report
-    from mxbench.stages import failures as dag_run_failures
-    from mxbench.stages import pipeline
+    from mxbench.stages import dag_run_failures, pipeline
 
     monkeypatch.setenv("MXBENCH_HOME", str(tmp_path))
     monkeypatch.setenv("MXBENCH_RESULTS_URL", BAD_URLS[0])
@@ -689,7 +688,7 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
     latest calibrations only; ``pipeline.contention_thresholds`` makes the table a DAG run judges with."""
     import numpy as np
 
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench.stages import pipeline
 
     def planted(name, launchers, foreign, environment=CPU_BOX, day=0, steal=0.0):
@@ -717,8 +716,8 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
     assert set(latest.loc[latest["environment"] == CPU_FP, "dag_run"]) == {"aa1", "aa2"}
 
     table = pipeline.contention_thresholds(url)
-    assert set(table) == {interference.table_key(CPU_FP, "local"), interference.table_key(OTHER_FP, "local")}
-    cpu = interference.Thresholds.from_dict(table[interference.table_key(CPU_FP, "local")])
+    assert set(table) == {contention.table_key(CPU_FP, "local"), contention.table_key(OTHER_FP, "local")}
+    cpu = contention.Thresholds.from_dict(table[contention.table_key(CPU_FP, "local")])
     # the lowest of all 24 runs' level and of those left with any one calibration out
     levels = [2 * np.percentile(np.concatenate([v for d, v in seen.items() if d != out]), 90)
               for out in (None, 0, 1, 2)]
@@ -726,8 +725,8 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
     assert cpu.source == ("from 24 A/A runs on this hardware (3 calibrations of mxbench_benchmark): a factor over "
                           "their 90th percentile, no single calibration loosening them; own cgroup waiting, canary, "
                           "host-wide pressure default")
-    other = interference.Thresholds.from_dict(table[interference.table_key(OTHER_FP, "local")])  # 4 runs: too few
-    assert (other.foreign_cores, other.steal) == (interference.FOREIGN_CORES, interference.STEAL)
+    other = contention.Thresholds.from_dict(table[contention.table_key(OTHER_FP, "local")])  # 4 runs: too few
+    assert (other.foreign_cores, other.steal) == (contention.FOREIGN_CORES, contention.STEAL)
     assert other.source.startswith("defaults: 4 A/A run(s)")
     # a store that cannot be read: no table (the defaults judge), said without the password
     assert pipeline.contention_thresholds("postgresql+psycopg2://mxbench:s3cret@127.0.0.1:1/results") == {}
@@ -759,7 +758,7 @@ def test_only_trusted_quiet_calibrations_feed_the_thresholds_a_regression_run_is
     import numpy as np
 
     from mxbench.matrix.variants import Target
-    from mxbench.results import interference
+    from mxbench.results import contention
     from mxbench.stages import pipeline
 
     rng = np.random.default_rng(11)
@@ -785,20 +784,20 @@ def test_only_trusted_quiet_calibrations_feed_the_thresholds_a_regression_run_is
         pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
                         {"local": Target("local", 1, 0)}, dag_id="mxbench_regression",
                         contention=pipeline.contention_thresholds(url))
-        return interference.thresholds_for(pipeline.contention_table(dag_dir), CPU_BOX, "local")
+        return contention.thresholds_for(pipeline.contention_table(dag_dir), CPU_BOX, "local")
 
     monkeypatch.delenv("MXBENCH_CALIBRATION_DAGS", raising=False)
     trusted = judged(tmp_path / "regression")
     assert "2 calibrations of mxbench_benchmark" in trusted.source
     assert trusted.foreign_cores < 0.1 and trusted.steal < 0.02 and trusted.run_pressure < 0.3
     busy = {"event": "run_end", "host": {"host": "box", "wall_s": 10.0, "foreign_cpu_s": 8.0, "steal": 0.15}}
-    row = interference.summarise([busy], trusted)
+    row = contention.summarise([busy], trusted)
     assert row["contended"] is True and row["contention"] == "other processes used 0.80 cores; steal 15%"
     assert str(trusted) in row["contention_thresholds"]  # the report's thresholds line names the source
 
     monkeypatch.setenv("MXBENCH_CALIBRATION_DAGS", "mxbench_benchmark, someone_elses_dag")
     loosened = judged(tmp_path / "trusting")
     assert loosened.foreign_cores > 0.8 and loosened.steal > 0.15  # two of them: what the setting guards against
-    assert interference.summarise([busy], loosened)["contended"] is False
+    assert contention.summarise([busy], loosened)["contended"] is False
     monkeypatch.setenv("MXBENCH_CALIBRATION_DAGS", "none")
-    assert judged(tmp_path / "none") == interference.DEFAULTS
+    assert judged(tmp_path / "none") == contention.DEFAULTS

@@ -1,6 +1,6 @@
 """The Kubernetes launcher's pure part: its settings and every manifest it sends.
 
-Nothing here talks to an API server: ``launcher.py`` and ``roles.py`` do, with
+Nothing here talks to an API server: ``kubernetes_launcher.py`` and ``role_pods.py`` do, with
 these. Pod settings are configuration (the Kubernetes connection's extra ``mxbench_pod``), checked
 against ``SETTINGS_SCHEMA``; the image of a run is the connection's, or with an MXNet build under
 test, the build's (``images``, ``image_template``), never another one.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from mxbench.builds.manifest import image_names_commit
+from mxbench.builds.mxnet_builds import image_names_commit
 from mxbench.builds.record import RunBuild
 from mxbench_train.errors import MxbenchError
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 CONTAINER = "base"  # the KubernetesPodOperator's container name: its pod template merges into it
 RUN_DIR = "/mxbench/run"  # an emptyDir in each pod: the role's working folder and --log-dir

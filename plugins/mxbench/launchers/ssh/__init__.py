@@ -1,2 +1,2 @@
-"""The ssh launcher: the same role plan on SSH hosts (``launcher``), its pure commands (``commands``),
-one role on a host (``roles``), staging and fetching files (``transfer``)."""
+"""The ssh launcher: the same role plan on SSH hosts (``ssh_launcher``), its pure commands (``commands``),
+one role on a host (``remote_role``), staging and fetching files (``transfer``)."""

@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import LOCAL_ONLY
 from mxbench_train.errors import MxbenchError
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifar10_val.idx")
 DEFAULT_WORKDIR = "~/.cache/mxbench"  # under the SSH user's home, resolved there; never shared territory
@@ -208,7 +208,7 @@ def probe_command(host: SshHost, address: Optional[str] = None, isolation: str =
 
 
 def quiet_command(host: SshHost, seconds: float, isolation: str = "-P") -> str:
-    """How busy the host is over ``seconds`` (``mxbench_train.quiet``), as one JSON line."""
+    """How busy the host is over ``seconds`` (``mxbench_train.quiet_probe``), as one JSON line."""
     return shlex.join([host.python, isolation, "-m", "mxbench_train", "quiet-probe", "--seconds", f"{seconds:g}"])
 
 

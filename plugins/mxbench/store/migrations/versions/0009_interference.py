@@ -1,4 +1,4 @@
-"""What else used each run's hosts (``mxbench.results.interference``): the worst host's CPU
+"""What else used each run's hosts (``mxbench.results.contention``): the worst host's CPU
 pressure, steal and CPU used by processes outside the run, and whether that made the run contended.
 Rows stored before this revision keep NULL: not measured.
 

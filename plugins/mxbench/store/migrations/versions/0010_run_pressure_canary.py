@@ -1,4 +1,4 @@
-"""What each run felt itself (``mxbench.results.interference``): the worst worker's CPU pressure in
+"""What each run felt itself (``mxbench.results.contention``): the worst worker's CPU pressure in
 its own cgroup and the slowest time of its canary workload, which A/A calibrations turn into the
 hardware's own thresholds. Rows stored before this revision keep NULL: not measured.
 

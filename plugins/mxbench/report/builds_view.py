@@ -17,9 +17,9 @@ from typing import Dict, List, Optional, Sequence
 import pandas as pd
 
 from mxbench.regression.bisect import find_build, label, start_conf
-from mxbench.regression.rule import MIN_DROP, dag_run_keys
+from mxbench.regression.regression_rule import MIN_DROP, dag_run_keys
 from mxbench.report.links import UI, Links, report_href, segment
-from mxbench.results.interference import flags
+from mxbench.results.contention import flags
 from mxbench.stats.change_points import mark_change_points
 from mxbench.stats.floors import MIN_REPEATS
 from mxbench.stats.verdict import LEVEL, bootstrap_ratio_ci, compare
@@ -35,7 +35,7 @@ COLUMNS = ["variant", "launcher", "machine", "fingerprint", "setup", "build", "s
 def builds_view(history: pd.DataFrame, manifest: Sequence = (), names: Optional[Dict[str, str]] = None) -> pd.DataFrame:
     """One row per series and build (``COLUMNS``), builds in order. ``history``: store rows
     (``store.history``: ``build``, ``status``, ``samples_per_sec``, ``contended``, ``measured_at`` or
-    ``when``...); ``manifest``: the versions manifest's builds (``builds.manifest.load_manifest``), for
+    ``when``...); ``manifest``: the versions manifest's builds (``builds.mxnet_builds.load_manifest``), for
     their order and bisects; ``names``: fingerprint -> machine name (``store.machine_names``)."""
     if history.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -57,7 +57,7 @@ def builds_view(history: pd.DataFrame, manifest: Sequence = (), names: Optional[
 def manifest_or_none() -> list:
     """The versions manifest's builds, for their order; none where it cannot be read (builds are
     then ordered by their first DAG run)."""
-    from mxbench.builds.manifest import ManifestError, load_manifest
+    from mxbench.builds.mxnet_builds import ManifestError, load_manifest
 
     try:
         return load_manifest()
@@ -107,7 +107,7 @@ def _series(where: dict, rows: pd.DataFrame, keys: List[str], manifest: list, na
             # the median's own interval: its ratio to a reference of one speed of 1
             row["low"], row["high"] = bootstrap_ratio_ci(speeds, [1.0], LEVEL)
         if previous is not None and speeds and previous["speeds"]:
-            # the band: the smallest change the regression rule calls worth an alert (``rule.MIN_DROP``)
+            # the band: the smallest change the regression rule calls worth an alert (``regression_rule.MIN_DROP``)
             compared = compare(speeds, previous["speeds"], name=str(build), reference=str(previous["build"]),
                                target_gap=MIN_DROP)
             row.update(previous_build=previous["build"], change=compared.ratio - 1,

@@ -5,7 +5,7 @@ start) measures the last build whose ``since`` is on or before it, so a backfill
 measures the MXNet versions that were current then, and the same interval always measures the
 same build. Each build gets its own venv under ``$MXBENCH_HOME/envs``, made on first use from
 the same Python as the training env and cached (beyond ``MXBENCH_KEEP_BUILDS``, the least
-recently used are pruned: ``mxbench.builds.caches``); the pinned build (``requirements-train.txt``)
+recently used are pruned: ``mxbench.builds.venv_and_data_caches``); the pinned build (``requirements-train.txt``)
 is the training env itself. A wheel fetched over the network must carry its ``#sha256=``.
 
 A build may name the MXNet ``commit`` it was built from (the results store records it). Such an
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
 from mxbench import config
-from mxbench.builds import caches
+from mxbench.builds import venv_and_data_caches
 from mxbench_train import host_build, json_input
 from mxbench_train.errors import MxbenchError
 from mxbench_train.host_build import DIRECT_REFERENCE, last_error_lines
@@ -471,12 +471,12 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
     wait for one build. A failed build raises MxbenchError naming the build and pip's last error lines and
     leaves no venv behind; a wheel fetched over the network without ``#sha256=`` is refused
     before pip runs (``url_problem``). Each call stamps the venv's use and prunes the other
-    build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``caches``)."""
+    build venvs beyond ``MXBENCH_KEEP_BUILDS`` (``venv_and_data_caches``)."""
     if build.source_only:  # installing its release instead would measure the wrong MXNet
         raise MxbenchError(f"MXNet build {build} is built from source: there is no wheel to install here; "
                            f"only its image {build.image} (pods) runs it")
     if is_pinned(build):
-        caches.prune_builds(root)  # the other builds' venvs age all the same
+        venv_and_data_caches.prune_builds(root)  # the other builds' venvs age all the same
         return config.train_env_python()
     base = base_python()
     spec = install_spec(build)
@@ -485,7 +485,7 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
     venv = env_dir(build, root, base, digest)
     python = str(venv / "bin" / "python")
     if not _stamp_ok(venv, spec, digest):
-        with caches.making(venv):
+        with venv_and_data_caches.making(venv):
             if not _stamp_ok(venv, spec, digest):  # another caller may have made it while this one waited
                 check_wheel(build)  # before pip, and before any venv exists
                 try:
@@ -493,7 +493,7 @@ def ensure_venv(build: Build, root: Union[str, Path, None] = None, pip_timeout: 
                 except BaseException:
                     shutil.rmtree(venv, ignore_errors=True)
                     raise
-    caches.prune_builds(venv.parent, current=venv)  # stamps this one's use first: it is the newest
+    venv_and_data_caches.prune_builds(venv.parent, current=venv)  # stamps this one's use first: it is the newest
     return python
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench import launchers
-from mxbench.builds import caches
-from mxbench.builds.provenance import (
+from mxbench.builds import venv_and_data_caches
+from mxbench.builds.build_provenance import (
     build_of,
     commit_in_version,
     ran_with,
@@ -21,14 +21,14 @@ from mxbench.builds.provenance import (
     same_release,
 )
 from mxbench.builds.record import RunBuild
-from mxbench.hosts import quiet
+from mxbench.hosts import quiet_gate
 from mxbench.matrix.variants import variant_from_dict
 from mxbench.run_folder import DagRunFolder, read_json, write_json
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import pid_scope
 from mxbench_train.plan_runner import RoleFailed
 from mxbench_train.redaction import redact
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 
 class RunFailed(RuntimeError):
@@ -55,7 +55,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     (a task killed by SIGKILL cannot clean up after itself), on every host.
     ``launcher_for(name)`` gives the launcher (default: ``launchers.get``); ``task``: the Airflow
     task's worker and try number, kept in ``meta.json``. Before the launcher starts the roles, the
-    run waits up to ``quiet_wait_s`` for its hosts to be quiet (``hosts.quiet.check``, judged with
+    run waits up to ``quiet_wait_s`` for its hosts to be quiet (``hosts.quiet_gate.check``, judged with
     the DAG run's contention thresholds from ``request.json``); ``meta.json`` keeps what it saw
     under ``quiet``, and ``started_at`` is when the run began after that wait.
     """
@@ -94,12 +94,12 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         check_enough_data(variant, data["records"]["train"])
         build = RunBuild.from_dict(build_of(run, dag_dir))
         thresholds = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds")
-        meta["quiet"] = quiet.check(launcher, variant, quiet_wait_s, thresholds)
+        meta["quiet"] = quiet_gate.check(launcher, variant, quiet_wait_s, thresholds)
         meta["started_at"] = time.time()  # the run itself begins now, after its quiet wait
         write_json(folder.meta, meta)
         local_python = build.python if build and run["launcher"] == "local" else None
-        with caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
-            gone = caches.pruned_since_made(data, local_python)
+        with venv_and_data_caches.in_use(data["dir"], local_python):  # pruning skips them meanwhile
+            gone = venv_and_data_caches.pruned_since_made(data, local_python)
             if gone:
                 raise MxbenchError(gone)
             launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)

@@ -8,7 +8,7 @@ from mxbench.launchers.base import RoleLogSink
 from mxbench.launchers.ssh.commands import HEARTBEAT_S, SshHost
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import describe_exit
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 
 class RemoteRole:

@@ -4,7 +4,7 @@
 
 Each cache entry ``<root>/<name>`` has a lock file beside it, ``<root>/<name>.lock``. Whoever
 uses an entry holds it shared (a run training from a data set or with a build's venv,
-``stages.run.run_one``); whoever makes one holds it exclusively (``builds.ensure_venv``); pruning
+``stages.run_stage.run_one``); whoever makes one holds it exclusively (``mxnet_builds.ensure_venv``); pruning
 takes it exclusively without waiting, so an entry in use is skipped, never removed. A ``rec-*``
 folder being converted is guarded by the converter's own lock (``<folder>/.lock``,
 ``mxbench_train.cifar10.prepare``), a ``synthetic-*`` source by its generator's

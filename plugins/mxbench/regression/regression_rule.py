@@ -88,12 +88,12 @@ def feeding_dags(dag_ids: Optional[Iterable[str]] = None) -> List[str]:
 def quiet_repeats(rows: pd.DataFrame) -> Tuple[pd.DataFrame, int]:
     """(the measured repeats of ``rows`` a comparison may use, how many measured ones it leaves out
     as contended): status ok with a speed, and not contended (other work on their hosts,
-    ``results.interference``; a run that could not tell, or stored before revision 0009, counts as
+    ``results.contention``; a run that could not tell, or stored before revision 0009, counts as
     quiet). A contended run neither raises an alarm nor hides one: it is never compared."""
     ok = rows[(rows["status"] == "ok") & rows["samples_per_sec"].notna()]
     if "contended" not in ok.columns:
         return ok, 0
-    busy = ok["contended"].astype(object).eq(True)  # as ``interference.flags`` reads the column
+    busy = ok["contended"].astype(object).eq(True)  # as ``contention.flags`` reads the column
     return ok[~busy], int(busy.sum())
 
 

@@ -56,7 +56,7 @@ from mxbench.launchers.ssh.commands import (
     sha256_command,
     version_command,
 )
-from mxbench.launchers.ssh.roles import RemoteRole
+from mxbench.launchers.ssh.remote_role import RemoteRole
 from mxbench.launchers.ssh.transfer import (
     ByteBudget,
     answer_max_bytes,
@@ -72,7 +72,7 @@ from mxbench.results import answers
 from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import LaunchInterrupted, run_plan
-from mxbench_train.roles import plan_roles
+from mxbench_train.role_plan import plan_roles
 
 COMMAND_TIMEOUT_S = 120.0  # a setup command (probe, reap, mkdir) on a host
 BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may download a GPU wheel of 1 GB

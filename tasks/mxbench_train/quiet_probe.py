@@ -1,14 +1,14 @@
 """Is this host quiet enough to start a benchmark run? One short look (stdlib only).
 
 ``sample(seconds)`` reads the host's counters, waits ``seconds`` and reads them again, with the
-readers ``interference.HostWatch`` uses over a run: CPU pressure (PSI ``some``), steal, and the CPU
+readers ``host_watch.HostWatch`` uses over a run: CPU pressure (PSI ``some``), steal, and the CPU
 of the processes that are not ours, as cores on average over the window, with the busiest of them by
 pid and name. **Ours** is the process that samples, what it started, and the processes above it
 (on the Airflow worker: the run task, its task supervisor and the worker or executor that started
 it, up to init; on an SSH host: the probe and its SSH session). Everything else is foreign, other
 Airflow tasks running at once and a dag-processor's parse included: the run has not started yet,
 so whatever else computes now would compete with it. Judging is the orchestration's
-(``mxbench.hosts.quiet``): this only reads, and names what it cannot read.
+(``mxbench.hosts.quiet_gate``): this only reads, and names what it cannot read.
 
 ``python -m mxbench_train quiet-probe --seconds N`` prints one sample as one JSON line: what the
 SSH launcher runs on each host.
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Iterable, List
 
-from . import interference, localhost, telemetry
+from . import host_watch, localhost, telemetry
 
 TOP = 5  # the busiest foreign processes named in a sample
 FACTS_GRACE_S = 2.0  # how long past its window a look waits for the machine facts (nvidia-smi)
@@ -37,16 +37,16 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
     reader = threading.Thread(target=lambda: facts.update(telemetry.machine_facts()), daemon=True)
     reader.start()
     started = time.monotonic()
-    pressure, cpu = interference.pressure_total_us(), interference.cpu_ticks()
+    pressure, cpu = host_watch.pressure_total_us(), host_watch.cpu_ticks()
     parents: dict = {}
-    before = interference.foreign_ticks(own_root, None, ours, parents)
+    before = host_watch.foreign_ticks(own_root, None, ours, parents)
     time.sleep(max(0.0, seconds))
-    after = interference.foreign_ticks(own_root, None, ours)
-    pressure_end, cpu_end = interference.pressure_total_us(), interference.cpu_ticks()
+    after = host_watch.foreign_ticks(own_root, None, ours)
+    pressure_end, cpu_end = host_watch.pressure_total_us(), host_watch.cpu_ticks()
     window = time.monotonic() - started
     unreadable: List[str] = []
     found = {"host": socket.gethostname(), "window_s": round(window, 3), "cpus": os.cpu_count(),
-             "load1": interference._load1()}
+             "load1": host_watch._load1()}
     if pressure is None or pressure_end is None:
         unreadable.append("cpu pressure (no /proc/pressure/cpu)")
     else:
@@ -57,8 +57,8 @@ def sample(seconds: float, own_root: int = 0, also_own: Iterable[int] = ()) -> d
         total = cpu_end["total"] - cpu["total"]
         found["steal"] = round((cpu_end["steal"] - cpu["steal"]) / total, 4) if total > 0 else 0.0
     # a process that started in the window counts from zero; one that ended in it, in the process that waited for it
-    used = interference.used_ticks(before, after, parents)
-    cores = {pid: ticks / interference.TICKS / window for (pid, _), ticks in used.items()}
+    used = host_watch.used_ticks(before, after, parents)
+    cores = {pid: ticks / host_watch.TICKS / window for (pid, _), ticks in used.items()}
     found["foreign_cores"] = round(float(sum(cores.values())), 3)
     found["foreign_top"] = [{"pid": pid, "name": localhost.name(pid), "cores": round(c, 3)}
                             for pid, c in sorted(cores.items(), key=lambda item: -item[1])[:TOP]]

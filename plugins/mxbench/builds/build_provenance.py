@@ -1,7 +1,7 @@
 """Which MXNet build a run trains with, and which one it did: the build a run must use
 (``build_of``) and its venv on this worker (``build_here``); the version its trainers reported
 (``reported_version``, ``reported_commit``, ``ran_with``) and whether that is the build asked
-for (``same_release``). ``stages.run.run_one`` records them in the run's ``meta.json``. No Airflow here,
+for (``same_release``). ``stages.run_stage.run_one`` records them in the run's ``meta.json``. No Airflow here,
 and no pandas: the run task imports this for every run."""
 import re
 from pathlib import Path
@@ -28,20 +28,20 @@ def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
 
 def build_here(run: dict, dag_dir: Path) -> dict:
     """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
-    names on the worker it ran on; another worker makes its own (once: ``builds.ensure_venv``
+    names on the worker it ran on; another worker makes its own (once: ``mxnet_builds.ensure_venv``
     keeps it), from the versions manifest's entry for the same package."""
-    from mxbench.builds import manifest as builds
+    from mxbench.builds import mxnet_builds
 
     build = build_of(run, dag_dir)
     python = (build or {}).get("python")
     if run["launcher"] != "local" or not python or Path(python).exists():
         return run
-    entry = next((b for b in builds.load_manifest() if b.package == build["package"]), None)
-    if entry is None or list(builds.install_spec(entry)) != list(build.get("spec") or []):
+    entry = next((b for b in mxnet_builds.load_manifest() if b.package == build["package"]), None)
+    if entry is None or list(mxnet_builds.install_spec(entry)) != list(build.get("spec") or []):
         raise MxbenchError(f"{RunBuild.from_dict(build)} has no venv on this worker ({python}), and the "
                            "versions manifest here no longer has that build: clear resolve_build")
     print(f"mxbench: making {RunBuild.from_dict(build)}'s venv on this worker (resolve_build ran on another)")
-    return {**run, "build": {**build, "python": builds.ensure_venv(entry)}}
+    return {**run, "build": {**build, "python": mxnet_builds.ensure_venv(entry)}}
 
 
 

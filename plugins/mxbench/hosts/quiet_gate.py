@@ -1,11 +1,11 @@
 """A quiet check before each run: wait, within a bound, until the run's hosts are quiet.
 
 Before a run starts, its launcher looks at each of the run's hosts for a short window
-(``SAMPLE_S``; ``mxbench_train.quiet.sample``: on the Airflow worker itself for ``local``, by
+(``SAMPLE_S``; ``mxbench_train.quiet_probe.sample``: on the Airflow worker itself for ``local``, by
 ``python -m mxbench_train quiet-probe`` over the run's SSH connections for ``ssh``). A host is
 **quiet** when the processes that are not ours used less than ``foreign_cores`` of a core and the
 hypervisor stole less than ``steal`` of the CPU over the window: the thresholds that mark a run
-contended (``results.interference``), so a run started on a quiet host would not have been marked
+contended (``results.contention``), so a run started on a quiet host would not have been marked
 contended by what ran before it. CPU pressure is recorded, not judged (it counts our own waits too).
 The check looks again until every host is quiet or the bound (``quiet_wait_s``) is spent, and never
 fails the run: the run's ``meta.json`` keeps ``quiet``: how long it waited, whether the hosts were
@@ -13,17 +13,17 @@ quiet, the last reading of each host and why it stopped; the runs table has ``qu
 
 Not checked (recorded as such): Kubernetes (a pod sees only its own ``/proc``, not its node's; its
 pods read their own cgroup's pressure and time the canary while they train, which judge the run
-afterwards, ``results.interference``), a launcher with no way to look, a bound of 0, a host whose
+afterwards, ``results.contention``), a launcher with no way to look, a bound of 0, a host whose
 reading is malformed (``answers.QUIET_READING``: the record names the host and the field). Each host
 is judged with its own kind of machine's thresholds (the probe reports the machine's facts;
-``interference.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
+``contention.thresholds_for`` finds them in the DAG run's table, the hardware's A/A calibrations'
 level or the defaults).
 """
 import time
 from typing import Callable, Dict, List, Mapping, Optional
 
 from mxbench.results import answers
-from mxbench.results.interference import DEFAULTS, Thresholds, thresholds_for
+from mxbench.results.contention import DEFAULTS, Thresholds, thresholds_for
 from mxbench_train.errors import MxbenchError
 
 SAMPLE_S = 2.0  # one look at the hosts

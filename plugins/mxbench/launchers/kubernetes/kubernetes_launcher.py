@@ -1,7 +1,7 @@
 """The Kubernetes launcher: the role plan as pods, one pod per role.
 
 Same plan as local and ssh (``plan_roles``), driven by the same ``run_plan``; here a role is a pod
-(``RolePod``; a run's pods are ``RunPods``: both in ``roles``) on a node of the cluster.
+(``RolePod``; a run's pods are ``RunPods``: both in ``role_pods``) on a node of the cluster.
 The DAG's run task (``mxbench.airflow_glue.operators``) builds a KubernetesPodOperator for a Kubernetes run and
 hands this launcher that operator's Kubernetes client, its ``PodManager`` and the base pod its
 ``build_pod_request_obj`` made (pod template, labels, namespace); nothing here imports Airflow.
@@ -54,13 +54,13 @@ from mxbench.launchers.kubernetes.pods import (
     role_pod,
     run_label,
 )
-from mxbench.launchers.kubernetes.roles import REQUEST_TIMEOUT_S, RolePod, RunPods, delete_run_pods
+from mxbench.launchers.kubernetes.role_pods import REQUEST_TIMEOUT_S, RolePod, RunPods, delete_run_pods
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
 from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import run_plan
-from mxbench_train.roles import Role, plan_roles
+from mxbench_train.role_plan import Role, plan_roles
 
 STANDIN_MARK = "mxbench-standin"  # in the stand-in API server's /version
 
@@ -161,7 +161,7 @@ class KubernetesLauncher:
     def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
         """Not looked at: a pod sees only its own ``/proc``, and nothing here reads a node's load
         without running on it, so the record says so rather than guessing."""
-        from mxbench.hosts.quiet import NOT_CHECKED_K8S
+        from mxbench.hosts.quiet_gate import NOT_CHECKED_K8S
 
         raise MxbenchError(NOT_CHECKED_K8S)
 

@@ -1,6 +1,6 @@
 """Was a run contended? What its workers saw of the other work on their hosts. Pure.
 
-Each worker's ``run_end`` event carries ``host``: what ``mxbench_train.interference.HostWatch``
+Each worker's ``run_end`` event carries ``host``: what ``mxbench_train.host_watch.HostWatch``
 read over its training (CPU pressure, steal, CPU seconds of processes outside the run, load, GPU
 processes that are not the run's, the CPU pressure of the role's own cgroup, a canary's times).
 ``summarise`` folds a run's workers into one row per run, host by host, worst first; a run is

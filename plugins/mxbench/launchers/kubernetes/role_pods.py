@@ -14,7 +14,7 @@ from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import describe_exit
 from mxbench_train.pod_outputs import BundleError, OutputsBlock, unpack
 from mxbench_train.role_log import CappedLog, lines_of
-from mxbench_train.roles import Role
+from mxbench_train.role_plan import Role
 
 STATUS_POLL_S = 0.25  # one list call per run this often, whatever run_plan's own poll rate
 # RolePod.returncode of a pod that did not start in time, that vanished (deleted by someone else,

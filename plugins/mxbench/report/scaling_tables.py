@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from mxbench.report.tables import fmt
-from mxbench.results import cost, scaling
+from mxbench.results import cost, scaling_model
 
 MIN_SIZES = 3
 THRESHOLD = 0.8  # efficiency below which a size is reported as "stops scaling"
@@ -26,8 +26,8 @@ CPU_NOTE = ("CPU workers share this host's cores: the fit shows this machine's s
 class SetupModel:
     key: tuple  # (launcher, num_layers, batch_per_device)
     gpus: bool
-    model: scaling.Fit
-    curve: List[scaling.Projection]
+    model: scaling_model.Fit
+    curve: List[scaling_model.Projection]
     held: Optional[dict]
     threshold: dict
     notes: List[str] = field(default_factory=list)
@@ -55,18 +55,19 @@ def fitted(runs: pd.DataFrame, variants: Dict[str, dict], threshold: float = THR
         return []
     rows = runs.astype(object).where(runs.notna(), None).to_dict("records")
     found = []
-    for key, points in scaling.setups(rows, variants).items():
+    for key, points in scaling_model.setups(rows, variants).items():
         if len({(p.config.devices, p.config.hosts) for p in points}) < MIN_SIZES:
             continue
         gpus = any(variants[r["variant"]].get("gpus_per_worker") for r in rows if r.get("variant") in variants
                    and r.get("launcher") == key[0])
-        model = scaling.fit(points, seed=seed)
-        found.append(SetupModel(key, gpus, model, scaling.project(model), scaling.holdout(points, seed=seed),
-                                scaling.threshold_size(model, threshold), [] if gpus else [CPU_NOTE]))
+        model = scaling_model.fit(points, seed=seed)
+        found.append(SetupModel(key, gpus, model, scaling_model.project(model),
+                                scaling_model.holdout(points, seed=seed),
+                                scaling_model.threshold_size(model, threshold), [] if gpus else [CPU_NOTE]))
     return found
 
 
-def size(config: scaling.Config, gpus: bool) -> str:
+def size(config: scaling_model.Config, gpus: bool) -> str:
     unit = "GPU" if gpus else "CPU worker"
     text = f"{config.devices} {unit}{'s' if config.devices != 1 else ''}"
     return text + (f" on {config.hosts} machines" if config.hosts > 1 else "")
@@ -75,7 +76,7 @@ def size(config: scaling.Config, gpus: bool) -> str:
 def terms_table(found: List[SetupModel]) -> pd.DataFrame:
     rows = []
     for m in found:
-        for j, term in enumerate(scaling.TERMS):
+        for j, term in enumerate(scaling_model.TERMS):
             state = ("fitted" if m.model.coef[j] > 0 else "fitted at zero") if m.model.seen[j] \
                 else "not identified by these sizes (an allowance where a projection needs it)"
             rows.append({"setup": m.name, "term": term, "ms a step (per unit)": fmt(m.model.coef[j] * 1e3, 2),
@@ -136,7 +137,7 @@ def holdout_lines(found: List[SetupModel], threshold: float = THRESHOLD) -> List
 def run_cost_table(runs: pd.DataFrame, request: dict, prices: dict) -> pd.DataFrame:
     """This DAG run's own cost: the machine time of its runs and the harness's part of it."""
     variants = variants_of(request)
-    configs = {vid: scaling.Config(int(v.get("workers") or 1) * max(1, int(v.get("gpus_per_worker") or 0)),
+    configs = {vid: scaling_model.Config(int(v.get("workers") or 1) * max(1, int(v.get("gpus_per_worker") or 0)),
                                    int(v.get("hosts") or 1)) for vid, v in variants.items()}
     rows = runs.astype(object).where(runs.notna(), None).to_dict("records") if not runs.empty else []
     spent = cost.dag_run_cost(rows, configs, prices)
@@ -214,7 +215,7 @@ def build_table(efficiency: pd.DataFrame, prices: dict) -> pd.DataFrame:
     rows = []
     for r in efficiency.to_dict("records"):
         price = prices.get(str(r["launcher"]).removesuffix("-b"))
-        config = scaling.Config(int(r["devices"]), int(r["hosts"]))
+        config = scaling_model.Config(int(r["devices"]), int(r["hosts"]))
         eff = r["scaling_efficiency"]
         rows.append({"ResNet depth": r["num_layers"], "images per device": r["batch_per_device"],
                      "launcher": r["launcher"], "machine": r["environment"], "MXNet build": r["build"],

@@ -64,7 +64,7 @@ def failure_message(dag_dir: Path) -> Optional[str]:
         # regressions at the level of an acknowledged or expected alert are reported, not failed for
         findings = findings[~findings["triage"].isin(ACCEPTING)]
     if not findings.empty:
-        from mxbench.regression.rule import alert
+        from mxbench.regression.regression_rule import alert
 
         build = (read_json(folder.request, {}).get("build") or {}).get("package")
         regressed = alert(findings.to_dict("records"), build)
