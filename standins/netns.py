@@ -13,7 +13,10 @@ delay or loss (this kernel has no ``netem``); the bridge is an ideal switch.
 
 Everything is named with a prefix unique to this process and network (``mxb-<pid>-<n>``, root link
 ``mxb<pid>-<n>``) and removed by ``Network.remove()`` (also a context manager, and registered with
-atexit unless ``detach``). Stdlib only; every ``ip``/``tc`` call is an argv, never a shell.
+atexit unless ``detach``). A process killed by a signal runs no atexit: the next ``make()`` sweeps
+the networks whose process is gone (``sweep_orphans``). A detached network (``mxbd-<pid>-<n>``,
+meant to outlive its maker, like the demo's hosts) is never swept: its ``stop`` removes it.
+Stdlib only; every ``ip``/``tc`` call is an argv, never a shell.
 """
 from __future__ import annotations
 
@@ -99,8 +102,8 @@ def _shape(namespace: str, dev: str, rate: str, burst: str) -> None:
 class Network:
     """Hosts host1..hostN in namespaces ``<prefix>-host<i>``, a bridge in ``<prefix>-switch``."""
 
-    prefix: str        # "mxb-<pid>-<n>": every namespace's name starts with it
-    root_link: str     # "mxb<pid>-<n>": the veth in the machine's own namespace
+    prefix: str        # "mxb-<pid>-<n>" ("mxbd-..." detached): every namespace's name starts with it
+    root_link: str     # "mxb<pid>-<n>" ("mxbd<pid>-<n>"): the veth in the machine's own namespace
     subnet: str        # "198.18.7.0/24"
     rate: str          # "1gbit": each host port's rate, each way
     count: int         # how many hosts
@@ -191,6 +194,40 @@ class Network:
         self.remove()
 
 
+# what a network made without ``detach`` is called: the pid is that of the process it dies with
+_OWNED_NAMESPACE = re.compile(r"^mxb-(\d+)-\d+-(switch|host\d+)$")
+_OWNED_ROOT_LINK = re.compile(r"^mxb(\d+)-\d+$")
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def sweep_orphans() -> list[str]:
+    """Remove the namespaces and root links of networks whose making process is gone (killed by a
+    signal, so its atexit never ran); never a detached network's. Returns what it removed."""
+    removed = []
+    names = [line.split()[0] for line in _run("ip", "netns", "list").stdout.splitlines() if line.strip()]
+    for ns in names:
+        m = _OWNED_NAMESPACE.match(ns)
+        if m and not _alive(int(m.group(1))):
+            for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _run("ip", "netns", "delete", ns, check=False)
+            removed.append(ns)
+    for line in _run("ip", "-o", "link", "show").stdout.splitlines():
+        parts = line.split(":")
+        link = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+        m = _OWNED_ROOT_LINK.match(link)
+        if m and not _alive(int(m.group(1))):
+            _run("ip", "link", "del", "dev", link, check=False)
+            removed.append(link)
+    return removed
+
+
 def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
     """Make ``count`` host namespaces joined by a bridge, every port shaped to ``rate``; the
     machine's own namespace gets ``.1`` of the network's /24, the hosts ``.2``, ``.3``, ..."""
@@ -198,10 +235,12 @@ def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
     if reason:
         raise RuntimeError(f"cannot make network namespaces: {reason}")
     bits = rate_bits(rate)
+    sweep_orphans()  # before choosing a subnet: an orphan's route would keep its /24 taken
     n = next(_count)
     pid = os.getpid()
     subnet = _free_subnet(pid * 7 + n)
-    net = Network(f"mxb-{pid}-{n}", f"mxb{pid}-{n}", str(subnet), rate, count)
+    kind = "mxbd" if detach else "mxb"  # a detached network outlives this pid: never an orphan
+    net = Network(f"{kind}-{pid}-{n}", f"{kind}{pid}-{n}", str(subnet), rate, count)
     burst = _burst(bits)
     try:
         sw = net.switch

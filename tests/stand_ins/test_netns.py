@@ -3,9 +3,12 @@ and tbf, real sshd reached by paramiko; the fallback to loopback hosts where nam
 made. Each test checks that nothing it made is left: namespaces, links, listeners."""
 import getpass
 import ipaddress
+import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import paramiko
 import pytest
@@ -14,6 +17,7 @@ from mxbench_train import localhost
 from standins import netns, sshd
 
 SSHD_CLI = [sys.executable, "-m", "standins.sshd"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _ssh(fleet, host, command):
@@ -34,7 +38,7 @@ def _left_behind(network: netns.Network):
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     return ([line.split()[0] for line in names.splitlines() if line.startswith(network.prefix)]
-            + [line.split(":")[1].strip() for line in links.splitlines()
+            + [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()  # "name@if3"
                if line.split(":")[1].strip().startswith(network.root_link)])
 
 
@@ -129,3 +133,55 @@ def test_a_rate_tc_would_misread_is_refused():
     with pytest.raises(ValueError, match="1gbit"):
         netns.rate_bits("1 gigabit; reboot")
     assert netns.rate_bits("2.5gbit") == 2.5e9
+
+
+MAKER = """
+import json, os, signal, subprocess, sys
+from standins import netns
+network = netns.make(2, "1gbit", detach=sys.argv[1] == "detach")
+sleeper = subprocess.Popen(network.exec_argv(0) + ["sleep", "300"], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(json.dumps({"network": network.to_json(), "sleeper": sleeper.pid}), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # as a CI runner or a user's kill would: no atexit runs
+"""
+
+
+def _made_then_terminated(how: str):
+    done = subprocess.run([sys.executable, "-c", MAKER, how], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+    assert done.returncode == -15, done.stderr  # killed by SIGTERM
+    made = json.loads(done.stdout)
+    return netns.Network.from_json(made["network"]), made["sleeper"]
+
+
+def test_a_network_whose_maker_was_killed_is_swept_by_the_next_but_a_detached_one_is_kept():
+    kept, kept_sleeper = _made_then_terminated("detach")
+    orphan, sleeper = _made_then_terminated("own")  # made last: a make() sweeps what came before
+    try:
+        assert sorted(_left_behind(orphan)) == sorted(orphan.namespaces + [orphan.root_link])  # SIGTERM leaked it
+        assert os.path.exists(f"/proc/{sleeper}")
+        removed = netns.sweep_orphans()
+        assert set(removed) == set(orphan.namespaces + [orphan.root_link])
+        assert not _left_behind(orphan)
+        assert _gone_soon(sleeper)  # what ran in its namespaces was killed
+        assert kept.prefix.startswith("mxbd-") and kept.root_link.startswith("mxbd")
+        assert sorted(_left_behind(kept)) == sorted(kept.namespaces + [kept.root_link])  # meant to outlive its maker
+        assert os.path.exists(f"/proc/{kept_sleeper}")
+    finally:
+        orphan.remove()
+        kept.remove()
+    assert not _left_behind(kept)
+
+
+def _gone_soon(pid: int, deadline_s: float = 5.0) -> bool:
+    """Whether ``pid`` exits (or is a zombie awaiting its reaper) within the deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
