@@ -23,6 +23,11 @@ DATA_FILES = ("cifar10_train.rec", "cifar10_train.idx", "cifar10_val.rec", "cifa
 DEFAULT_WORKDIR = "~/.cache/mxbench"  # under the SSH user's home, resolved there; never shared territory
 HEARTBEAT_S = 2.0  # the launcher writes a byte to each role's channel this often...
 HEARTBEAT_TIMEOUT_S = 30.0  # ...and its supervisor stops the role after this long without one
+# A link that goes silent (down, or throttled to a trickle) ends the connection after this long,
+# not after the kernel's retransmissions (about 15 minutes): as long as a role's supervisor waits
+# for a heartbeat, so both ends give up together.
+LINK_SILENCE_S = HEARTBEAT_TIMEOUT_S
+LINK_CHECK_S = 3.0  # how long a lost connection's host may take to answer a new one
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -279,3 +284,19 @@ def output_name_ok(name) -> bool:
     launcher's step times included), no longer than a file system takes."""
     return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and name.isprintable()
             and name not in LOCAL_ONLY and len(os.fsencode(name)) <= NAME_MAX_BYTES)
+
+
+def link_lost(exc: Optional[BaseException], peer: Optional[tuple]) -> str:
+    """Why a connection to ``peer`` (address, port) ended, in words. Paramiko hears a link silenced
+    past LINK_SILENCE_S only as an end of file, so a fresh connection attempt tells a link that is
+    down from a host that hung up."""
+    if peer:
+        try:
+            socket.create_connection(peer[:2], timeout=LINK_CHECK_S).close()
+        except OSError as down:
+            return (f"{peer[0]}:{peer[1]} does not answer now ({down or type(down).__name__}): the link to the "
+                    f"host is down or throttled to a trickle (a link silent for {LINK_SILENCE_S:g} s ends the "
+                    "connection)")
+    if exc is None:
+        return ""
+    return f"the connection ended ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"

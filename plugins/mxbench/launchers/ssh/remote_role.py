@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench.launchers.base import RoleLogSink
-from mxbench.launchers.ssh.commands import HEARTBEAT_S, SshHost
+from mxbench.launchers.ssh.commands import HEARTBEAT_S, SshHost, link_lost
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import describe_exit
 from mxbench_train.role_plan import Role
@@ -24,9 +24,12 @@ class RemoteRole:
 
         self.host, self.role, self.pid = host, role, None  # the remote pid lives in its pid file there
         self._code = None
+        self._lost: Optional[BaseException] = None  # why the connection ended, where it did
+        self._peer: Optional[tuple] = None
         self._beat = time.monotonic()
         self.chan = None
         try:
+            self._peer = client.get_transport().getpeername()  # asked now: a dead socket has none
             self.chan = client.get_transport().open_session()
             self.chan.set_combine_stderr(True)
             self.chan.exec_command(command)
@@ -63,6 +66,10 @@ class RemoteRole:
             if not self._reader.is_alive():
                 self._log.flush()  # a capped log writes its tail now and then: all of it, for the error
             self._code = self.chan.recv_exit_status()  # -1: the channel closed without a status
+            if self._code < 0:
+                transport = self.chan.get_transport()
+                # read, not taken (get_exception clears it): the host's other roles want it too
+                self._lost = getattr(transport, "saved_exception", None)
         elif self._code is None and time.monotonic() - self._beat > HEARTBEAT_S:
             self._beat = time.monotonic()
             try:
@@ -73,7 +80,8 @@ class RemoteRole:
 
     def describe(self) -> str:
         if self._code is None or self._code < 0:
-            return f"lost its SSH connection to {self.host} (no exit status came back)"
+            why = link_lost(self._lost, self._peer)
+            return f"lost its SSH connection to {self.host} (no exit status came back{': ' + why if why else ''})"
         return describe_exit(self._code)
 
     def terminate(self):

@@ -41,11 +41,13 @@ from typing import Dict, List, Optional, Sequence
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import Launched, StepTimes, cores_per_host, write_plan
 from mxbench.launchers.ssh.commands import (
+    LINK_SILENCE_S,
     SshHost,
     build_command,
     builds_problem,
     command_error,
     isolation_flag,
+    link_lost,
     probe_command,
     quiet_command,
     reap_command,
@@ -79,6 +81,7 @@ BUILD_TIMEOUT_S = 1800.0  # pip, making a build's venv on a host: it may downloa
 BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and import-check limits, and some slack
 ANSWER_CHUNK = 1 << 16
 ANSWER_POLL_S = 0.2  # how often a command's stderr and deadline are looked at while its stdout is quiet
+KEEPALIVE_S = 5  # paramiko's keepalive: an idle connection still has data in flight to go unanswered
 
 
 # --- the launcher -------------------------------------------------------------------------------
@@ -373,12 +376,19 @@ class SshLauncher:
     def _sftp(self, host: SshHost, what: str):
         import paramiko
 
-        sftp = None
+        sftp, peer = None, None
         try:
-            sftp = self._client(host).open_sftp()
+            transport = self._client(host).get_transport()
+            peer = transport.getpeername()
+            # not client.open_sftp(): its channel waits up to an hour for a host that went silent
+            chan = transport.open_session(timeout=COMMAND_TIMEOUT_S)
+            chan.settimeout(LINK_SILENCE_S)  # each request's answer
+            chan.invoke_subsystem("sftp")
+            sftp = paramiko.SFTPClient(chan)
             yield sftp
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise MxbenchError(f"{host}: {what} over SFTP failed: {exc or type(exc).__name__}") from None
+            why = link_lost(exc, peer) if isinstance(exc, (TimeoutError, EOFError)) else f"{exc}"
+            raise MxbenchError(f"{host}: {what} over SFTP failed: {why or type(exc).__name__}") from None
         finally:
             if sftp is not None:
                 sftp.close()
@@ -422,7 +432,7 @@ def connect(host: SshHost):
     if host.connect is None:
         raise MxbenchError(f"{host}: no way to connect (the connection was not resolved)")
     try:
-        return host.connect()
+        client = host.connect()
     except paramiko.BadHostKeyException:
         cause = ("its host key does not match the one the connection expects: refused (the host was "
                  "reinstalled, or someone is in between)")
@@ -438,7 +448,22 @@ def connect(host: SshHost):
         # paramiko's NoValidConnectionsError keeps each address's own error in .errors
         inner = next(iter(getattr(exc, "errors", {}).values()), exc)
         cause = f"cannot connect: {getattr(inner, 'strerror', None) or exc or type(exc).__name__}"
+    else:
+        watch_the_link(client)
+        return client
     raise MxbenchError(f"{host}: {cause}")
+
+
+def watch_the_link(client) -> None:
+    """End ``client``'s connection once what it sends goes unacknowledged for LINK_SILENCE_S: the
+    keepalive keeps data in flight on an idle connection, TCP_USER_TIMEOUT (Linux) drops the
+    connection whose data no one acknowledges. A connection through a proxy command is no socket of
+    ours: it keeps the kernel's own timeouts."""
+    transport = client.get_transport()
+    transport.set_keepalive(KEEPALIVE_S)
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT") and sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(LINK_SILENCE_S * 1000))
 
 
 def run_command(client, command: str, timeout: float = COMMAND_TIMEOUT_S, max_bytes: Optional[int] = None):
