@@ -127,6 +127,24 @@ def ssh_hosts(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def netns_ssh_hosts(tmp_path_factory):
+    """Two real sshd, each in a network namespace of its own, joined by a link shaped to 1 Gbit/s
+    (standins.netns): (fleet, network). Nothing of either is left at teardown."""
+    from mxbench_train.localhost import is_running as alive
+    from standins import netns, sshd
+
+    fleet = sshd.start(tmp_path_factory.mktemp("sshd-netns"), link_rate="1gbit")
+    assert fleet.network["kind"] == "netns", fleet.network  # root with iproute2: this machine and CI
+    network = netns.Network.from_json(fleet.network)
+    try:
+        yield fleet, network
+    finally:
+        fleet.stop()
+    assert not network.existing()
+    assert not any(alive(h.pid, h.starttime) for h in fleet.hosts)
+
+
+@pytest.fixture(scope="session")
 def kube_standin(tmp_path_factory):
     """The loopback Kubernetes API server stand-in (standins.kube): two nodes
     that are this machine, every manifest strictly validated; stopped at teardown with no pod

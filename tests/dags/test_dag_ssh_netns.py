@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_dag, train_python
-from mxbench_train import localhost
-from standins import netns, sshd
+from standins import netns
 
 pytestmark = pytest.mark.slow  # dag.test() runs over real sshd in namespaces
 
@@ -27,29 +26,16 @@ def _port_bytes(network: netns.Network, i: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def netns_fleet(tmp_path_factory):
-    fleet = sshd.start(tmp_path_factory.mktemp("sshd-netns"), link_rate="1gbit")
-    assert fleet.network["kind"] == "netns", fleet.network  # root with iproute2: this machine and CI
-    network = netns.Network.from_json(fleet.network)
-    try:
-        yield fleet, network
-    finally:
-        fleet.stop()
-    assert not network.existing()
-    assert not any(localhost.is_running(h.pid, h.starttime) for h in fleet.hosts)
-
-
-@pytest.fixture(scope="module")
-def netns_dag_run(airflow_db, netns_fleet):
-    fleet, network = netns_fleet
+def netns_dag_run(airflow_db, netns_ssh_hosts):
+    fleet, network = netns_ssh_hosts
     before = [_port_bytes(network, i) for i in range(2)]
     run, dag_dir = run_dag(CONF, fleet.airflow_env(mxbench_python=train_python()))
     return run, dag_dir, [_port_bytes(network, i) - b for i, b in enumerate(before)]
 
 
-def test_two_hosts_train_dist_sync_across_the_shaped_link(netns_dag_run, netns_fleet):
+def test_two_hosts_train_dist_sync_across_the_shaped_link(netns_dag_run, netns_ssh_hosts):
     run, dag_dir, sent = netns_dag_run
-    fleet, _ = netns_fleet
+    fleet, _ = netns_ssh_hosts
     assert run.state == "success"
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
     assert runs["status"].to_dict() == {"cpu2h-bs64__ssh__r1": "ok"}

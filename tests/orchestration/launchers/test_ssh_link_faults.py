@@ -11,25 +11,12 @@ from test_ssh_launcher import LONG, _read, launcher, remote_pids, run_dir_for, u
 
 from mxbench.launchers.ssh.commands import LINK_SILENCE_S
 from mxbench_train.plan_runner import RoleFailed
-from standins import netns, sshd
 
 pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts in namespaces
 
 
-@pytest.fixture(scope="module")
-def netns_hosts(tmp_path_factory):
-    fleet = sshd.start(tmp_path_factory.mktemp("sshd-links"), link_rate="1gbit")
-    assert fleet.network["kind"] == "netns", fleet.network  # root with iproute2: this machine and CI
-    network = netns.Network.from_json(fleet.network)
-    try:
-        yield fleet, network
-    finally:
-        fleet.stop()
-    assert not network.existing()
-
-
-def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_hosts, monkeypatch, cifar_rec, tmp_path):
-    fleet, network = netns_hosts
+def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_ssh_hosts, monkeypatch, cifar_rec, tmp_path):
+    fleet, network = netns_ssh_hosts
     keep = {"mxbench_keep_failed_runs": True}
     params = use_hosts(monkeypatch, fleet, (keep, keep))
     run_dir = run_dir_for(tmp_path)
