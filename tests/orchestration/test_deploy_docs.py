@@ -37,7 +37,7 @@ SECRET = "mxbench-connections"
 DEPRECATED_KEYS = [("workers", "replicas"), ("workers", "persistence"), ("workers", "hpa"), ("workers", "keda"),
                    ("workers", "volumeClaimTemplates"), ("workers", "schedulerName")]
 # an environment variable the code sets for its own subprocess, not a setting
-INTERNAL_SETTINGS = {"MXBENCH_SOURCE", "MXBENCH_CGROUP", "MXBENCH_CGROUP_UNAVAILABLE"}
+INTERNAL_SETTINGS = {"MXBENCH_SOURCE", "MXBENCH_CGROUP", "MXBENCH_CGROUP_UNAVAILABLE", "MXBENCH_CGROUP_SCOPE"}
 # each Kubernetes API call the launcher may make (method of CoreV1Api) -> the (resource, verb) it needs
 API_CALLS = {
     "create_namespaced_pod": ("pods", "create"),
