@@ -125,7 +125,7 @@ class AnyoneServer(paramiko.ServerInterface):
 
 
 class HostileClient:
-    """What SshLauncher gets from ``connect``: an SSHClient's open_sftp, over the hostile server."""
+    """What SshLauncher gets from ``connect``: an SSHClient whose transport reaches the hostile server."""
 
     def __init__(self, transport):
         self.transport = transport

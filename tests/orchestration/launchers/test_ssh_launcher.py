@@ -480,9 +480,16 @@ def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
 
     from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 
-    class DeadClient:
-        def open_sftp(self):
+    class DeadTransport:
+        def getpeername(self):
+            return ("127.0.0.1", 22)
+
+        def open_session(self, timeout=None):
             raise paramiko.SSHException("Server connection dropped: ")
+
+    class DeadClient:
+        def get_transport(self):
+            return DeadTransport()
 
         def close(self):
             pass
