@@ -47,7 +47,7 @@ def unavailable() -> Optional[str]:
         return f"needs Linux with network namespaces (this is {sys.platform})"
     if os.geteuid() != 0:
         return f"not root (uid {os.geteuid()}): making network namespaces needs root"
-    for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
         if shutil.which(tool) is None:
             return f"no `{tool}` on PATH: install {package}"
     return None
@@ -130,8 +130,10 @@ class Network:
         return [str(net[2 + i]) for i in range(self.count)]
 
     def exec_argv(self, i: int) -> list[str]:
-        """Put before a command line to run it in host i's namespace."""
-        return ["ip", "netns", "exec", self.namespace(i)]
+        """Put before a command line to run it in host i's network namespace. Not `ip netns exec`:
+        that also gives the command a mount namespace with a fresh /sys, without the cgroup mounts,
+        and a host's roles then get no cgroup of their own (nor their own CPU pressure)."""
+        return ["nsenter", f"--net=/var/run/netns/{self.namespace(i)}", "--"]
 
     def describe(self) -> str:
         return (f"network namespaces joined by a bridge, each host's link shaped to {self.rate} each way "

@@ -383,7 +383,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _start_host(root: Path, name: str, address: str, version: tuple[int, int], detach: bool,
                 namespace_argv: tuple[str, ...] = ()):
-    """namespace_argv: run sshd in that network namespace (``ip netns exec NS``, which execs it:
+    """namespace_argv: run sshd in that network namespace (``nsenter --net=...``, which execs it:
     the pid stays sshd's), on NAMESPACE_PORT; else on a free port of a loopback address."""
     hostdir = root / name
     workdir = hostdir / "work"

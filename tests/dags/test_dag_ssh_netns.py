@@ -40,6 +40,7 @@ def test_two_hosts_train_dist_sync_across_the_shaped_link(netns_dag_run, netns_s
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
     assert runs["status"].to_dict() == {"cpu2h-bs64__ssh__r1": "ok"}
     assert runs["samples_per_sec"].iloc[0] > 0
+    assert runs["pressure_source"].iloc[0] == "the role's own cgroup"  # a namespace host keeps the cgroup mount
     plan = json.loads((dag_dir / "cpu2h-bs64__ssh__r1" / "plan.json").read_text())
     first, second = (h.address for h in fleet.hosts)
     assert {p["name"]: p["host"] for p in plan} == {"scheduler": first, "server-0": first, "server-1": second,

@@ -77,6 +77,10 @@ def test_hosts_answer_over_ssh_in_namespaces_of_their_own_behind_a_shaped_link(t
                 shown = subprocess.run(["tc", "-n", where, "qdisc", "show", "dev", dev], capture_output=True,
                                        text=True, check=True).stdout
                 assert "tbf" in shown and "rate 1Gbit" in shown, (where, dev, shown)
+        # a host's network is its own, its mounts are the machine's: its roles get cgroups of their own
+        ours = [line for line in open("/proc/self/mounts") if " cgroup2 " in line]
+        assert ours and _ssh(fleet, fleet.hosts[0], "grep ' cgroup2 ' /proc/self/mounts").splitlines() == \
+            [line.rstrip("\n") for line in ours]
         extra = fleet.connection(0)["extra"]
         assert "shaped to 1gbit" in extra["mxbench_network"]
     finally:
