@@ -2,8 +2,8 @@
 # Create (or bring up to date) mxbench's two environments, idempotently:
 #   .venv/train    MXNet 1.9.1 + numpy<1.24 + OpenCV: trainer, im2rec, role launcher
 #   .venv/airflow  Airflow 3 + providers + pandas 3: orchestration and analysis, never imports mxnet
-# and, as root on Debian, openssh-server (the demo's and the tests' loopback ssh hosts) and the
-# runtimes MXNet links (libgomp1, libquadmath0) where missing.
+# and, as root on Debian, openssh-server (the demo's and the tests' ssh hosts), iproute2 (their
+# network namespaces) and the runtimes MXNet links (libgomp1, libquadmath0) where missing.
 # A venv is rebuilt only when its requirements file (or one it includes with -r) changes.
 # .venv/airflow gets requirements-dev.txt: the runtime pins of requirements.txt (what the Airflow
 # image installs) plus the tests' and linters' tools.
@@ -53,6 +53,15 @@ if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null; then
   echo "mxbench: installing openssh-server for the loopback ssh hosts (no system sshd is started)" >&2
   install_debs openssh-server openssh-client \
     || echo "mxbench: could not install openssh-server: the ssh tests fail and the demo skips its ssh leg, saying why" >&2
+fi
+
+# The demo's and the tests' SSH hosts are network namespaces joined by a shaped link
+# (standins.netns): ip and tc (iproute2), nsenter (util-linux, in every Debian). Without them the
+# demo falls back to loopback hosts and says so; the namespace tests fail.
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! command -v nsenter >/dev/null; then
+  echo "mxbench: installing iproute2 and util-linux for the SSH hosts' network namespaces" >&2
+  install_debs iproute2 util-linux \
+    || echo "mxbench: could not install iproute2: the SSH hosts fall back to loopback addresses" >&2
 fi
 
 # MXNet's wheel links the system's OpenMP and quad-math runtimes (libmxnet.so: libgomp.so.1,
