@@ -133,23 +133,17 @@ def test_the_detectable_gap_is_what_the_rule_really_detects():
     assert 0.7 <= found <= 0.9  # 80% power, up to the simulations' own noise
 
 
-def _detectable_trial_by_trial(n, m, alpha, trials, steps=9):
-    """The detectable gap as it was first computed (before issue 43): ``_called`` on one trial at a time."""
-    from mxbench.stats.verdict import LEVEL, POWER, SEED, _called
+def _detectable_trial_by_trial(n, m, alpha, trials):
+    """The detectable gap as it was first computed (before issue 43): the benchmark's reference,
+    ``_called`` on one trial at a time."""
+    import importlib.util
 
-    rng = np.random.default_rng(SEED)
-    noise = [(rng.normal(size=n), rng.normal(size=m)) for _ in range(trials)]
+    from conftest import REPO
 
-    def detected(gap):
-        return np.mean([_called(np.exp(x - gap), np.exp(y), alpha, LEVEL, resamples=1000) for x, y in noise])
-
-    low, high = 0.0, 2.0
-    while detected(high) < POWER and high < 64:
-        low, high = high, 2 * high
-    for _ in range(steps):
-        mid = (low + high) / 2
-        low, high = (low, mid) if detected(mid) >= POWER else (mid, high)
-    return high
+    spec = importlib.util.spec_from_file_location("detectable_gap", REPO / "benchmarks" / "detectable_gap.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    return benchmark.trial_by_trial(n, m, alpha, trials)
 
 
 @pytest.mark.parametrize("n, m, alpha", [(6, 6, ALPHA), (7, 5, ALPHA / 3), (8, 8, ALPHA / 3)])
