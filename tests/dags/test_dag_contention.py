@@ -210,20 +210,24 @@ def stein_planned(pairs: list, target_gap: float, most: int) -> int:
 def replacement(runs: pd.DataFrame) -> dict:
     """What the budget allowed, recomputed from the runs table: the contended rounds, the quiet ones in
     time order, the first stage (the first ``repeats`` quiet rounds), the rounds it planned, and whether
-    the contended rounds were within the replacement budget and the quiet rounds that ran reach that
-    plan: then every contended round was replaced. On a machine so busy that background load marked
-    more rounds than the replacement budget allows, it was not."""
+    the quiet rounds that ran reach that plan: then every contended round was replaced. On a machine so
+    busy that background load marked more rounds than the replacement budget allows, they were not all
+    replaced: then they are left out while the quiet rounds are the first stage at least, else judged
+    as measured."""
     contended = contended_rounds(runs)
     quiet = quiet_pairs(runs, contended)
     first = quiet[:REPLACED["repeats"]]
     planned = stein_planned(first, REPLACED["target_gap"], REPLACED["max_repeats"]) \
         if len(first) == REPLACED["repeats"] else None
-    replaced = planned is not None and len(contended) <= SPARE and len(quiet) >= planned
+    replaced = planned is not None and len(quiet) >= planned
+    left_out = not replaced and planned is not None
     if not replaced:
         warnings.warn(f"the machine was too busy to replace the contended rounds {contended} within the "
                       f"replacement budget of {SPARE} rounds ({len(quiet)} quiet, the first stage planned {planned}): "
-                      "checked that they were judged as measured and named instead", stacklevel=2)
-    return {"contended": contended, "quiet": quiet, "first": first, "planned": planned, "replaced": replaced}
+                      f"checked that they were {'left out' if left_out else 'judged as measured'} and named instead",
+                      stacklevel=2)
+    return {"contended": contended, "quiet": quiet, "first": first, "planned": planned, "replaced": replaced,
+            "left_out": left_out}
 
 
 def test_the_hogged_run_is_marked_contended_by_other_processes(replaced):
@@ -259,7 +263,12 @@ def test_every_contended_round_is_left_out_and_replaced_within_the_budget(replac
             row["stopping"]
         assert f"; {len(contended)} contended round(s) replaced ({rounds}), of the {SPARE} the replacement budget " \
             "allows" in row["stopping"]
-    else:  # the budget ran out: judged as measured, and the line names them
+    elif seen["left_out"]:  # the budget ran out, but the quiet rounds are the first stage at least
+        assert row["verdict"].endswith(f". {len(contended)} contended round(s) (other work on their hosts: {rounds}) "
+                                       "left out of the verdict; the replacement budget ran out before later rounds "
+                                       f"replaced them all, so it rests on the {len(seen['quiet'])} quiet rounds")
+        assert f"; {len(contended)} contended round(s) ({rounds}) left out, not all replaced: " in row["stopping"]
+    else:  # the budget ran out and too few quiet rounds remain: judged as measured, and the line names them
         assert f"rounds contended (other work on their hosts: round{'s' if len(contended) > 1 else ''} {rounds}), " \
                "judged as measured; without them " in row["verdict"]
         assert "judged as measured: more than the" in row["stopping"]
@@ -270,7 +279,7 @@ def test_the_verdict_judges_the_quiet_rounds_only(replaced):
     seen = replacement(runs)
     hogged = runs.loc[runs["key"] == HOGGED_REPLACED, "samples_per_sec"].item()
     assert row["outcome"] in OUTCOMES  # which one is chance, for identical arms
-    if not seen["replaced"]:  # the budget ran out (see the warning): the rounds as measured, the hogged one in
+    if not seen["replaced"] and not seen["left_out"]:  # too few quiet rounds (see the warning): as measured
         every = quiet_pairs(runs, [])
         assert row["n"] >= REPLACED["repeats"] and "judged as measured" in row["verdict"]
         assert hogged in [b for _, b in every[:row["n"]]]
@@ -295,8 +304,8 @@ def test_the_report_names_the_contended_run_and_says_its_round_was_replaced(repl
     (box,) = [line for line in md.splitlines() if "Contended: " in line and f"{HOGGED_REPLACED} (" in line]
     assert f"{HOGGED_REPLACED} (other processes used " in box
     (line,) = [line for line in md.splitlines() if line.startswith(f"- {VARIANT}: local-b at ")]
-    if seen["replaced"]:
-        assert f"other work on their hosts: {contended}) left out of the verdict and replaced" in line
+    if seen["replaced"] or seen["left_out"]:
+        assert f"other work on their hosts: {contended}) left out of the verdict" in line
         assert f"{len(seen['quiet'])} rounds paired" in line
     else:
         assert "judged as measured" in line and contended in line

@@ -85,8 +85,9 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                                "title": "Rounds to replace contended ones",
                                "description": "A round with other work on its hosts (contended) is left out of the "
                                               "verdict and replaced by one more round, beyond Most rounds, up to "
-                                              "this many; each costs one round's time. Past it, the contended "
-                                              "rounds are judged as measured, and the verdict says so. Empty: "
+                                              "this many; each costs one round's time. Past it, they are still "
+                                              "left out while the quiet rounds are Repeats at least, else judged "
+                                              "as measured; the verdict says which. Empty: "
                                               "half of Most rounds (none when Most rounds is empty). 0: none.",
                                "section": "What to run"},
     "target_gap": {"default": DEFAULT_TARGET_GAP, "type": "number", "exclusiveMinimum": 0, "maximum": 0.5,

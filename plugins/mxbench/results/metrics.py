@@ -237,16 +237,16 @@ def _ratio_rows(runs: pd.DataFrame, ok: pd.DataFrame, pairs: List[tuple], budget
         every_run = runs[runs["variant"] == variant]
         for launcher, ref_name in pairs:
             contended = contended_rounds(every_run, launcher, ref_name)
-            # rounds to re-measure them in: contended rounds are replaced by later ones (``stop_rule``)
-            replacing = bool(contended) and budget is not None and replaced_in_budget(every_run, launcher, ref_name,
-                                                                                      contended, budget)
-            judged = without_rounds(every_run, contended) if replacing else every_run
-            measured_runs = without_rounds(group, contended) if replacing else group
+            # contended rounds are replaced by later ones (``stop_rule``) and left out, while enough quiet ones ran
+            handling = contended_handling(every_run, launcher, ref_name, contended, budget)
+            leaving_out = handling in (REPLACED, LEFT_OUT)
+            judged = without_rounds(every_run, contended) if leaving_out else every_run
+            measured_runs = without_rounds(group, contended) if leaving_out else group
             other = measured_runs.loc[measured_runs["launcher"] == launcher, "samples_per_sec"]
             ref = measured_runs.loc[measured_runs["launcher"] == ref_name, "samples_per_sec"]
             if other.empty or ref.empty:
                 continue
-            rounds, why_not = paired_rounds(judged, launcher, ref_name, len(contended) if replacing else 0)
+            rounds, why_not = paired_rounds(judged, launcher, ref_name, len(contended) if leaving_out else 0)
             if rounds is not None and len(rounds) < rounds_needed():
                 # the sign-flip test cannot reach α yet; on counterbalanced order the unpaired rule can
                 why_not = f"{len(rounds)} rounds, fewer than the {rounds_needed()} a paired test needs"
@@ -264,15 +264,17 @@ def _ratio_rows(runs: pd.DataFrame, ok: pd.DataFrame, pairs: List[tuple], budget
                 result = {**verdict.compare(other, ref, launcher, ref_name, **judge).to_dict(),
                           "analysis": f"unpaired: {why_not}"}
             if contended:
-                note = (f"{len(contended)} contended round(s) (other work on their hosts: "
-                        f"{', '.join(map(str, contended))}) left out of the verdict and replaced by later rounds, "
-                        "within the budget"
-                        if replacing else contended_note(every_run, launcher, ref_name, rounds, contended, target_gap))
+                rounds_named = ", ".join(map(str, contended))
+                named = f"{len(contended)} contended round(s) (other work on their hosts: {rounds_named})"
+                note = {REPLACED: f"{named} left out of the verdict and replaced by later rounds, within the budget",
+                        LEFT_OUT: f"{named} left out of the verdict; the replacement budget ran out before later "
+                                  f"rounds replaced them all, so it rests on the {len(rounds or [])} quiet rounds"
+                        }.get(handling) or contended_note(every_run, launcher, ref_name, rounds, contended, target_gap)
                 result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
-                         "contended_rounds": contended_text(contended, replacing) if contended else None,
+                         "contended_rounds": contended_text(contended, handling) if contended else None,
                          "order": leg_order(group, launcher, ref_name),
-                         "stopping": stopping(rounds, budget, contended, replacing) if budget else None})
+                         "stopping": stopping(rounds, budget, contended, handling) if budget else None})
     return rows
 
 
@@ -317,17 +319,21 @@ def planned(rounds: List[Tuple[float, float]], budget: tuple) -> int:
 
 
 def stopping(rounds: Optional[List[Tuple[float, float]]], budget: tuple, contended: Sequence[int] = (),
-             replaced: bool = False) -> str:
+             handling: Optional[str] = None) -> str:
     """Why a pair's rounds stopped where they did, under a budget of (first-stage rounds, most
     rounds, target gap, replacement rounds): the rounds the first stage planned
-    (``verdict.rounds_planned``), and how many of them ran; the ``contended`` rounds, ``replaced``
-    or judged as measured, and why; rounds beyond the plan (run for another pair of the variant)
-    with their ratios, reported but not judged."""
+    (``verdict.rounds_planned``), and how many of them ran; the ``contended`` rounds and their
+    ``handling`` (``contended_handling``), and why; rounds beyond the plan (run for another pair of
+    the variant) with their ratios, reported but not judged."""
     first_n, most, target_gap, spare = stop_plan(budget)
     named = ", ".join(map(str, contended))
-    if replaced:
+    if handling == REPLACED:
         aside = (f"; {len(contended)} contended round(s) replaced ({named}), of the {spare} the replacement "
                  "budget allows")
+    elif handling == LEFT_OUT:
+        why = (f"more than the {spare} the replacement budget (contended_replacements) allows"
+               if len(contended) > spare else "the rounds that replaced them fell short of the plan")
+        aside = f"; {len(contended)} contended round(s) ({named}) left out, not all replaced: {why}"
     elif contended:
         why = (f"more than the {spare} the replacement budget (contended_replacements) allows"
                if len(contended) > spare else "the quiet rounds fell short of the plan")
@@ -406,34 +412,32 @@ def stop_plan(budget: tuple) -> Tuple[int, int, float, int]:
 def rounds_to_run(runs: pd.DataFrame, a: str, b: str, budget: tuple) -> Tuple[int, str, List[int]]:
     """(how many rounds the pair ``a``, ``b`` needs in all, why, its contended rounds) from the
     rounds of ``runs`` that ended: the stop rule (``stop_rule``) and the verdict
-    (``replaced_in_budget``) both read it, so that they never disagree on which rounds count.
+    (``contended_handling``) both read it, so that they never disagree on which rounds count.
 
     The first stage is the first ``repeats`` quiet rounds (a contended round of it is replaced
     too); their spread plans how many quiet rounds to run (``verdict.rounds_planned``, at most
     ``max_repeats``), and each contended round is replaced by one more, from the replacement budget
-    (the 4th of ``budget``), not the plan's. Past that budget the contended rounds are judged as
-    measured, and only the plan over every round stops the rest."""
+    (the 4th of ``budget``), not the plan's. Past that budget no more rounds run in their place; the
+    verdict still leaves them out where the quiet rounds that ran are the first stage's at least
+    (``contended_handling``)."""
     first_n, most, target_gap, spare = stop_plan(budget)
     runs = runs[runs["launcher"].isin([a, b]) & runs["status"].isin(["ok", "failed"])]  # the runs that ended
     contended = contended_rounds(runs, a, b)
     named = ", ".join(map(str, contended))
-    if len(contended) > spare:
-        pairs, _ = paired_rounds(_first_rounds(runs, [], first_n), a, b)
-        over = (f"{len(contended)} contended round(s) ({named}), more than the {spare} the replacement budget "
-                "(contended_replacements) allows: judged as measured")
-        if pairs is None or len(pairs) < first_n or first_n < MIN_REPEATS:
-            return most, f"the first rounds cannot plan: {over}", contended
-        total, reason = verdict.rounds_planned(pairs[:first_n], target_gap, most)
-        return total, f"{reason}; {over}", contended
+    replaced = min(len(contended), spare)
+    over = (f"{len(contended)} contended round(s) ({named}), more than the {spare} the replacement budget "
+            "(contended_replacements) allows: no more rounds in their place" if len(contended) > spare else "")
     quiet, _ = paired_rounds(_first_rounds(runs, contended, first_n), a, b, len(contended))
     if quiet is None or len(quiet) < first_n or first_n < MIN_REPEATS:
-        why = (f"{len(contended)} contended round(s) ({named}) to replace, " if contended else "") + \
-            "the first stage's quiet rounds not all ended or paired"
-        return most + len(contended), f"budget spent: {why}", contended
+        why = over or ((f"{len(contended)} contended round(s) ({named}) to replace, " if contended else "") +
+                       "the first stage's quiet rounds not all ended or paired")
+        return most + replaced, f"budget spent: {why}", contended
     total, reason = verdict.rounds_planned(quiet[:first_n], target_gap, most)
-    if contended:
-        reason += f"; {len(contended)} contended round(s) replaced ({named}): {total + len(contended)} rounds in all"
-    return total + len(contended), reason, contended
+    if over:
+        reason += f"; {over}"
+    elif contended:
+        reason += f"; {len(contended)} contended round(s) replaced ({named}): {total + replaced} rounds in all"
+    return total + replaced, reason, contended
 
 
 def _first_rounds(runs: pd.DataFrame, contended: List[int], first_n: int) -> pd.DataFrame:
@@ -443,24 +447,36 @@ def _first_rounds(runs: pd.DataFrame, contended: List[int], first_n: int) -> pd.
     return runs[runs["repeat"].isin(quiet)]
 
 
-def replaced_in_budget(runs: pd.DataFrame, a: str, b: str, contended: List[int], budget: tuple) -> bool:
-    """Whether every contended round of ``a`` and ``b`` was replaced: within the replacement budget,
-    the quiet rounds that ran reach what the first ``repeats`` quiet ones planned
-    (``rounds_to_run``). Else the contended rounds are judged as measured (``contended_note``)."""
+REPLACED, LEFT_OUT, AS_MEASURED = "replaced", "left out", "judged as measured"
+
+
+def contended_handling(runs: pd.DataFrame, a: str, b: str, contended: List[int],
+                       budget: Optional[tuple]) -> Optional[str]:
+    """What the verdict of ``a`` and ``b`` does with their ``contended`` rounds: ``REPLACED``, left
+    out and the quiet rounds that ran reach what the first ``repeats`` quiet ones planned
+    (``rounds_to_run``); ``LEFT_OUT``, the replacement budget ran out first, but the quiet rounds are
+    the first stage's at least, so the verdict rests on them (fewer, and wider for it, never a busy
+    round); ``AS_MEASURED``, too few quiet rounds for that, or no budget: the rounds as measured,
+    and what the verdict would be without them (``contended_note``). None without contended rounds."""
+    if not contended:
+        return None
+    if budget is None:
+        return AS_MEASURED
     first_n, _, _, spare = stop_plan(budget)
-    total, _, counted = rounds_to_run(runs, a, b, budget)
-    if not contended or len(counted) > spare:
-        return False
     quiet, _ = paired_rounds(without_rounds(runs, contended), a, b, len(contended))
-    return quiet is not None and len(quiet) >= max(first_n, total - len(contended)) and first_n >= MIN_REPEATS
+    if quiet is None or first_n < MIN_REPEATS or len(quiet) < max(first_n, rounds_needed()):
+        return AS_MEASURED
+    total, _, _ = rounds_to_run(runs, a, b, budget)
+    return REPLACED if len(quiet) >= total - min(len(contended), spare) else LEFT_OUT
 
 
 def without_rounds(runs: pd.DataFrame, rounds: List[int]) -> pd.DataFrame:
     return runs[~runs["repeat"].isin(rounds)] if rounds else runs
 
 
-def contended_text(contended: List[int], replaced: bool) -> str:
-    """The answer row's tag text: 'rounds 2-4, replaced' or 'round 3, judged as measured'."""
+def contended_text(contended: List[int], handling: Optional[str]) -> str:
+    """The answer row's tag text: 'rounds 2-4, replaced', 'rounds 1-4, 8, left out' or 'round 3,
+    judged as measured' (``contended_handling``)."""
     spans: List[str] = []
     start = contended[0]
     for i, previous in enumerate(contended):
@@ -468,7 +484,7 @@ def contended_text(contended: List[int], replaced: bool) -> str:
             spans.append(str(start) if start == previous else f"{start}-{previous}")
             start = contended[i + 1] if i + 1 < len(contended) else previous
     rounds = f"round{'s' if len(contended) > 1 else ''} {', '.join(spans)}"
-    return f"{rounds}, {'replaced' if replaced else 'judged as measured'}"
+    return f"{rounds}, {handling or AS_MEASURED}"
 
 
 def contended_note(runs: pd.DataFrame, a: str, b: str, rounds: Optional[List[Tuple[float, float]]],
