@@ -288,7 +288,9 @@ class SshLauncher:
                     raise
             finally:
                 self.close()
-        return Launched(plan, results, {"python": hosts[0].python})
+        rates = [h.link_bits for h in hosts]
+        return Launched(plan, results, {"python": hosts[0].python},
+                        link_bits=min(rates) if len(hosts) > 1 and all(rates) else None)
 
     def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str], build: Optional[RunBuild] = None,
                steps: Optional[StepTimes] = None) -> dict:
