@@ -49,3 +49,41 @@ def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_ssh_h
     # the far host's roles stopped themselves: no heartbeat came for their supervisors
     pids = remote_pids(fleet, run_dir)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), LINK_SILENCE_S + 15)
+
+
+def test_a_link_throttled_to_a_trickle_mid_run_ends_the_run_naming_host_and_link(netns_ssh_hosts, monkeypatch,
+                                                                                  cifar_rec, tmp_path):
+    """Host 2's link slowed to 8 kbit/s mid-run, alive but a trickle: what the launcher sends waits
+    behind the job's own traffic in the link's queue (tbf holds some 64 KiB: a minute at that rate)
+    past the silence bound, so the connection ends as for a link taken down, well inside the run's
+    deadline, naming the host and the link; what was measured before is kept."""
+    fleet, network = netns_ssh_hosts
+    params = use_hosts(monkeypatch, fleet)
+    run_dir = run_dir_for(tmp_path)
+    throttled = {}
+
+    def throttle_host2():
+        end = time.monotonic() + 120
+        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
+            time.sleep(0.2)
+        throttled["at"] = time.monotonic()
+        network.set_rate("8kbit", host=1)
+
+    thrower = threading.Thread(target=throttle_host2)
+    thrower.start()
+    try:
+        with pytest.raises(RoleFailed) as failed:
+            launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=600)
+        ended = time.monotonic()
+    finally:
+        thrower.join()
+        network.set_rate(network.rate, host=1)
+    assert "at" in throttled, "worker-1 never logged a speed line"
+    message = str(failed.value)
+    assert "lost its SSH connection to host mxbench_ssh_2" in message, message
+    assert f"{fleet.hosts[1].address}:22 does not answer now (timed out): the link to the host is down or throttled " \
+           "to a trickle" in message, message
+    assert ended - throttled["at"] < LINK_SILENCE_S + 45, ended - throttled["at"]
+    # what was measured before stays: the workers' streamed speed lines, and host 1's rank log fetched
+    assert all("Speed:" in _read(run_dir / "roles" / f"worker-{i}.log") for i in range(2))
+    assert list(run_dir.glob("rank*.log"))
