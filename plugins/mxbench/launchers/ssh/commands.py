@@ -303,17 +303,27 @@ def output_name_ok(name) -> bool:
             and name not in LOCAL_ONLY and len(os.fsencode(name)) <= NAME_MAX_BYTES)
 
 
+def peer_silent(peer: tuple) -> Optional[str]:
+    """Why ``peer`` (address, port) does not answer a new connection now, in words; None when it does
+    (a refusal is an answer: the host's link is up)."""
+    try:
+        socket.create_connection(peer[:2], timeout=LINK_CHECK_S).close()
+    except ConnectionRefusedError:
+        return None
+    except OSError as down:
+        return (f"{peer[0]}:{peer[1]} does not answer now ({down or type(down).__name__}): the link to the "
+                f"host is down or throttled to a trickle (a link silent for {LINK_SILENCE_S:g} s ends the "
+                "connection)")
+    return None
+
+
 def link_lost(exc: Optional[BaseException], peer: Optional[tuple]) -> str:
     """Why a connection to ``peer`` (address, port) ended, in words. Paramiko hears a link silenced
     past LINK_SILENCE_S only as an end of file, so a fresh connection attempt tells a link that is
     down from a host that hung up."""
-    if peer:
-        try:
-            socket.create_connection(peer[:2], timeout=LINK_CHECK_S).close()
-        except OSError as down:
-            return (f"{peer[0]}:{peer[1]} does not answer now ({down or type(down).__name__}): the link to the "
-                    f"host is down or throttled to a trickle (a link silent for {LINK_SILENCE_S:g} s ends the "
-                    "connection)")
+    silent = peer_silent(peer) if peer else None
+    if silent:
+        return silent
     if exc is None:
         return ""
     return f"the connection ended ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"
