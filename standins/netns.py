@@ -147,13 +147,15 @@ class Network:
     def from_json(cls, d: dict) -> "Network":
         return cls(d["prefix"], d["root_link"], d["subnet"], d["rate"], int(d["count"]))
 
-    def set_rate(self, rate: str) -> None:
-        """Shape every host's link to ``rate`` from now on, each way."""
+    def set_rate(self, rate: str, host: Optional[int] = None) -> None:
+        """Shape every host's link to ``rate`` from now on, each way; with ``host`` (0-based), that
+        host's alone (a fault: the network's ``rate`` stays what the others have)."""
         burst = _burst(rate_bits(rate))
-        for i in range(self.count):
+        for i in range(self.count) if host is None else [host]:
             for where, dev in ((self.namespace(i), "eth0"), (self.switch, f"host{i + 1}")):
                 _shape(where, dev, rate, burst)
-        self.rate = rate
+        if host is None:
+            self.rate = rate
 
     def sent(self, i: int) -> int:
         """Bytes host i has sent into the bridge so far (its switch port's received bytes)."""

@@ -236,7 +236,9 @@ class Fleet:
         return {"conn_type": "ssh", "host": h.address, "port": h.port, "login": self.user,
                 "extra": {"key_file": str(self.client_key), "host_key": h.host_key,
                           "look_for_keys": "false", "mxbench_workdir": str(h.workdir),
-                          **({"mxbench_network": network} if network else {}), **extra}}
+                          **({"mxbench_network": network} if network else {}),
+                          **({"mxbench_link_rate": self.network["rate"]} if self.network["kind"] == "netns" else {}),
+                          **extra}}
 
     def airflow_env(self, conn_ids: Iterable[str] = DEFAULT_CONN_IDS, **extra) -> dict[str, str]:
         """{"AIRFLOW_CONN_<ID>": json of connection(i)} for the first len(conn_ids) hosts."""

@@ -7,7 +7,7 @@
     mxbench builds VARIANT [--launcher L] [--fingerprint F] [--url URL]
     mxbench import [RUN_DIR ...] [--url URL]
     mxbench fetch DAG_ID RUN_ID [--to DIR]
-    mxbench scaling RUN_DIR [--threshold T] [--throughput X] [--seed S]
+    mxbench scaling RUN_DIR [RUN_DIR ...] [--threshold T] [--throughput X] [--seed S]
     mxbench scaling --store [--url URL] [--dag-id D ...] [--launcher L] [--fingerprint F] [--build B]
                     [--since DATE] [--threshold T] [--throughput X] [--seed S]
     mxbench doctor [--seconds S] [--root DIR]
@@ -141,30 +141,39 @@ def cmd_compare(args) -> int:
 
 
 def cmd_scaling(args) -> int:
-    """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs; of one DAG
-    run folder, or (``--store``) of every stored DAG run of the setups."""
+    """The report's scaling model section as text: fit, PROJECTED sizes, hold-out, costs; of DAG run
+    folders (several pooled: e.g. one DAG run per link rate, from which the model learns the
+    network), or (``--store``) of every stored DAG run of the setups."""
     from mxbench.report import scaling_tables
     from mxbench.run_folder import DagRunFolder, load_table, read_json
 
-    if args.store == bool(args.run_dir):
-        print("error: give a DAG run folder, or --store for every stored DAG run", file=sys.stderr)
+    if args.store == bool(args.run_dirs):
+        print("error: give DAG run folders, or --store for every stored DAG run", file=sys.stderr)
         return 2
     if args.store:
         return scaling_of_store(args)
-    folder = DagRunFolder(Path(args.run_dir))
-    runs, request = load_table(folder.table("runs")), read_json(folder.request, {}) or {}
-    if runs.empty:
-        print(f"error: {args.run_dir} has no tables/runs.csv (run `mxbench report` on it first)", file=sys.stderr)
-        return 1
+    tables, variants = [], {}
+    for run_dir in args.run_dirs:
+        folder = DagRunFolder(Path(run_dir))
+        runs = load_table(folder.table("runs"))
+        if runs.empty:
+            print(f"error: {run_dir} has no tables/runs.csv (run `mxbench report` on it first)", file=sys.stderr)
+            return 1
+        tables.append(runs)
+        variants.update(scaling_tables.variants_of(read_json(folder.request, {}) or {}))
+    runs = pd.concat(tables, ignore_index=True)
+    first = DagRunFolder(Path(args.run_dirs[0]))
     prices, why = scaling_tables.prices_or_why()
-    found = scaling_tables.models(runs, request, args.threshold, args.seed)
+    found = scaling_tables.fitted(runs, variants, args.threshold, args.seed)
     if not found:
         print(f"no setup has {scaling_tables.MIN_SIZES} or more sizes measured: no scaling model")
     else:
         print_models(found, prices, args.threshold, args.throughput,
-                     scaling_tables.images_per_epoch(read_json(folder.data, {}) or {}))
-    print("\n== this DAG run's cost" + (f" ({why})" if why else ""))
-    print(scaling_tables.run_cost_table(runs, request, prices).to_string(index=False))
+                     scaling_tables.images_per_epoch(read_json(first.data, {}) or {}))
+    whose = "this DAG run's cost" if len(tables) == 1 else "these DAG runs' cost"
+    print(f"\n== {whose}" + (f" ({why})" if why else ""))
+    print(scaling_tables.run_cost_table(runs, {"runs": [{"variant": v} for v in variants.values()]},
+                                        prices).to_string(index=False))
     return 0
 
 
@@ -336,7 +345,8 @@ def build_parser():
     p = sub.add_parser("scaling", help="the scaling model of a DAG run folder, or of every stored DAG run (--store): "
                                        "fitted terms, measured and PROJECTED sizes with prediction intervals, the "
                                        "largest size predicted from the others, costs from MXBENCH_PRICES")
-    p.add_argument("run_dir", nargs="?", help="a DAG run folder (or --store)")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR",
+                   help="DAG run folders, pooled (e.g. one per link rate); or --store")
     p.add_argument("--store", action="store_true",
                    help="fit every stored DAG run of the setups, on one kind of machine (not a bisect's probes)")
     p.add_argument("--url", help="with --store: the results store (default: $MXBENCH_RESULTS_URL, else "

@@ -17,6 +17,11 @@ were runnable and waiting; ``pressure_source`` says whose, or that the host-wide
 ``run_threads`` what the run's own roles on the host ask of its ``cpus``, which explains part of it),
 and ``canary_s``, the fixed workload of ``canary`` timed right before and right after the span
 (``canary_cost_s``: what timing it cost the run).
+
+``net_sent_bytes``: what the host sent over the span through its interfaces other than ``lo``
+(``/proc/net/dev`` of the worker's network namespace): the run's pushes and pulls to the other
+hosts, with whatever else the host sent meanwhile. The scaling model divides it by the worker's
+batches to learn the network term from runs at two link rates (``results.scaling_model``).
 """
 import os
 import socket
@@ -151,6 +156,17 @@ def _throttle_count() -> Optional[int]:
     return sum(counts) if counts else None
 
 
+def sent_bytes(proc: Path = PROC) -> Optional[int]:
+    """Bytes sent so far through every interface but ``lo`` (``/proc/net/dev``'s transmit bytes,
+    the ninth number after the name); None where unreadable."""
+    try:
+        lines = (proc / "net" / "dev").read_text().splitlines()[2:]
+        counts = {name.strip(): int(numbers.split()[8]) for name, numbers in (line.split(":", 1) for line in lines)}
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(count for name, count in counts.items() if name != "lo")
+
+
 def _load1() -> Optional[float]:
     try:
         return float((PROC / "loadavg").read_text().split()[0])
@@ -182,6 +198,7 @@ class HostWatch:
         self.started = time.monotonic()
         try:
             self.pressure, self.cpu, self.throttle = pressure_total_us(), cpu_ticks(), _throttle_count()
+            self.sent = sent_bytes()
             self.parents: Dict[Tuple[int, int], int] = {}
             self.foreign = {} if self.in_pod else foreign_ticks(self.own_root, self.marker, (), self.parents)
             self.gpu_start = gpu_interference(self.gpus, self.own_root, self.marker) if self.gpus else {}
@@ -222,6 +239,11 @@ class HostWatch:
             unreadable.append("CPU used by other processes (a pod sees only its own processes, not its node's)")
         else:
             found["foreign_cpu_s"] = round(self._foreign_seconds(), 3)
+        sent = sent_bytes()
+        if sent is None or self.sent is None:
+            unreadable.append("bytes sent (no /proc/net/dev)")
+        else:
+            found["net_sent_bytes"] = sent - self.sent
         if throttle is not None and self.throttle is not None:
             found["cpu_throttled"] = throttle - self.throttle
         if found["cpu_mhz"] is None:

@@ -58,3 +58,15 @@ def test_report_says_which_network_the_ssh_leg_crossed(netns_dag_run):
     assert "SSH TARGET: the network of mxbench_ssh_1, mxbench_ssh_2: network namespaces joined by a bridge, " \
            "each host's link shaped to 1gbit each way" in md
     assert "no network was crossed" not in md
+
+
+def test_the_run_records_its_link_rate_and_the_bytes_its_hosts_read(netns_dag_run):
+    """What the scaling model learns the network term from (``scaling_model.network_from_links``):
+    the link rate the connections state, and the bytes each host read itself while training, which
+    lie within what the switch saw that host send over the whole run (set-up and fetch included)."""
+    _, dag_dir, sent = netns_dag_run
+    run = pd.read_csv(dag_dir / "tables" / "runs.csv").iloc[0]
+    assert run["link_bits"] == 1e9
+    batches = 1000 // 64 // 2  # each worker's, of 1000 synthetic images in one epoch
+    read = run["link_bytes_per_step"] * batches
+    assert 0.3 * max(sent) < read <= 1.02 * max(sent), (read, sent)

@@ -36,11 +36,14 @@ LOCAL_ONLY = frozenset(RunFolder.FILES) | STEP_TIME_FILES
 @dataclass
 class Launched:
     """What ``execute`` gives back: the plan it ran, each role's result, and what the roles ran
-    with: ``{"python": path}`` (local, ssh: the first host's) or ``{"image": name}`` (kubernetes)."""
+    with: ``{"python": path}`` (local, ssh: the first host's) or ``{"image": name}`` (kubernetes);
+    ``link_bits``: the rate of the slowest link between its hosts, bits/s, where the hosts' settings
+    state one (ssh: ``mxbench_link_rate``), else None."""
 
     plan: List["Role"]
     results: List["RoleResult"]
     runtime: Dict[str, str] = field(default_factory=dict)
+    link_bits: Optional[float] = None
 
 
 class RoleHandle(Protocol):

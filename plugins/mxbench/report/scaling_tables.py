@@ -55,22 +55,25 @@ def fitted(runs: pd.DataFrame, variants: Dict[str, dict], threshold: float = THR
         return []
     rows = runs.astype(object).where(runs.notna(), None).to_dict("records")
     found = []
-    for key, points in scaling_model.setups(rows, variants).items():
-        if len({(p.config.devices, p.config.hosts) for p in points}) < MIN_SIZES:
+    for key, measured in scaling_model.setups(rows, variants).items():
+        points, network = scaling_model.network_from_links(measured)
+        if len({p.config for p in points}) < MIN_SIZES:  # a size at two link rates counts twice
             continue
         gpus = any(variants[r["variant"]].get("gpus_per_worker") for r in rows if r.get("variant") in variants
                    and r.get("launcher") == key[0])
         model = scaling_model.fit(points, seed=seed)
         found.append(SetupModel(key, gpus, model, scaling_model.project(model),
                                 scaling_model.holdout(points, seed=seed),
-                                scaling_model.threshold_size(model, threshold), [] if gpus else [CPU_NOTE]))
+                                scaling_model.threshold_size(model, threshold),
+                                [network] + ([] if gpus else [CPU_NOTE])))
     return found
 
 
 def size(config: scaling_model.Config, gpus: bool) -> str:
     unit = "GPU" if gpus else "CPU worker"
     text = f"{config.devices} {unit}{'s' if config.devices != 1 else ''}"
-    return text + (f" on {config.hosts} machines" if config.hosts > 1 else "")
+    text += f" on {config.hosts} machines" if config.hosts > 1 else ""
+    return text + (f" at {scaling_model.rate_text(config.link_bits)}" if config.hosts > 1 and config.link_bits else "")
 
 
 def terms_table(found: List[SetupModel]) -> pd.DataFrame:
@@ -79,6 +82,8 @@ def terms_table(found: List[SetupModel]) -> pd.DataFrame:
         for j, term in enumerate(scaling_model.TERMS):
             state = ("fitted" if m.model.coef[j] > 0 else "fitted at zero") if m.model.seen[j] \
                 else "not identified by these sizes (an allowance where a projection needs it)"
+            if term == "network" and scaling_model.links_learned(m.model.points):
+                state += " from the link rates (per second of link time)"
             rows.append({"setup": m.name, "term": term, "ms a step (per unit)": fmt(m.model.coef[j] * 1e3, 2),
                          f"{m.model.level:.0%} interval (bootstrap over runs)":
                              f"{fmt(m.model.coef_low[j] * 1e3, 2)}–{fmt(m.model.coef_high[j] * 1e3, 2)}"
@@ -91,9 +96,9 @@ def curve_table(found: List[SetupModel], prices: dict, images_per_epoch: Optiona
     rows = []
     for m in found:
         price = prices.get(m.key[0])
-        measured = {(p.config.devices, p.config.hosts): p for p in m.model.points}
+        measured = {p.config: p for p in m.model.points}
         for c in m.curve:
-            point = measured.get((c.config.devices, c.config.hosts)) if not c.projected else None
+            point = measured.get(c.config) if not c.projected else None
             seen = c.config.devices * c.config.batch_per_device / point.steps.mean() if point else None
             epoch_s = images_per_epoch / c.samples_per_sec if images_per_epoch else None
             rows.append({

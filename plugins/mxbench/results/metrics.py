@@ -78,6 +78,27 @@ def run_metrics(parsed: ParsedLog, name: str = "log", images_per_epoch_hint: Opt
     }
 
 
+def link_bytes_per_step(events) -> Optional[float]:
+    """Bytes the busiest host sent per step over training: each worker's ``run_end`` reading of its
+    host (``net_sent_bytes``, ``mxbench_train.host_watch``) over its batches (``images_seen`` over
+    its ``run_start``'s ``batch_size``); None where no worker read it. A host's word: a value that is
+    no count is passed over."""
+    def count(value) -> Optional[float]:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        return float(value) if ok else None
+
+    batch = {e.get("rank"): count(e.get("batch_size")) for e in events if e.get("event") == "run_start"}
+    per_step = []
+    for e in events:
+        if e.get("event") != "run_end" or not isinstance(e.get("host"), dict):
+            continue
+        sent, images = count(e["host"].get("net_sent_bytes")), count(e.get("images_seen"))
+        size = batch.get(e.get("rank"))
+        if sent is not None and images and size:
+            per_step.append(sent / (images / size))
+    return max(per_step) if per_step else None
+
+
 def nan_to_none(value):
     """A table cell as JSON takes it: NaN (a missing number) -> None."""
     return None if isinstance(value, float) and math.isnan(value) else value

@@ -13,6 +13,14 @@ for m devices on a host, the share of the gradient each exchanges within its mac
 x_dev·q, q the share of the host's device pairs without P2P (MXNet's P2P matrix, ``p2p_pairs``);
 x_net: gradients per step through the busiest host link to the parameter servers (``dist_*``
 kvstores over several hosts; servers placed round-robin as mxnet.tools.launch does).
+
+The network learned from the runs (``network_from_links``): where a multi-host size was measured at
+two or more link rates (the ssh hosts' ``mxbench_link_rate``, recorded per run) and its hosts read
+the bytes they sent (``metrics.link_bytes_per_step``), x_net becomes link seconds a step,
+x_net·8·gradient_bytes/link_bits, gradient_bytes the measured bytes per step over x_net: the
+same size at two rates differs only there, so c_net (the share of the link's time that shows in the
+step: 1 for none hidden behind compute) is identified from the rates, not from the 1-host sizes,
+whose setups differ in more than the link. PROJECTED sizes keep the fastest measured rate.
 Throughput = devices·batch_per_device / T; efficiency = T(1 device) / T.
 
 Fit: non-negative least squares on each size's mean step time (no cost is negative; a term
@@ -49,6 +57,8 @@ class Config:
     servers: int = 0
     batch_per_device: int = 1
     no_p2p: Optional[float] = 0.0
+    link_bits: Optional[float] = None  # each host's link rate, bits/s: with gradient_bytes, x_net in link seconds
+    gradient_bytes: Optional[float] = None  # bytes per step through the busiest link, per gradient (x_net)
 
     @property
     def per_host(self) -> float:
@@ -59,6 +69,8 @@ class Config:
 class Point:
     config: Config
     speeds: Tuple[float, ...]  # samples/s of each measured repeat
+    link_bits: Optional[float] = None  # as the runs recorded them, before network_from_links uses them
+    bytes_per_step: Optional[float] = None  # through the busiest host's link (median of the runs)
 
     @property
     def steps(self) -> np.ndarray:
@@ -90,7 +102,57 @@ def servers_wanted(config: Config, tolerance: float = 0.05) -> Optional[int]:
 def features(config: Config, no_p2p: Optional[float] = None) -> np.ndarray:
     x_dev = (config.per_host - 1) / config.per_host
     q = config.no_p2p if no_p2p is None else no_p2p
-    return np.array([1.0, x_dev, x_dev * (q or 0.0), link_load(config.workers, config.hosts, config.servers)])
+    x_net = link_load(config.workers, config.hosts, config.servers)
+    if config.link_bits and config.gradient_bytes:
+        x_net *= 8 * config.gradient_bytes / config.link_bits
+    return np.array([1.0, x_dev, x_dev * (q or 0.0), x_net])
+
+
+def rate_text(bits: float) -> str:
+    for unit, size in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits >= size:
+            return f"{bits / size:g} {unit}"
+    return f"{bits:g} bit/s"
+
+
+def links_learned(points: Sequence[Point]) -> bool:
+    """Whether the fit's network term is in link seconds (``network_from_links`` learned it)."""
+    return any(p.config.link_bits and p.config.gradient_bytes for p in points)
+
+
+def network_from_links(points: Sequence[Point]) -> Tuple[List[Point], str]:
+    """(the points, a line on the network term). Where one multi-host size was measured at two or
+    more link rates and every multi-host point knows its rate and bytes sent, each point's config
+    gets the setup's gradient_bytes and its link rate (1-host sizes and projections: the fastest
+    measured), so x_net is link seconds. Else the configs keep neither (points of one size at
+    several rates become one) and the line says why the network term is still an allowance."""
+    linked = [p for p in points if link_load(p.config.workers, p.config.hosts, p.config.servers) > 0]
+    rates = sorted({p.link_bits for p in linked if p.link_bits})
+    by_size: Dict[Config, set] = {}
+    for p in linked:
+        by_size.setdefault(p.config, set()).add(p.link_bits)
+    why = ("no run crossed a link between hosts" if not linked else
+           "the runs recorded no link rate (an ssh connection's mxbench_link_rate)" if not rates else
+           "a run of several hosts recorded no link rate" if not all(p.link_bits for p in linked) else
+           f"no size of several hosts was measured at two link rates (measured: "
+           f"{', '.join(map(rate_text, rates))})" if max(len(r) for r in by_size.values()) < 2 else
+           "some runs of several hosts read no bytes sent (a trainer from before mxbench read them)"
+           if not all(p.bytes_per_step for p in linked) else "")
+    if why:
+        merged: Dict[Config, Tuple[float, ...]] = {}
+        for p in points:
+            merged[p.config] = merged.get(p.config, ()) + p.speeds
+        return ([Point(c, speeds) for c, speeds in merged.items()],
+                f"network: not learned from the runs ({why}): a PROJECTED size that needs more of it than was "
+                f"measured assumes an allowance")
+    gradient = float(np.median([(p.bytes_per_step or 0.0) / link_load(p.config.workers, p.config.hosts,
+                                                                        p.config.servers) for p in linked]))
+    fastest = rates[-1]
+    learned = [replace(p, config=replace(p.config, link_bits=p.link_bits or fastest, gradient_bytes=gradient))
+               for p in points]
+    return learned, (f"network: learned from runs at link rates {', '.join(map(rate_text, rates))} "
+                     f"({gradient / 1e3:,.1f} kB a step through the busiest host's link per gradient): its unit is "
+                     f"a second of link time (8·bytes/rate); PROJECTED sizes at {rate_text(fastest)}")
 
 
 @dataclass(frozen=True)
@@ -229,7 +291,8 @@ def predict(model: Fit, config: Config, priors: Optional[Dict[str, Tuple[float, 
 
 
 def largest(points: Sequence[Point]) -> Point:
-    return max(points, key=lambda p: (p.config.devices, p.config.hosts))
+    """The most devices, then hosts, then the fastest link."""
+    return max(points, key=lambda p: (p.config.devices, p.config.hosts, p.config.link_bits or 0.0))
 
 
 def scaled_up(config: Config, factor: int) -> Config:
@@ -292,9 +355,10 @@ def no_p2p_share(p2p_pairs, gpus: bool, per_host: float) -> Optional[float]:
 
 
 def setups(rows: Sequence[dict], variants: Dict[str, dict]) -> Dict[tuple, List[Point]]:
-    """(launcher, num_layers, batch_per_device) -> one Point per variant with measured runs, from the
-    runs table's rows and the request's variant dicts (``matrix.variants.Variant`` as JSON):
-    the groups of ``metrics.add_scaling``."""
+    """(launcher, num_layers, batch_per_device) -> one Point per variant and link rate with measured
+    runs, from the runs table's rows and the request's variant dicts (``matrix.variants.Variant`` as
+    JSON): the groups of ``metrics.add_scaling``; each Point with its runs' link rate and bytes a step
+    (``network_from_links`` decides what the fit makes of them)."""
     speeds: Dict[tuple, list] = {}
     for row in rows:
         if row.get("status") == "ok" and row.get("samples_per_sec") == row.get("samples_per_sec") \
@@ -303,12 +367,24 @@ def setups(rows: Sequence[dict], variants: Dict[str, dict]) -> Dict[tuple, List[
             speeds.setdefault(key, []).append(row)
     found: Dict[tuple, List[Point]] = {}
     for key, group in speeds.items():
-        for variant_id in dict.fromkeys(r["variant"] for r in group):
-            v, mine = variants[variant_id], [r for r in group if r["variant"] == variant_id]
+        for variant_id, link in dict.fromkeys((r["variant"], _number(r.get("link_bits"))) for r in group):
+            v = variants[variant_id]
+            mine = [r for r in group if r["variant"] == variant_id and _number(r.get("link_bits")) == link]
             devices, hosts = int(mine[0]["devices"]), int(v.get("hosts") or 1)
             servers = int(v.get("workers") or 1) if str(v.get("kvstore", "")).startswith("dist") else 0
             p2p = next((r.get("p2p_pairs") for r in mine if isinstance(r.get("p2p_pairs"), str)), None)
             config = Config(devices, hosts, int(v.get("workers") or 1), servers, key[2],
                             no_p2p_share(p2p, bool(v.get("gpus_per_worker")), devices / hosts))
-            found.setdefault(key, []).append(Point(config, tuple(float(r["samples_per_sec"]) for r in mine)))
+            sent = [b for b in (_number(r.get("link_bytes_per_step")) for r in mine) if b]
+            found.setdefault(key, []).append(Point(config, tuple(float(r["samples_per_sec"]) for r in mine), link,
+                                                   float(np.median(sent)) if sent else None))
     return found
+
+
+def _number(value) -> Optional[float]:
+    """A table cell as a positive number, or None (empty, NaN, zero)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) and number > 0 else None

@@ -38,7 +38,14 @@ from mxbench.matrix.variants import (
     variant_from_dict,
 )
 from mxbench.results import answers, calibration, contention, convergence
-from mxbench.results.metrics import NoSpeedLines, kubernetes_gap, launcher_ratios, run_metrics, summarise
+from mxbench.results.metrics import (
+    NoSpeedLines,
+    kubernetes_gap,
+    launcher_ratios,
+    link_bytes_per_step,
+    run_metrics,
+    summarise,
+)
 from mxbench.results.parse import parse_log, parse_run_logs
 from mxbench.run_folder import DagRunFolder, RunFolder, load_table, read_json, write_json
 from mxbench.stages.dag_run_failures import clear_stage_failure, root_cause, stage_failed
@@ -276,7 +283,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "samples_per_sec": None, "epoch_samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None,
            "warmup_excluded": None, "validation_accuracy": None, "gpu_util_pct": None, "gpu_mem_mib": None,
            "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
-           "reused": False, "warnings": None,
+           "reused": False, "warnings": None, "link_bits": None, "link_bytes_per_step": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None, "quiet_wait_s": None, "quiet": None,
            "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"])),
@@ -325,7 +332,8 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
             judged_with = contention.thresholds_for(thresholds, contention.run_machine(parsed.events),
                                                       run["launcher"])
             row.update(**gpu_usage(run_dir), **contention.summarise(parsed.events, judged_with),
-                       warnings="; ".join(warnings) or None)
+                       warnings="; ".join(warnings) or None, link_bits=meta.get("link_bits"),
+                       link_bytes_per_step=link_bytes_per_step(parsed.events))
             if metrics["p2p"]:
                 row["p2p_pairs"] = f"{metrics['p2p']['enabled_pairs']}/{metrics['p2p']['total_pairs']}"
             write_json(folder.metrics, {**metrics, "environment": environment})

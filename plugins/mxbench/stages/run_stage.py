@@ -121,6 +121,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
             raise MxbenchError(f"it asked for {build}{asked_commit}, but its trainer imported MXNet "
                                f"{reported or '(no version reported)'}{named} ({where}): not kept "
                                f"as {redact(build.package)}")
+        if launched.link_bits:
+            meta["link_bits"] = launched.link_bits
         results = launched.results
         meta.update(status="ok", cause=None, roles=[vars(r) for r in results],
                     warnings=[r.warning for r in results if r.warning],

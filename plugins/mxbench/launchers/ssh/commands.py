@@ -29,6 +29,8 @@ HEARTBEAT_TIMEOUT_S = 30.0  # ...and its supervisor stops the role after this lo
 LINK_SILENCE_S = HEARTBEAT_TIMEOUT_S
 LINK_CHECK_S = 3.0  # how long a lost connection's host may take to answer a new one
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LINK_RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit|)$")
+RATE_UNITS = {"": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class SshHost:
     builds: Dict[str, str] = field(default_factory=dict)
     # mxbench_network: what the host's traffic crosses, in words, for the report's conditions
     network: Optional[str] = None
+    # mxbench_link_rate: the rate of the host's link, each way, bits/s (the scaling model's network term)
+    link_bits: Optional[float] = None
 
     def __str__(self):
         return f"host {self.conn_id} ({self.address})"
@@ -93,7 +97,20 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_hos
     if network and not _one_line(network):
         raise MxbenchError(f"{where}: mxbench_network must be one line of text")
     return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
-                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect, builds, network)
+                   checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect, builds, network,
+                   link_bits(extra.get("mxbench_link_rate"), where))
+
+
+def link_bits(rate, where: str) -> Optional[float]:
+    """``mxbench_link_rate`` in bits/s: tc's notation ("10mbit", "1gbit") or a number of bits/s;
+    None where the connection states none."""
+    if rate is None or str(rate).strip() == "":
+        return None
+    m = LINK_RATE.match(str(rate).strip().lower())
+    bits = float(m.group(1)) * RATE_UNITS[m.group(2)] if m else 0.0
+    if not bits > 0:
+        raise MxbenchError(f"{where}: mxbench_link_rate {rate!r} is not a rate (like 1gbit, 10mbit, or bits/s)")
+    return bits
 
 
 def builds_problem(host: SshHost, build: Optional[RunBuild]) -> Optional[str]:
@@ -286,17 +303,27 @@ def output_name_ok(name) -> bool:
             and name not in LOCAL_ONLY and len(os.fsencode(name)) <= NAME_MAX_BYTES)
 
 
+def peer_silent(peer: tuple) -> Optional[str]:
+    """Why ``peer`` (address, port) does not answer a new connection now, in words; None when it does
+    (a refusal is an answer: the host's link is up)."""
+    try:
+        socket.create_connection(peer[:2], timeout=LINK_CHECK_S).close()
+    except ConnectionRefusedError:
+        return None
+    except OSError as down:
+        return (f"{peer[0]}:{peer[1]} does not answer now ({down or type(down).__name__}): the link to the "
+                f"host is down or throttled to a trickle (a link silent for {LINK_SILENCE_S:g} s ends the "
+                "connection)")
+    return None
+
+
 def link_lost(exc: Optional[BaseException], peer: Optional[tuple]) -> str:
     """Why a connection to ``peer`` (address, port) ended, in words. Paramiko hears a link silenced
     past LINK_SILENCE_S only as an end of file, so a fresh connection attempt tells a link that is
     down from a host that hung up."""
-    if peer:
-        try:
-            socket.create_connection(peer[:2], timeout=LINK_CHECK_S).close()
-        except OSError as down:
-            return (f"{peer[0]}:{peer[1]} does not answer now ({down or type(down).__name__}): the link to the "
-                    f"host is down or throttled to a trickle (a link silent for {LINK_SILENCE_S:g} s ends the "
-                    "connection)")
+    silent = peer_silent(peer) if peer else None
+    if silent:
+        return silent
     if exc is None:
         return ""
     return f"the connection ended ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"

@@ -48,6 +48,7 @@ from mxbench.launchers.ssh.commands import (
     command_error,
     isolation_flag,
     link_lost,
+    peer_silent,
     probe_command,
     quiet_command,
     reap_command,
@@ -61,6 +62,7 @@ from mxbench.launchers.ssh.commands import (
 from mxbench.launchers.ssh.remote_role import RemoteRole
 from mxbench.launchers.ssh.transfer import (
     ByteBudget,
+    FetchProblems,
     answer_max_bytes,
     check_shared,
     fetch_outputs,
@@ -82,6 +84,18 @@ BUILD_WAIT_S = BUILD_TIMEOUT_S + 600 + 300 + 60  # and host_build's venv and imp
 ANSWER_CHUNK = 1 << 16
 ANSWER_POLL_S = 0.2  # how often a command's stderr and deadline are looked at while its stdout is quiet
 KEEPALIVE_S = 5  # paramiko's keepalive: an idle connection still has data in flight to go unanswered
+# the fetch of a run's files is tried again while a link that went silent comes back within this
+# long of its first loss (a switch rebooting, a cable reseated), a few seconds apart
+FETCH_RETRY_S = 120.0
+FETCH_RETRY_PAUSE_S = 2.0
+
+
+class SftpLost(MxbenchError):
+    """An SFTP session that failed; ``link_down``: its host did not answer a new connection then."""
+
+    def __init__(self, message: str, link_down: bool):
+        super().__init__(message)
+        self.link_down = link_down
 
 
 # --- the launcher -------------------------------------------------------------------------------
@@ -288,7 +302,9 @@ class SshLauncher:
                     raise
             finally:
                 self.close()
-        return Launched(plan, results, {"python": hosts[0].python})
+        rates = [h.link_bits for h in hosts]
+        return Launched(plan, results, {"python": hosts[0].python},
+                        link_bits=min(rates) if len(hosts) > 1 and all(rates) else None)
 
     def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str], build: Optional[RunBuild] = None,
                steps: Optional[StepTimes] = None) -> dict:
@@ -354,8 +370,7 @@ class SshLauncher:
             if host.conn_id not in remote:
                 continue  # it never got a run folder
             try:
-                with self._sftp(host, "fetching the run's logs") as sftp:
-                    fetch_outputs(sftp, remote[host.conn_id], run_dir, str(host), budget)
+                self._fetch_host(host, remote[host.conn_id], run_dir, budget)
             except MxbenchError as exc:
                 errors.append(exc)
                 if not getattr(exc, "whole", False):
@@ -364,6 +379,38 @@ class SshLauncher:
                 self._remove_run_folder(host, remote[host.conn_id])
         if errors:
             raise errors[0]
+
+    def _fetch_host(self, host: SshHost, remote_dir: str, run_dir: Path, budget: ByteBudget) -> None:
+        """One host's files of the run. A link that goes down meanwhile (the host does not answer a
+        new connection) is waited for: the fetch starts again on a new connection while the link
+        comes back within FETCH_RETRY_S, skipping the files it brought already (each one lands
+        whole or not at all: ``transfer._fetch_file``)."""
+        done: set = set()
+        give_up = None
+        while True:
+            try:
+                with self._sftp(host, "fetching the run's logs") as sftp:
+                    return fetch_outputs(sftp, remote_dir, run_dir, str(host), budget, done)
+            except FetchProblems:
+                raise
+            except MxbenchError as exc:  # a reconnection refused while the link is still down counts too
+                if give_up is None and not getattr(exc, "link_down", False):
+                    raise
+                give_up = give_up or time.monotonic() + FETCH_RETRY_S
+                if time.monotonic() >= give_up:
+                    raise MxbenchError(f"{exc} (the link did not come back within {FETCH_RETRY_S:g} s)") from None
+                print(f"mxbench: {exc}: trying again ({len(done)} file(s) fetched already)", file=sys.stderr)
+                self._forget(host)
+                time.sleep(FETCH_RETRY_PAUSE_S)
+
+    def _forget(self, host: SshHost) -> None:
+        """Drop ``host``'s connection: the next call connects anew."""
+        client = self._clients.pop(host.conn_id, None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                pass
 
     def _remove_run_folder(self, host: SshHost, folder: str):
         """A folder left behind costs only disk: a failure to remove it is a warning, not the run's."""
@@ -386,9 +433,12 @@ class SshLauncher:
             chan.invoke_subsystem("sftp")
             sftp = paramiko.SFTPClient(chan)
             yield sftp
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            why = link_lost(exc, peer) if isinstance(exc, (TimeoutError, EOFError)) else f"{exc}"
-            raise MxbenchError(f"{host}: {what} over SFTP failed: {why or type(exc).__name__}") from None
+        except (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError) as exc:
+            # paramiko says a dropped connection in more ways than one (a read cut short by the silence
+            # bound, then the file's close reading the rest as a "garbage packet"): ask the link each time
+            silent = peer_silent(peer) if peer else None
+            why = silent or (link_lost(exc, None) if isinstance(exc, (TimeoutError, EOFError)) else f"{exc}")
+            raise SftpLost(f"{host}: {what} over SFTP failed: {why or type(exc).__name__}", bool(silent)) from None
         finally:
             if sftp is not None:
                 sftp.close()

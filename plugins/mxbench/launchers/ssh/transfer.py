@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import posixpath
+import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,7 @@ FETCH_CHUNK = 1 << 16
 # what a set-up command (probe, quiet probe, build, work folder) may print on its stdout, and on its
 # stderr: its answer is one JSON line, its error a few lines
 ANSWER_MAX_BYTES = 1 << 20  # MXBENCH_SSH_ANSWER_MAX_BYTES
+FETCHING = ".fetching-"  # a fetched file's temporary name, in the run folder, until it is whole
 
 
 def local_manifest(data_dir: Path) -> dict:
@@ -160,20 +162,22 @@ class FetchProblems(MxbenchError):
 
 
 def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
-                  budget: Optional[ByteBudget] = None):
+                  budget: Optional[ByteBudget] = None, done: Optional[set] = None):
     """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
 
     What a host lists is untrusted: only the first FETCH_HOST_MAX_NAMES names are read; a name is
     taken only when ``output_name_ok``; a file is only ever created, never written over an existing
-    one or through a symlink (O_EXCL, O_NOFOLLOW); at most fetch_file_max_bytes() a file and
+    one or through a symlink, and lands whole or not at all (``_fetch_file``); at most fetch_file_max_bytes() a file and
     ``budget`` a run are read, each file costing FETCH_FILE_OVERHEAD more (so that empty files
     cannot fill the worker's inodes). Whatever was refused or cut, the rest is still fetched, then
-    one error (FetchProblems) names ``where`` and each file.
+    one error (FetchProblems) names ``where`` and each file. ``done``: the names an earlier try of
+    this fetch brought (skipped; each one fetched now is added), so a retry after a lost link goes on.
     """
     import errno
     import stat
 
     budget = budget or ByteBudget(fetch_run_max_bytes())
+    done = set() if done is None else done
     file_max = fetch_file_max_bytes()
     problems, refused = [], 0
     # read lazily, never past the cap: a host may list names without end. Stopped early, the
@@ -190,7 +194,7 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
         problems.append(f"it lists more than {FETCH_HOST_MAX_NAMES} names: the rest were not read")
     for entry in entries:
         name = entry.filename
-        if not stat.S_ISREG(entry.st_mode or 0):
+        if not stat.S_ISREG(entry.st_mode or 0) or name in done:
             continue
         shown = repr(name)[:80]
         if not output_name_ok(name):
@@ -213,6 +217,7 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
             problems.append(f"refused {shown}: a longer name than this file system takes")
             refused += 1
             continue
+        done.add(name)
         budget.left -= FETCH_FILE_OVERHEAD + written
         if cut:
             cap = "MXBENCH_FETCH_FILE_MAX_BYTES" if limit == file_max else "MXBENCH_FETCH_RUN_MAX_BYTES"
@@ -225,18 +230,32 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
 
 def _fetch_file(sftp, remote_path: str, local_path: Path, limit: int, size_hint=None):
     """At most ``limit`` bytes of a remote file into a new local one: (bytes written, whether more
-    was there). Raises FileExistsError where the local name is taken (a symlink included)."""
-    fd = os.open(local_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    was there). Raises FileExistsError where the local name is taken (a symlink included). The bytes
+    go to a temporary file of a name no host can give (``.fetching-*``: mkstemp, O_EXCL), linked to
+    the name once complete (a link never replaces a file), so a fetch cut short leaves no half file."""
+    if os.path.lexists(local_path):
+        raise FileExistsError(local_path)
+    fd, tmp = tempfile.mkstemp(prefix=FETCHING, dir=local_path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as out, sftp.open(remote_path, "rb") as src:
+            written, cut = _copy(src, out, limit, size_hint)
+        os.link(tmp, local_path)
+        return written, cut
+    finally:
+        os.unlink(tmp)
+
+
+def _copy(src, out, limit: int, size_hint) -> tuple:
+    if size_hint:
+        src.prefetch(min(size_hint, limit))  # requests in flight together, as sftp.get does
     written = 0
-    with os.fdopen(fd, "wb") as out, sftp.open(remote_path, "rb") as src:
-        if size_hint:
-            src.prefetch(min(size_hint, limit))  # requests in flight together, as sftp.get does
-        while True:
-            chunk = src.read(min(FETCH_CHUNK, limit + 1 - written))
-            if not chunk:
-                return written, False
-            if written + len(chunk) > limit:
-                out.write(chunk[:limit - written])
-                return limit, True
-            out.write(chunk)
-            written += len(chunk)
+    while True:
+        chunk = src.read(min(FETCH_CHUNK, limit + 1 - written))
+        if not chunk:
+            return written, False
+        if written + len(chunk) > limit:
+            out.write(chunk[:limit - written])
+            return limit, True
+        out.write(chunk)
+        written += len(chunk)
