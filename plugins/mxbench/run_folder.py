@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mxbench_train import json_input
+from mxbench_train import json_input, run_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,15 +36,15 @@ class RunFolder:
 
     META = "meta.json"
     PLAN = "plan.json"
-    PIDS = "pids.json"
+    PIDS = run_files.PIDS
     REMOTE = "remote.json"
     METRICS = "metrics.json"
     NOTICES = "notices.json"
     FILES = (META, PLAN, PIDS, REMOTE, METRICS, NOTICES)
     STEP_TIMES = {"local": "local.json", "ssh": "ssh.json", "kubernetes": "kubernetes.json"}  # by launcher
-    ROLES = "roles"
-    WORKER_LOGS = "rank*.log"
-    GPU_TELEMETRY = "gpu-rank*.csv"
+    ROLES = run_files.ROLES  # the trainer's own files, named in mxbench_train.run_files
+    WORKER_LOGS = run_files.WORKER_LOGS
+    GPU_TELEMETRY = run_files.GPU_TELEMETRY
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
