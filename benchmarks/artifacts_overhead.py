@@ -80,6 +80,7 @@ def verdict(ok: bool) -> str:
 def real_run(scratch: Path, images: int):
     """One real run of RUN_VARIANT for 1 epoch: (DAG run folder, run key, data dict)."""
     from mxbench import config, launchers
+    from mxbench.run_folder import DagRunFolder
     from mxbench.stages import pipeline, run_stage
 
     params = {"preset": "cpu-demo", "only_variants": [RUN_VARIANT], "repeats": 1, "epochs": 1,
@@ -93,7 +94,7 @@ def real_run(scratch: Path, images: int):
     started = time.monotonic()
     data = pipeline.prepare_data(params, dag_dir, config.data_dir())
     prepared = time.monotonic()
-    result = run_stage.run_one(run, dag_dir, data, deadline_s=600)
+    result = run_stage.run_one(run, DagRunFolder(dag_dir), data, deadline_s=600)
     if result["status"] != "ok":
         raise RuntimeError(f"run {run['key']} ended {result['status']}: see {dag_dir / run['key']}")
     files = list((dag_dir / run["key"]).rglob("*"))

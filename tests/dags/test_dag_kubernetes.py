@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, core_api, kubernetes_connection, pods_created, pods_left, run_dag, train_python
+from mxbench.run_folder import DagRunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs as pods on the stand-in
 
@@ -337,7 +338,8 @@ def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standi
     run["variant"]["epochs"] = 1
     os.environ.update(env)
     try:
-        result = run_stage.run_one(run, dag_dir, json.loads((dag_dir / "data.json").read_text()), deadline_s=300,
+        result = run_stage.run_one(run, DagRunFolder(dag_dir), json.loads((dag_dir / "data.json").read_text()),
+                                   deadline_s=300,
                                    launcher_for=lambda name: connections.launcher_for(name, params))
     finally:
         del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]

@@ -11,6 +11,7 @@ import pendulum
 import pytest
 
 from conftest import QUIET_WAIT_S, REPO
+from mxbench.run_folder import DagRunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs that train
 
@@ -117,7 +118,7 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
                                                     baseline_runs=3, min_drop=0.05)
     assert busy(dag_dir, finding) or (finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1"), \
         finding["message"]
-    assert dag_run_failures.failure_message(dag_dir) is None
+    assert dag_run_failures.failure_message(DagRunFolder(dag_dir)) is None
     build_report(dag_dir)
     assert (dag_dir / "report" / "history.png").stat().st_size > 10_000
 

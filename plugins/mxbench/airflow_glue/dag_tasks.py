@@ -52,7 +52,7 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         results_url = connections.results_url(params)
     except MxbenchError as exc:
-        cause = dag_run_failures.stage_failed(dag_dir, "expand", exc)
+        cause = dag_run_failures.stage_failed(DagRunFolder(dag_dir), "expand", exc)
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
@@ -206,7 +206,7 @@ def check_runs(run_id=None, dag_run=None) -> None:
 
     report = (DagRunFolder.REPORT_MARKDOWN,)
     with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=report) as dag_dir:
-        problem = dag_run_failures.failure_message(dag_dir)
+        problem = dag_run_failures.failure_message(DagRunFolder(dag_dir))
     if problem:
         raise AirflowFailException(problem)
 

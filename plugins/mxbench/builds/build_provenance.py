@@ -17,22 +17,22 @@ _COMMIT_IN_VERSION = re.compile(r"\+(?:[0-9a-z]+\.)*g(?P<commit>[0-9a-f]{7,40})(
 MAX_LINE = 64 * 1024  # characters read at once, as ``parse.MAX_LINE``: a longer line is no event
 
 
-def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
+def build_of(run: dict, dag_folder: DagRunFolder) -> Optional[dict]:
     """The build ``run`` must train with. A run expanded before runs carried their build (a cleared
     task of an older DAG run) has only ``train_python``, its local venv: the build is request.json's."""
     if run.get("build") or not run.get("train_python"):
         return run.get("build")
-    build = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("build") or {}
+    build = (read_json(dag_folder.request, {}) or {}).get("build") or {}
     return {**build, "python": run["train_python"]}
 
 
-def build_here(run: dict, dag_dir: Path) -> dict:
+def build_here(run: dict, dag_folder: DagRunFolder) -> dict:
     """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
     names on the worker it ran on; another worker makes its own (once: ``mxnet_builds.ensure_venv``
     keeps it), from the versions manifest's entry for the same package."""
     from mxbench.builds import mxnet_builds
 
-    build = build_of(run, dag_dir)
+    build = build_of(run, dag_folder)
     python = (build or {}).get("python")
     if run["launcher"] != "local" or not python or Path(python).exists():
         return run

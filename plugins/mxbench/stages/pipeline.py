@@ -105,9 +105,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     try:
         runs = expand_runs(params, targets, unavailable, refused=refused)
     except (VariantError, MxbenchError) as exc:
-        stage_failed(dag_dir, "expand", exc)
+        stage_failed(DagRunFolder(dag_dir), "expand", exc)
         raise
-    clear_stage_failure(dag_dir, "expand")
+    clear_stage_failure(DagRunFolder(dag_dir), "expand")
     run_build = RunBuild.from_dict(build)
     if run_build:  # what each run must train with, every field of it; its launcher runs that or nothing
         runs = [{**run, "build": run_build.to_dict()} for run in runs]
@@ -197,8 +197,8 @@ def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
     try:
         data = _prepare_data(params, data_root)
     except MxbenchError as exc:
-        raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
-    clear_stage_failure(dag_dir, "prepare_data")
+        raise MxbenchError(stage_failed(DagRunFolder(dag_dir), "prepare_data", exc)) from None
+    clear_stage_failure(DagRunFolder(dag_dir), "prepare_data")
     write_json(DagRunFolder(dag_dir).data, data)
     venv_and_data_caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
     return data
@@ -266,7 +266,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     run_dir = folder.path
     variant = variant_from_dict(run["variant"])
     meta = read_json(folder.meta)
-    upstream = root_cause(dag_dir)
+    upstream = root_cause(DagRunFolder(dag_dir))
     row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": leg(run),
            "repeat": run["repeat"], "num_layers": variant.num_layers, "devices": variant.devices,
            "workers": variant.workers, "batch_size": variant.batch_size,
@@ -337,7 +337,7 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
     folder = DagRunFolder(dag_dir)
     request = read_json(folder.request)
     if request is None:
-        cause = root_cause(dag_dir)
+        cause = root_cause(DagRunFolder(dag_dir))
         raise MxbenchError(cause or f"{dag_dir} has no request.json: not a benchmark run folder")
     # the job's images per epoch when the logs carry no run_end event (a trainer killed late)
     images = (read_json(folder.data, {}) or {}).get("records", {}).get("train")

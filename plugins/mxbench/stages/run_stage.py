@@ -13,6 +13,7 @@ from typing import Optional
 from mxbench import launchers
 from mxbench.builds import venv_and_data_caches
 from mxbench.builds.build_provenance import (
+    build_here,
     build_of,
     commit_in_version,
     ran_with,
@@ -24,6 +25,7 @@ from mxbench.builds.record import RunBuild
 from mxbench.hosts import quiet_gate
 from mxbench.matrix.variants import variant_from_dict
 from mxbench.run_folder import DagRunFolder, read_json, write_json
+from mxbench.stages.dag_run_failures import root_cause
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import pid_scope
 from mxbench_train.plan_runner import RoleFailed
@@ -45,7 +47,43 @@ def check_enough_data(variant, records: int):
             "would be measured; use more images or a smaller batch")
 
 
-def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None,
+class RoundSkipped(Exception):
+    """An optional round that was not needed (``stop_rule``): recorded as skipped, with the reason."""
+
+
+def run_task(run: dict, dag_folder: DagRunFolder, deadline_s: float, launcher_for, task: dict,
+             quiet_wait_s: float = 0, aside: Optional[Path] = None, skip_reason=None, local_data=None) -> dict:
+    """The run task's stage, all of it: skip an optional round that is not needed, bring the data
+    and the build's venv to this worker, then run (``run_one``).
+
+    ``skip_reason(run)``: why an optional round not started yet need not run, or None (a try that
+    started it is retried as a run, and reaped); a skipped round raises RoundSkipped. ``local_data(data,
+    launcher)``: the data set on this worker, where the artifact store is not this worker's home
+    (another worker may have prepared the data and made the build's venv); None where it is.
+    ``aside``: a folder a try killed on this worker left before it published, whose processes are stopped."""
+    data = read_json(dag_folder.data)
+    if data is None:
+        cause = root_cause(dag_folder) or "no data.json: prepare_data has not run"
+        raise RunFailed(f"run {run['key']}: {cause}")
+    status = (read_json(dag_folder.run(run["key"]).meta) or {}).get("status")
+    if run.get("optional") and aside is None and status in (None, "skipped") and skip_reason is not None:
+        reason = skip_reason(run)
+        if reason:
+            record_skip(run, dag_folder, reason)
+            raise RoundSkipped(reason)
+    if local_data is not None:
+        try:
+            if aside is not None:
+                launcher_for(run["launcher"]).reap(aside)
+            data = local_data(data, run["launcher"])
+            run = build_here(run, dag_folder)
+        except Exception as exc:  # recorded as this run's cause, like any failure
+            run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError) else f"{type(exc).__name__}: {exc}"}
+    return run_one(run, dag_folder, data, deadline_s=deadline_s, launcher_for=launcher_for, task=task,
+                   quiet_wait_s=quiet_wait_s)
+
+
+def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, launcher_for=None,
             task: Optional[dict] = None, quiet_wait_s: float = 0) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
@@ -59,7 +97,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     the DAG run's contention thresholds from ``request.json``); ``meta.json`` keeps what it saw
     under ``quiet``, and ``started_at`` is when the run began after that wait.
     """
-    folder = DagRunFolder(dag_dir).run(run["key"])
+    folder = dag_folder.run(run["key"])
     run_dir = folder.path
     meta = read_json(folder.meta, {})
     if meta.get("status") == "ok":
@@ -76,13 +114,12 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     reaped = []
     if run_dir.exists():
         reaped = launcher.reap(run_dir) if launcher else []
-        dag_folder = DagRunFolder(dag_dir)
         n = len(dag_folder.earlier_attempts(run["key"])) + 1
         dag_folder.attempts.mkdir(exist_ok=True)
         run_dir.replace(dag_folder.attempts / f"{run['key']}.{n}")
     run_dir.mkdir(parents=True)
     variant = variant_from_dict(run["variant"])
-    asked = (build_of(run, dag_dir) or {}).get("package")  # as the report shows it: no wheel URL's credentials
+    asked = (build_of(run, dag_folder) or {}).get("package")  # as the report shows it: no wheel URL's credentials
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
             "attempt": uuid.uuid4().hex, "build": {"asked": redact(asked) if asked else None},
@@ -92,8 +129,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        build = RunBuild.from_dict(build_of(run, dag_dir))
-        thresholds = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds")
+        build = RunBuild.from_dict(build_of(run, dag_folder))
+        thresholds = (read_json(dag_folder.request, {}) or {}).get("contention_thresholds")
         meta["quiet"] = quiet_gate.check(launcher, variant, quiet_wait_s, thresholds)
         meta["started_at"] = time.time()  # the run itself begins now, after its quiet wait
         write_json(folder.meta, meta)
@@ -150,10 +187,10 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     return summary_of(meta)
 
 
-def record_skip(run: dict, dag_dir: Path, reason: str) -> None:
+def record_skip(run: dict, dag_folder: DagRunFolder, reason: str) -> None:
     """Keep an optional round that was not needed (``stop_rule``) as a run folder whose
     ``meta.json`` says so: the tables list it as skipped, with the reason, not as failed."""
-    write_json(DagRunFolder(dag_dir).run(run["key"]).meta,
+    write_json(dag_folder.run(run["key"]).meta,
                {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
                 "status": "skipped", "cause": reason, "skipped_at": time.time()})
 

@@ -20,6 +20,7 @@ from mxbench import config
 from mxbench.builds import mxnet_builds, venv_and_data_caches
 from mxbench.launchers import Launched
 from mxbench.matrix.variants import Target, expand_runs
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline, run_stage
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
@@ -106,7 +107,7 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
 
     dag_dir = home / "runs" / "x"
     dag_dir.mkdir(parents=True)
-    result = run_stage.run_one(run, dag_dir, {"dir": str(old_data), "records": {"train": 10_000}}, 60,
+    result = run_stage.run_one(run, DagRunFolder(dag_dir), {"dir": str(old_data), "records": {"train": 10_000}}, 60,
                                lambda name: PruneWhileRunning())
     assert result["status"] == "ok"
     log = logs[0]

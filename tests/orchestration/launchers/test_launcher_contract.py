@@ -25,6 +25,7 @@ from mxbench.launchers.local import LocalLauncher
 from mxbench.launchers.ssh.commands import SshHost, build_command, builds_problem, host_settings, setup_command
 from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import Target, VariantError, expand_runs
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline, run_stage
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
@@ -313,7 +314,8 @@ def test_a_commit_builds_pod_that_reports_another_commit_fails_its_run(tmp_path)
             return Launched([], [], {"image": "reg/x:src-0123abcd"})
 
     with pytest.raises(run_stage.RunFailed) as failed:
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: RunsAnotherCommit())
     assert str(failed.value) == (f"run {run['key']} failed: it asked for {COMMIT_WHEEL} (commit 0123abcd), but its "
                                  "trainer imported MXNet 1.9.1+g99999999 (reg/x:src-0123abcd): not kept as "
@@ -336,7 +338,8 @@ def test_a_failed_run_still_records_what_it_ran_with(tmp_path):
             raise MxbenchError("role worker-0 was killed by SIGKILL (exit status 137)")
 
     with pytest.raises(run_stage.RunFailed):
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: CrashesAfterStart())
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["build"] == {"asked": "mxnet==1.9.0", "reported": "1.9.0", "image": "reg/x:190", "python": None}
@@ -359,7 +362,8 @@ def test_a_run_expanded_before_runs_carried_their_build_still_trains_with_it(tmp
             (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
-    result = run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+    result = run_stage.run_one(run, DagRunFolder(tmp_path),
+                               {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
                                lambda name: Records())
     assert result["status"] == "ok"
     assert seen == [RunBuild("mxnet==1.9.0", "1.9.0", (), "/envs/190/bin/python")]
@@ -380,7 +384,8 @@ def test_a_run_whose_trainer_imported_another_mxnet_fails_by_name(tmp_path, monk
             return Launched([], [], {"python": "/usr/bin/python3"})
 
     with pytest.raises(run_stage.RunFailed) as failed:
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: ImportsAnother())
     assert str(failed.value) == (f"run {run['key']} failed: it asked for MXNet build mxnet==1.9.0, but its trainer "
                                  "imported MXNet 1.9.1 (/usr/bin/python3): not kept as mxnet==1.9.0")

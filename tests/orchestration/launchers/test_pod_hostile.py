@@ -176,7 +176,7 @@ def test_a_commit_build_through_expand_runs_the_commits_image_or_is_refused(kube
         (run,) = pipeline.expand(params, dag_dir, targets, unavailable, build, refused=refused)
         data = pipeline.prepare_data(params, dag_dir, data_root)
         try:
-            run_stage.run_one(run, dag_dir, data, 600, launcher_for)
+            run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)
         except run_stage.RunFailed:
             pass
         return read_json(DagRunFolder(dag_dir).run(run["key"]).meta), run

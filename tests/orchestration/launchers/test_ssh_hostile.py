@@ -27,6 +27,7 @@ from mxbench.launchers.ssh.remote_role import RemoteRole
 from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.launchers.ssh.transfer import FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, fetch_outputs
 from mxbench.matrix.variants import Variant
+from mxbench.run_folder import DagRunFolder
 from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
 from mxbench_train.role_plan import Role
@@ -863,7 +864,7 @@ def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete
     runs = pipeline.expand(params, dag_dir, targets, unavailable)
     data = pipeline.prepare_data(params, dag_dir, tmp_path / "data")
     for run in runs:
-        run_stage.run_one(run, dag_dir, data, 600, launcher_for)  # the host's trainer exits 0
+        run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)  # the host's trainer exits 0
     pipeline.parse_all(dag_dir, launcher_for)
     pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
     store.migrate(url)

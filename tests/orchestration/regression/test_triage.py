@@ -9,6 +9,7 @@ import pytest
 from mxbench import store
 from mxbench.regression import triage
 from mxbench.report import history_page
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import dag_run_failures, regression_check
 from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs
 
@@ -38,7 +39,7 @@ def check(url, tmp_path, run_id) -> dict:
     findings = regression_check.check_regressions(tmp_path / run_id, url, DAG, run_id, {"local": CPU_FP},
                                                   baseline_runs=5, min_drop=0.05)
     assert len(findings) == 1, findings
-    return {**findings[0], "failure": dag_run_failures.failure_message(tmp_path / run_id)}
+    return {**findings[0], "failure": dag_run_failures.failure_message(DagRunFolder(tmp_path / run_id))}
 
 
 def set_state(url, run_id, state, reason="looked at it", user="alice"):

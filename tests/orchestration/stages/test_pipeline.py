@@ -7,7 +7,7 @@ from dataclasses import asdict
 import pytest
 
 from mxbench.matrix.variants import Target, expand_runs, preset
-from mxbench.run_folder import write_json
+from mxbench.run_folder import DagRunFolder, write_json
 from mxbench.stages import pipeline, run_stage
 from mxbench.stages.dag_run_failures import failed_runs, failure_message
 from mxbench_train.errors import MxbenchError
@@ -23,7 +23,7 @@ def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt
     for _attempt in (1, 2):
         with pytest.raises(run_stage.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
                                                       "gets 3 batches of 64"):
-            run_stage.run_one(run, tmp_path, data, deadline_s=60)
+            run_stage.run_one(run, DagRunFolder(tmp_path), data, deadline_s=60)
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["status"] == "failed" and "no speed would be measured" in meta["cause"]
     kept = json.loads((tmp_path / "attempts" / f"{run['key']}.1" / "meta.json").read_text())
@@ -34,7 +34,7 @@ def test_parse_lists_runs_that_never_started(tmp_path):
     pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
     pipeline.parse_all(tmp_path)
     pipeline.join(tmp_path)
-    assert failed_runs(tmp_path) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
+    assert failed_runs(DagRunFolder(tmp_path)) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
                                             "cause": "the run never started (an upstream task failed)"}]
 
 
@@ -165,8 +165,8 @@ def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(
         pipeline.prepare_data({"dataset": str(missing)}, tmp_path, tmp_path / "data")
     pipeline.parse_all(tmp_path)
     cause = f"data preparation failed: CIFAR-10 source {missing} does not exist"
-    assert {f["cause"] for f in failed_runs(tmp_path)} == {f"the run never started: {cause}"}
-    assert failure_message(tmp_path) == f"{cause} (2 run(s) not run)"
+    assert {f["cause"] for f in failed_runs(DagRunFolder(tmp_path))} == {f"the run never started: {cause}"}
+    assert failure_message(DagRunFolder(tmp_path)) == f"{cause} (2 run(s) not run)"
 
 
 def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
@@ -177,7 +177,7 @@ def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
         pipeline.expand({"preset": "seed", "repeats": 1, "only_variants": ["8gpu-bs1024"]}, tmp_path, targets)
     with pytest.raises(MxbenchError, match="^expanding the variants failed: variant 8gpu-bs1024 needs 8 GPUs"):
         pipeline.parse_all(tmp_path)
-    assert failure_message(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
+    assert failure_message(DagRunFolder(tmp_path)).startswith("expanding the variants failed: variant 8gpu-bs1024")
 
 
 def test_task_timeout_is_the_run_deadline_plus_grace():
@@ -199,7 +199,8 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         with pytest.raises(run_stage.RunFailed):
-            run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
+            run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10}},
+                              deadline_s=5)
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
@@ -221,7 +222,7 @@ def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
-    (failure,) = failed_runs(tmp_path)
+    (failure,) = failed_runs(DagRunFolder(tmp_path))
     assert failure["cause"] == "the run was interrupted (its task died mid-run); killed 1 leftover process(es)"
 
 
@@ -243,7 +244,8 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
     with pytest.raises(run_stage.RunFailed, match="a newer attempt took over its folder"):
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          deadline_s=5)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text()) == newer
 
 
@@ -266,7 +268,8 @@ def test_an_unreachable_launcher_fails_its_own_runs_with_the_cause_and_the_other
     never_called = lambda name: pytest.fail("no launcher may be made for an unavailable target")  # noqa: E731
     with pytest.raises(run_stage.RunFailed, match="run cpu1-bs32__ssh__r1 failed: the ssh target is unavailable: "
                                                   "host mxbench_ssh_1 .*Connection refused"):
-        run_stage.run_one(ssh_run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, never_called)
+        run_stage.run_one(ssh_run, DagRunFolder(tmp_path), {"dir": "/nowhere", "records": {"train": 1000}}, 60,
+                          never_called)
     request = json.loads((tmp_path / "request.json").read_text())
     assert request["unavailable"] == unavailable and request["machine_sets"] == {"local": ["local", "ssh"]}
     pipeline.parse_all(tmp_path)
@@ -284,16 +287,16 @@ def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
         raise MxbenchError("ssh connection 'mxbench_ssh_1': The conn_id `mxbench_ssh_1` isn't defined")
 
     with pytest.raises(run_stage.RunFailed, match="isn't defined"):
-        run_stage.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text())["status"] == "failed"
 
 
 def test_a_store_failure_fails_the_dag_run_though_every_run_measured(tmp_path):
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.md").write_text("# report")
-    assert failure_message(tmp_path) is None
+    assert failure_message(DagRunFolder(tmp_path)) is None
     write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
-    assert failure_message(tmp_path) == ("storing the results in the results database failed: "
+    assert failure_message(DagRunFolder(tmp_path)) == ("storing the results in the results database failed: "
                                              "OperationalError: could not connect to server")
 
 
@@ -383,9 +386,9 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the prepared data {old_data} was pruned since prepare_data ran "
             "(MXBENCH_KEEP_DATA): clear prepare_data too")):
-        run_stage.run_one(run, tmp_path / "dag", {"dir": str(old_data), "records": {"train": 10_000}}, 60)
+        run_stage.run_one(run, DagRunFolder(tmp_path / "dag"), {"dir": str(old_data), "records": {"train": 10_000}}, 60)
     with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the MXNet build's training interpreter {old_venv / 'bin' / 'python'} "
             "was pruned since resolve_build ran (MXBENCH_KEEP_BUILDS): clear resolve_build too")):
-        run_stage.run_one(run, tmp_path / "dag", {"dir": str(new_data), "records": {"train": 10_000}}, 60)
+        run_stage.run_one(run, DagRunFolder(tmp_path / "dag"), {"dir": str(new_data), "records": {"train": 10_000}}, 60)
     assert not (tmp_path / "dag" / run["key"] / "plan.json").exists()  # nothing was started

@@ -8,7 +8,7 @@ import pytest
 
 from mxbench.matrix.variants import Target, expand_runs
 from mxbench.results.metrics import launcher_ratios, summarise
-from mxbench.run_folder import write_json
+from mxbench.run_folder import DagRunFolder, write_json
 from mxbench.stages import pipeline, stop_rule
 from mxbench.stages.dag_run_failures import failed_runs
 from mxbench.stages.run_stage import record_skip
@@ -69,7 +69,7 @@ def rounds_after(runs, r):
 
 def skip_after(dag_dir, runs, r, why="skipped: not needed"):
     for run in rounds_after(runs, r):
-        record_skip(run, dag_dir, why)
+        record_skip(run, DagRunFolder(dag_dir), why)
 
 
 def test_runs_beyond_repeats_are_optional_up_to_the_budget():
@@ -84,29 +84,29 @@ def test_runs_beyond_repeats_are_optional_up_to_the_budget():
 def test_a_settled_variant_skips_its_optional_round_saying_why(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     first, second = round_of(runs, 7)
-    reason = stop_rule.skip_reason(first, dag_dir)
+    reason = stop_rule.skip_reason(first, DagRunFolder(dag_dir))
     assert reason.startswith("round 7 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 "
                              "rounds' spread gives ±")
     # both runs of a round decide alike, whatever ran meanwhile: only the first stage counts
     ran(dag_dir, first, 500.0, 1000.0)
-    assert stop_rule.skip_reason(second, dag_dir) == reason
+    assert stop_rule.skip_reason(second, DagRunFolder(dag_dir)) == reason
 
 
 def test_a_noisy_variant_runs_its_optional_round(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.08)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_a_round_that_cannot_be_paired_is_never_settled(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     write_json(dag_dir / runs[3]["key"] / "meta.json", {"status": "failed", "cause": "the trainer crashed"})
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_earlier_rounds_not_run_yet_mean_run_it(tmp_path):
     # dags test runs mapped instances in any order: round 7 may come before round 6 ran
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=5)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_path):
@@ -124,21 +124,21 @@ def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_pa
         for f in (store / key).iterdir():
             (into / key / f.name).write_bytes(f.read_bytes())
 
-    reason = stop_rule.skip_reason(round_of(runs, 7)[0], here, fetch_unit=fetch)
+    reason = stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(here), fetch_unit=fetch)
     assert reason and len(fetched) == 12 and not list(here.glob("cpu1-bs64__*"))
 
 
 def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
-        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
+        record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
     pipeline.parse_all(dag_dir)
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     skipped = table[table["status"] == "skipped"]
     assert len(skipped) == 12 and skipped["cause"].str.contains("stopped after 6 rounds").all()
     summary = summarise(table)
     assert list(summary["runs_ok"]) == [6, 6] and list(summary["runs_failed"]) == [0, 0]
-    assert failed_runs(dag_dir) == []
+    assert failed_runs(DagRunFolder(dag_dir)) == []
     pipeline.join(dag_dir)
     (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired")
@@ -183,10 +183,10 @@ def test_the_run_task_skips_a_settled_optional_round_and_runs_a_mandatory_one(tm
                "dag_run": SimpleNamespace(dag_id="mxbench_benchmark"), "run_id": "manual__1"}
     optional = round_of(runs, 7)[0]
     with pytest.raises(AirflowSkipException, match="round 7 of cpu1-bs64 skipped: ssh/local stopped after 6"):
-        RunVariantOperator(task_id="t", run=optional).run_in(dag_dir, context, {})
+        RunVariantOperator(task_id="t", run=optional).run_in(DagRunFolder(dag_dir), context, {})
     assert read_json(dag_dir / optional["key"] / "meta.json")["status"] == "skipped"
     # a round within repeats is never checked: it is reused as measured
-    RunVariantOperator(task_id="t", run=round_of(runs, 6)[0]).run_in(dag_dir, context, {})
+    RunVariantOperator(task_id="t", run=round_of(runs, 6)[0]).run_in(DagRunFolder(dag_dir), context, {})
     assert read_json(dag_dir / round_of(runs, 6)[0]["key"] / "meta.json")["reused"] is True
 
 
@@ -207,7 +207,7 @@ def test_a_round_with_one_run_skipped_is_left_out_not_the_pairing(tmp_path):
     first, second = round_of(runs, 7)
     ran(dag_dir, first, 1000.0, 1000.0)  # a retry let one run of round 7 start before its plan was known
     for run in (second, *rounds_after(runs, 7)):
-        record_skip(run, dag_dir, "skipped: settled")
+        record_skip(run, DagRunFolder(dag_dir), "skipped: settled")
     pipeline.parse_all(dag_dir)
     (row,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1)).to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired, 6 rounds")
@@ -220,7 +220,7 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
 
     dag_dir, runs = dag_run(tmp_path / "run", 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
-        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
+        record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
     pipeline.parse_all(dag_dir)
     url = f"sqlite:///{tmp_path / 'results.db'}"
     store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
@@ -255,11 +255,11 @@ def test_a_contended_round_of_the_first_stage_is_replaced_by_one_more(tmp_path):
     replaced."""
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     contend(dag_dir, round_of(runs, 3)[1])
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
     # round 8 waits for round 7: until it ends, the first stage's quiet rounds are not all there
-    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir)) is None
     play(dag_dir, runs, [7], 0.95)
-    reason = stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir)
+    reason = stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir))
     assert reason.startswith("round 8 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 rounds'")
     assert reason.endswith("; 1 contended round(s) replaced (3): 7 rounds in all")
 
@@ -271,9 +271,9 @@ def play(dag_dir, runs, rounds, ssh_over_local, contended=(), t0=500.0):
     ran_rounds = []
     for r in rounds:
         for i, run in enumerate(round_of(runs, r)):
-            reason = stop_rule.skip_reason(run, dag_dir)
+            reason = stop_rule.skip_reason(run, DagRunFolder(dag_dir))
             if reason:
-                record_skip(run, dag_dir, reason)
+                record_skip(run, DagRunFolder(dag_dir), reason)
                 continue
             ran(dag_dir, run, 1000.0 * (ssh_over_local if run["launcher"] == "ssh" else 1.0), t0 + 10 * r + i)
             if r in contended and run["launcher"] == "ssh":
@@ -319,7 +319,7 @@ def test_with_a_replacement_budget_of_0_contended_rounds_are_judged_as_measured_
     assert max(run["round"] for run in runs) == 8
     for r in (1, 2, 3, 4):
         contend(dag_dir, round_of(runs, r)[1])
-    reason = stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir)
+    reason = stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir))
     assert reason.endswith("; 4 contended round(s) (1, 2, 3, 4), more than the 0 the replacement budget "
                            "(contended_replacements) allows: judged as measured")
     skip_after(dag_dir, runs, 6, reason)
@@ -371,9 +371,9 @@ def test_a_contended_replacement_round_is_itself_replaced_within_the_budget(tmp_
     for t, run in enumerate(round_of(runs, 7)):
         ran(dag_dir, run, 1000.0 * (0.95 if run["launcher"] == "ssh" else 1.0), 500.0 + 10 * t)
     contend(dag_dir, round_of(runs, 7)[0])
-    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir)) is None
     play(dag_dir, runs, [8], 0.95)
-    assert stop_rule.skip_reason(round_of(runs, 9)[0], dag_dir).endswith(
+    assert stop_rule.skip_reason(round_of(runs, 9)[0], DagRunFolder(dag_dir)).endswith(
         "; 2 contended round(s) replaced (3, 7): 8 rounds in all")
 
 
@@ -392,16 +392,16 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
     log = dag_dir / hogged["key"] / "rank0.log"
     log.write_text(format_event("run_start", rank=0, environment=box) + "\n" + log.read_text())
     contend(dag_dir, hogged, foreign_cores=0.1)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir).startswith("round 7 of cpu1-bs64 skipped")
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)).startswith("round 7 of cpu1-bs64 skipped")
 
     strict = contention.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
     request = read_json(dag_dir / "request.json")
     # ssh's runs on this machine; local's would still be judged with the defaults
     table = {contention.table_key(fingerprint(box)[0], hogged["launcher"]): strict.as_dict()}
     write_json(dag_dir / "request.json", {**request, "contention_thresholds": table})
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None  # round 3 is replaced
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None  # round 3 is replaced
     for run in runs[len(round_of(runs, 1)) * 6:]:
-        record_skip(run, dag_dir, "not run in this test")
+        record_skip(run, DagRunFolder(dag_dir), "not run in this test")
     pipeline.parse_all(dag_dir)
     table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
     assert bool(table.loc[hogged["key"], "contended"]) and table.loc[hogged["key"], "contention"] == (

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mxbench import cli, store
+from mxbench.run_folder import DagRunFolder
 from standins import postgres
 from support.stored_runs import (
     CPU_BOX,
@@ -597,7 +598,7 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     stored = (dag_dir / "stored.json").read_text()
     assert "not a database URL" in stored and "not a database URL" in log
     assert SECRET not in stored and SECRET not in log
-    failure = dag_run_failures.failure_message(dag_dir)  # what check_runs fails the DAG run with
+    failure = dag_run_failures.failure_message(DagRunFolder(dag_dir))  # what check_runs fails the DAG run with
     assert "storing the results in the results database failed" in failure and SECRET not in failure
 
 
