@@ -90,9 +90,9 @@ def real_run(scratch: Path, images: int):
     targets, unavailable = pipeline.targets_for(["local"], launchers.get)
     if unavailable:
         raise RuntimeError(f"the local launcher is unavailable: {unavailable}")
-    (run,) = pipeline.expand(params, dag_dir, targets, dag_id=DAG_ID)
+    (run,) = pipeline.expand(params, DagRunFolder(dag_dir), targets, dag_id=DAG_ID)
     started = time.monotonic()
-    data = pipeline.prepare_data(params, dag_dir, config.data_dir())
+    data = pipeline.prepare_data(params, DagRunFolder(dag_dir), config.data_dir())
     prepared = time.monotonic()
     result = run_stage.run_one(run, DagRunFolder(dag_dir), data, deadline_s=600)
     if result["status"] != "ok":

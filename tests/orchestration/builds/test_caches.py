@@ -141,7 +141,8 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
     with held_by_another_process(in_use, home_dir=home):  # a run of another DAG run trains from it
         long_ago = time.time() - 40 * DAY  # ... and began long ago: its use stamp is that old
         os.utime(in_use / venv_and_data_caches.STAMP, (long_ago, long_ago))
-        prepared = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, home / "runs" / "x", data)
+        prepared = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200},
+                                         DagRunFolder(home / "runs" / "x"), data)
     log = capsys.readouterr().out
     new_rec, new_source = Path(prepared["dir"]), data / f"synthetic-v{SYNTHETIC_VERSION}-200"
     assert new_rec == data / f"rec-synthetic-v{SYNTHETIC_VERSION}-200" and (new_rec / "cifar10_train.rec").is_file()
@@ -157,7 +158,8 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
     assert "mxbench: pruned 1 prepared data set(s) under" in log and "keeping the 2 most recently used" in log
     # released, the old one goes at the next preparation (a cache hit)
     capsys.readouterr()
-    again = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, home / "runs" / "y", data)
+    again = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, DagRunFolder(home / "runs" / "y"),
+                                  data)
     assert again["cache_hit"] and not in_use.exists() and kept_recent.exists()
 
 

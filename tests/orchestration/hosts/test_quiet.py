@@ -154,7 +154,7 @@ def test_a_run_waits_before_its_launcher_starts_and_meta_and_runs_table_keep_it(
     assert meta["quiet"]["quiet"] is True and meta["quiet"]["samples"] == 2 and meta["quiet"]["bound_s"] == 30
     assert meta["quiet"]["readings"] == {"here": QUIET}
     assert events[1][2] <= meta["started_at"] <= events[2][2]  # the run began after its wait
-    row, _, _ = pipeline.parse_run(run, tmp_path)
+    row, _, _ = pipeline.parse_run(run, DagRunFolder(tmp_path))
     assert row["quiet"] is True and row["quiet_wait_s"] == meta["quiet"]["waited_s"]
 
 
@@ -188,7 +188,8 @@ def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_
     strict_ssh = {contention.table_key(fingerprint(box)[0], "ssh"): strict.as_dict()}
     for name, table, busy in (("strict", strict_local, True), ("defaults", {}, False), ("ssh's", strict_ssh, False)):
         dag_dir = tmp_path / name
-        (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
+        (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
+                                 DagRunFolder(dag_dir),
                                  {"local": Target("local", 1, 0)}, contention=table)
         assert json.loads((dag_dir / "request.json").read_text())["contention_thresholds"] == table
         run_stage.run_one(run, DagRunFolder(dag_dir), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,

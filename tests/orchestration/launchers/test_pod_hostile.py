@@ -173,8 +173,8 @@ def test_a_commit_build_through_expand_runs_the_commits_image_or_is_refused(kube
         targets, unavailable = pipeline.targets_for(["kubernetes"], launcher_for)
         refused = pipeline.prepare_builds(["kubernetes"], targets, unavailable, build, launcher_for)
         assert refused == {} and unavailable == {}
-        (run,) = pipeline.expand(params, dag_dir, targets, unavailable, build, refused=refused)
-        data = pipeline.prepare_data(params, dag_dir, data_root)
+        (run,) = pipeline.expand(params, DagRunFolder(dag_dir), targets, unavailable, build, refused=refused)
+        data = pipeline.prepare_data(params, DagRunFolder(dag_dir), data_root)
         try:
             run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)
         except run_stage.RunFailed:

@@ -861,14 +861,14 @@ def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete
               "epochs": 1, "synthetic_images": 500}
     dag_dir, url = tmp_path / "dag-run", f"sqlite:///{tmp_path / 'results.db'}"
     targets, unavailable = pipeline.targets_for(["ssh", "local"], launcher_for)
-    runs = pipeline.expand(params, dag_dir, targets, unavailable)
-    data = pipeline.prepare_data(params, dag_dir, tmp_path / "data")
+    runs = pipeline.expand(params, DagRunFolder(dag_dir), targets, unavailable)
+    data = pipeline.prepare_data(params, DagRunFolder(dag_dir), tmp_path / "data")
     for run in runs:
         run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)  # the host's trainer exits 0
-    pipeline.parse_all(dag_dir, launcher_for)
-    pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
+    pipeline.parse_all(DagRunFolder(dag_dir), launcher_for)
+    pipeline.join(DagRunFolder(dag_dir), pipeline.stored_aa_noise(DagRunFolder(dag_dir), url))
     store.migrate(url)
-    stored = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__hostile",
+    stored = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__hostile",
                                   trigger="manual")
     table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("launcher")
     assert table.loc["ssh", "status"] == "failed"

@@ -150,9 +150,9 @@ def test_the_report_gives_the_false_alerts_to_expect_from_the_noise(tmp_path):
     findings = pd.DataFrame({"noise_cv": [0.02, 0.09], "n": [4, 4], "n_baseline": [20, 20]})
     expected = 30 * (regression_rule.false_alert_chance(0.02, 8, 20, first=4)
                      + regression_rule.false_alert_chance(0.09, 8, 20, first=4))
-    line = false_alert_line(tmp_path, findings)
+    line = false_alert_line(DagRunFolder(tmp_path), findings)
     assert line.startswith(f"At most about {expected:.2g} a month") and "with 4 confirmation rounds" in line
-    assert false_alert_line(tmp_path, findings.assign(noise_cv=None)).startswith("Not known")
+    assert false_alert_line(DagRunFolder(tmp_path), findings.assign(noise_cv=None)).startswith("Not known")
 
 
 def busy_host() -> str:

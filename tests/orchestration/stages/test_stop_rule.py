@@ -132,21 +132,21 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
         record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     skipped = table[table["status"] == "skipped"]
     assert len(skipped) == 12 and skipped["cause"].str.contains("stopped after 6 rounds").all()
     summary = summarise(table)
     assert list(summary["runs_ok"]) == [6, 6] and list(summary["runs_failed"]) == [0, 0]
     assert failed_runs(DagRunFolder(dag_dir)) == []
-    pipeline.join(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
     (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired")
     assert row["stopping"].startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±")
     assert row["analysis"] == "paired, 6 rounds, two-stage (spread of the first 6), t test (normality check passed)"
     from mxbench.report import build_report
 
-    report = open(build_report(dag_dir)["markdown"]).read()
+    report = open(build_report(DagRunFolder(dag_dir))["markdown"]).read()
     verdicts = report.split("## Verdicts", 1)[1].split("## ", 1)[0]
     assert "6 rounds paired" in verdicts and "stopped after 6 rounds" in verdicts
     assert "__r7" not in report.split("## Failed runs", 1)[1].split("## ", 1)[0]
@@ -155,7 +155,7 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
 def test_a_budget_spent_says_what_gap_the_rounds_could_detect(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.05, rounds=8)
     skip_after(dag_dir, runs, 8)
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.02))
     (stopping,) = ratios["stopping"]
     assert stopping.startswith("budget spent: 8 rounds give ±") and stopping.endswith("> ±1.0% (target gap 2%)")
@@ -194,7 +194,7 @@ def test_rounds_in_the_same_order_every_time_are_not_paired(tmp_path):
     # a drift adds to the side that always runs second: DAG runs from before counterbalancing
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params={k: v for k, v in PARAMS.items()
                                                                    if k not in ("max_repeats", "target_gap")})
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     table = table.assign(started_at=[10.0 * r + (who == "ssh") for r, who in zip(table["repeat"], table["launcher"])])
     table = table.assign(ended_at=table["started_at"] + 0.5)
@@ -208,7 +208,7 @@ def test_a_round_with_one_run_skipped_is_left_out_not_the_pairing(tmp_path):
     ran(dag_dir, first, 1000.0, 1000.0)  # a retry let one run of round 7 start before its plan was known
     for run in (second, *rounds_after(runs, 7)):
         record_skip(run, DagRunFolder(dag_dir), "skipped: settled")
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     (row,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1)).to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired, 6 rounds")
 
@@ -221,9 +221,9 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
     dag_dir, runs = dag_run(tmp_path / "run", 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
         record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
     with sa.create_engine(url).connect() as db:
         assert db.execute(sa.text("select state, runs_ok, runs_failed from dag_runs")).one() == ("ok", 12, 0)
         assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 12
@@ -232,7 +232,7 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
 def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
     skip_after(dag_dir, runs, 7)
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
     (stopping,) = ratios["stopping"]
     assert stopping.startswith("stopped after 6 rounds") and stopping.endswith(
@@ -294,14 +294,14 @@ def test_four_of_six_first_rounds_contended_are_replaced_from_their_own_budget(t
     for r in (1, 2, 3, 4):
         contend(dag_dir, round_of(runs, r)[r % 2])  # local's run in some rounds, ssh's in others
     assert play(dag_dir, runs, range(7, 13), 0.95) == [7, 8, 9, 10]
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert sorted(table.loc[table["contended"].fillna(False).astype(bool), "repeat"]) == [1, 2, 3, 4]
     skipped = table[table["status"] == "skipped"]
     assert sorted(skipped["repeat"]) == [11, 11, 12, 12]
     assert skipped["cause"].str.contains("4 contended round(s) replaced (1, 2, 3, 4): 10 rounds in all",
                                          regex=False).all()
-    pipeline.join(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
     (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
     assert stop_budget(PARAMS) == (6, 8, 0.10, 4)
     assert line.n == 6 and line.ratio == pytest.approx(0.95, rel=0.01)
@@ -323,8 +323,8 @@ def test_with_a_replacement_budget_of_0_contended_rounds_are_judged_as_measured_
     assert reason.endswith("; 4 contended round(s) (1, 2, 3, 4), more than the 0 the replacement budget "
                            "(contended_replacements) allows: judged as measured")
     skip_after(dag_dir, runs, 6, reason)
-    pipeline.parse_all(dag_dir)
-    pipeline.join(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
+    pipeline.join(DagRunFolder(dag_dir))
     (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
     assert line.n == 6
     assert "4 of 6 rounds contended (other work on their hosts: rounds 1, 2, 3, 4), judged as measured" in line.verdict
@@ -340,7 +340,7 @@ def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_re
     (dag_dir / slow["key"] / "rank0.log").write_text(speed_log(700.0) + quiet_host())
     contend(dag_dir, slow)
     skip_after(dag_dir, runs, 7, "settled")
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert table.loc[table["repeat"] == 3, "contended"].any()
     (line,) = launcher_ratios(table, budget=(6, 8, 0.10, 4)).itertuples()
@@ -354,7 +354,7 @@ def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it
     params = {**PARAMS, "max_repeats": 6}
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params=params)
     contend(dag_dir, round_of(runs, 2)[0])
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     (line,) = launcher_ratios(table, budget=(6, 6, 0.10)).itertuples()
     assert line.n == 6  # never a silent drop
@@ -402,7 +402,7 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
     assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None  # round 3 is replaced
     for run in runs[len(round_of(runs, 1)) * 6:]:
         record_skip(run, DagRunFolder(dag_dir), "not run in this test")
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
     assert bool(table.loc[hogged["key"], "contended"]) and table.loc[hogged["key"], "contention"] == (
         "other processes used 0.10 cores")
