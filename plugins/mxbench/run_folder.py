@@ -89,7 +89,8 @@ class RunFolder:
         return sorted(self.path.glob(self.GPU_TELEMETRY))
 
     def logs(self) -> list:
-        return run_logs(self.path)
+        """The workers' logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
+        return sorted(self.path.glob(self.WORKER_LOGS)) or sorted(self.roles.glob("worker-*.log"))
 
 
 @dataclass(frozen=True)
@@ -176,12 +177,6 @@ class DagRunFolder:
     def earlier_attempts(self, key) -> list:
         """Run ``key``'s folders moved aside by later attempts, ``attempts/<key>.<n>``."""
         return sorted(self.attempts.glob(f"{key}.*"))
-
-
-def run_logs(run_dir: Path) -> list:
-    """A run's worker logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
-    run_dir = Path(run_dir)
-    return sorted(run_dir.glob(RunFolder.WORKER_LOGS)) or sorted(run_dir.glob(f"{RunFolder.ROLES}/worker-*.log"))
 
 
 def write_atomically(path: Path, write) -> None:

@@ -263,7 +263,6 @@ def parse_run(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[fl
     """(row for the runs table, tidy speed rows, tidy epoch rows) of one run; ``thresholds``: the
     DAG run's contention thresholds (``contention_table``) its contended column is judged with."""
     folder = dag_folder.run(run["key"])
-    run_dir = folder.path
     variant = variant_from_dict(run["variant"])
     meta = read_json(folder.meta)
     upstream = root_cause(dag_folder)
@@ -298,7 +297,7 @@ def parse_run(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[fl
     if meta["status"] == "running":
         # its task died mid-run (parse runs only once every run task has ended): stop what it left
         try:
-            reaped = (launcher_for or launchers.get)(run["launcher"]).reap(run_dir)
+            reaped = (launcher_for or launchers.get)(run["launcher"]).reap(folder)
         except MxbenchError as exc:
             reaped, row["warnings"] = [], f"its leftover processes could not be reaped: {exc}"
         row.update(status="failed", cause="the run was interrupted (its task died mid-run)"

@@ -7,7 +7,6 @@ parsing and the report need (``tests/orchestration/stages/test_run_path.py``). N
 import shlex
 import time
 import uuid
-from pathlib import Path
 from typing import Optional
 
 from mxbench import launchers
@@ -24,7 +23,7 @@ from mxbench.builds.build_provenance import (
 from mxbench.builds.record import RunBuild
 from mxbench.hosts import quiet_gate
 from mxbench.matrix.variants import variant_from_dict
-from mxbench.run_folder import DagRunFolder, read_json, write_json
+from mxbench.run_folder import DagRunFolder, RunFolder, read_json, write_json
 from mxbench.stages.dag_run_failures import root_cause
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import pid_scope
@@ -52,7 +51,7 @@ class RoundSkipped(Exception):
 
 
 def run_task(run: dict, dag_folder: DagRunFolder, deadline_s: float, launcher_for, task: dict,
-             quiet_wait_s: float = 0, aside: Optional[Path] = None, skip_reason=None, local_data=None) -> dict:
+             quiet_wait_s: float = 0, aside: Optional[RunFolder] = None, skip_reason=None, local_data=None) -> dict:
     """The run task's stage, all of it: skip an optional round that is not needed, bring the data
     and the build's venv to this worker, then run (``run_one``).
 
@@ -113,7 +112,7 @@ def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, 
         setup_error = exc  # recorded below like any other failure of this run
     reaped = []
     if run_dir.exists():
-        reaped = launcher.reap(run_dir) if launcher else []
+        reaped = launcher.reap(folder) if launcher else []
         n = len(dag_folder.earlier_attempts(run["key"])) + 1
         dag_folder.attempts.mkdir(exist_ok=True)
         run_dir.replace(dag_folder.attempts / f"{run['key']}.{n}")
@@ -139,11 +138,11 @@ def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, 
             gone = venv_and_data_caches.pruned_since_made(data, local_python)
             if gone:
                 raise MxbenchError(gone)
-            launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
+            launched = launcher.execute(variant, data["dir"], folder, deadline_s, build=build)
         meta["command"] = _worker_command(launched.plan)
-        meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(run_dir),
+        meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(folder),
                          "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
-        commit = reported_commit(run_dir)
+        commit = reported_commit(folder)
         if commit:
             meta["build"]["commit"] = commit
         # an image's MXNet is the image's word: a commit's image must name the commit; a venv's is the
@@ -178,7 +177,7 @@ def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, 
         if "command" not in meta:  # the launcher failed: its records, as far as it got
             plan = [Role.from_dict(r) for r in read_json(folder.plan, [])]
             meta["command"] = _worker_command(plan)
-            meta["build"].update(ran_with(run_dir, plan))
+            meta["build"].update(ran_with(folder, plan))
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
         write_json(folder.meta, meta)

@@ -91,10 +91,10 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
     class PruneWhileRunning:
         """A launcher whose run is: another DAG run prunes everything but the newest, meanwhile."""
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             # the run stamped its use; another DAG run then used the newest ones, so that the
             # run's are past the 1 to keep, and pruned everything else
             assert time.time() - venv_and_data_caches.last_used(old_venv) < 60
@@ -102,7 +102,8 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
             logs.append(prune_in_another_process(home, keep_builds=1, keep_data=1,
                                                  using=(newest_venv / "bin" / "python", newest_data)))
             # the trainer's word on what it imported, which the run checks against its build
-            (run_dir / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.6.0"}))
+            (run_folder.path / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.6.0"}))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
     dag_dir = home / "runs" / "x"

@@ -135,14 +135,14 @@ def test_a_run_waits_before_its_launcher_starts_and_meta_and_runs_table_keep_it(
     class Watched:
         name = "local"
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
         def quiet_probe(self, variant, seconds):
             events.append(("look", seconds, time.time()))
             return {"here": BUSY if len(events) < 2 else QUIET}
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             events.append(("execute", None, time.time()))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
 
@@ -175,13 +175,13 @@ def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_
     class Probed:
         name = "local"
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
         def quiet_probe(self, variant, seconds):
             return {"here": {**QUIET, "foreign_cores": 0.1, "machine": box}}
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
 
     strict_local = {contention.table_key(fingerprint(box)[0], "local"): strict.as_dict()}

@@ -10,6 +10,7 @@ import pytest
 from test_ssh_launcher import LONG, _read, launcher, remote_pids, run_dir_for, use_hosts, wait_all_dead
 
 from mxbench.launchers.ssh.commands import LINK_SILENCE_S
+from mxbench.run_folder import RunFolder
 from mxbench_train.plan_runner import RoleFailed
 
 pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts in namespaces
@@ -33,7 +34,7 @@ def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_ssh_h
     cutter.start()
     try:
         with pytest.raises(RoleFailed) as failed:
-            launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=600)
+            launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=600)
         ended = time.monotonic()
     finally:
         cutter.join()

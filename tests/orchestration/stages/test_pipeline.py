@@ -236,13 +236,13 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
     newer = {"key": run["key"], "status": "running", "attempt": "newer"}
 
     class HungThenWoken:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             # while this attempt hung, a retry moved its folder to attempts/ and started afresh
-            run_dir.replace(tmp_path / "attempts-by-the-retry")
-            write_json(run_dir / "meta.json", newer)
+            run_folder.path.replace(tmp_path / "attempts-by-the-retry")
+            write_json(run_folder.meta, newer)
             return launchers.Launched([], [])
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())

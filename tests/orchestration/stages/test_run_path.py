@@ -13,6 +13,7 @@ import pytest
 
 from mxbench.builds import build_provenance
 from mxbench.results.parse import MAX_LINE, parse_run_logs
+from mxbench.run_folder import RunFolder
 from mxbench_train.events import format_event
 
 REPO = Path(__file__).resolve().parents[3]
@@ -56,11 +57,11 @@ class Trains:
     def __init__(self, fails):
         self.fails = fails
 
-    def reap(self, run_dir):
+    def reap(self, run_folder):
         return []
 
-    def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
-        (Path(run_dir) / "rank0.log").write_text(
+    def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
+        (run_folder.path / "rank0.log").write_text(
             format_event("run_start", rank=0, environment={{"mxnet_version": "1.9.1"}}) + "\\n")
         if self.fails:
             raise MxbenchError("role worker-0 was killed by SIGKILL (exit status 137)")
@@ -160,13 +161,13 @@ def test_the_reported_version_is_what_the_log_parser_reads(tmp_path, events, lon
                       if e.get("event") == "run_start" and (e.get("environment") or {}).get("mxnet_version")), None)
         if start:
             parsed.append(str(start["environment"]["mxnet_version"])[:20])
-    assert build_provenance.reported_version(tmp_path) == (", ".join(sorted(set(parsed))) or None)
+    assert build_provenance.reported_version(RunFolder(tmp_path)) == (", ".join(sorted(set(parsed))) or None)
 
 
 def test_the_reported_version_reads_the_role_logs_where_there_are_no_rank_logs(tmp_path):
     (tmp_path / "roles").mkdir()
     (tmp_path / "roles" / "worker-0.log").write_text(log_lines({"rank": 0, "environment": {"mxnet_version": "1.9.1"}}))
     (tmp_path / "roles" / "worker-1.log").write_text(log_lines({"rank": 1, "environment": {"mxnet_version": "1.8.0"}}))
-    assert build_provenance.reported_version(tmp_path) == "1.8.0, 1.9.1"
-    assert build_provenance.reported_version(tmp_path / "roles") is None
+    assert build_provenance.reported_version(RunFolder(tmp_path)) == "1.8.0, 1.9.1"
+    assert build_provenance.reported_version(RunFolder(tmp_path / "roles")) is None
     assert build_provenance.MAX_LINE == MAX_LINE  # one line length for both readers
