@@ -159,15 +159,21 @@ def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):
 
 
 def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(tmp_path):
-    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
-                    DagRunFolder(tmp_path), TARGETS)
+    folder = DagRunFolder(tmp_path)
+    runs = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
+                           folder, TARGETS)
     missing = tmp_path / "data" / "cifar.tar.gz"
     with pytest.raises(MxbenchError):
-        pipeline.prepare_data({"dataset": str(missing)}, DagRunFolder(tmp_path), tmp_path / "data")
-    pipeline.parse_all(DagRunFolder(tmp_path))
+        pipeline.prepare_data({"dataset": str(missing)}, folder, tmp_path / "data")
     cause = f"data preparation failed: CIFAR-10 source {missing} does not exist"
-    assert {f["cause"] for f in failed_runs(DagRunFolder(tmp_path))} == {f"the run never started: {cause}"}
-    assert failure_message(DagRunFolder(tmp_path)) == f"{cause} (2 run(s) not run)"
+    # the run task's stage fails with it before any launcher is made
+    no_launcher = lambda name: pytest.fail("no launcher may be made without prepared data")  # noqa: E731
+    with pytest.raises(run_stage.RunFailed, match=re.escape(f"run {runs[0]['key']}: {cause}")):
+        run_stage.run_task(runs[0], folder, 60, launcher_for=no_launcher, task={})
+    assert not folder.run(runs[0]["key"]).path.exists()
+    pipeline.parse_all(folder)
+    assert {f["cause"] for f in failed_runs(folder)} == {f"the run never started: {cause}"}
+    assert failure_message(folder) == f"{cause} (2 run(s) not run)"
 
 
 def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
