@@ -80,6 +80,7 @@ def verdict(ok: bool) -> str:
 def real_run(scratch: Path, images: int):
     """One real run of RUN_VARIANT for 1 epoch: (DAG run folder, run key, data dict)."""
     from mxbench import config, launchers
+    from mxbench.run_folder import DagRunFolder
     from mxbench.stages import pipeline, run_stage
 
     params = {"preset": "cpu-demo", "only_variants": [RUN_VARIANT], "repeats": 1, "epochs": 1,
@@ -89,11 +90,12 @@ def real_run(scratch: Path, images: int):
     targets, unavailable = pipeline.targets_for(["local"], launchers.get)
     if unavailable:
         raise RuntimeError(f"the local launcher is unavailable: {unavailable}")
-    (run,) = pipeline.expand(params, dag_dir, targets, dag_id=DAG_ID)
+    folder = DagRunFolder(dag_dir)
+    (run,) = pipeline.expand(params, folder, targets, dag_id=DAG_ID)
     started = time.monotonic()
-    data = pipeline.prepare_data(params, dag_dir, config.data_dir())
+    data = pipeline.prepare_data(params, folder, config.data_dir())
     prepared = time.monotonic()
-    result = run_stage.run_one(run, dag_dir, data, deadline_s=600)
+    result = run_stage.run_one(run, folder, data, deadline_s=600)
     if result["status"] != "ok":
         raise RuntimeError(f"run {run['key']} ended {result['status']}: see {dag_dir / run['key']}")
     files = list((dag_dir / run["key"]).rglob("*"))

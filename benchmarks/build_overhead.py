@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from _stack import TRAIN_PYTHON, airflow, begin, finish, stack_env
 
@@ -41,6 +40,7 @@ def main() -> int:
     from mxbench.builds.record import RunBuild
     from mxbench.launchers.ssh.commands import build_command, setup_command
     from mxbench.launchers.ssh.ssh_launcher import run_command
+    from mxbench.run_folder import RunFolder
     from standins import sshd
 
     build = next((b for b in mxnet_builds.load_manifest() if b.version == args.build), None)
@@ -72,10 +72,10 @@ def main() -> int:
         print(f"reuse at expand time (a second DAG run of the build): {again * 1000:.0f} ms")
         reuse, bare, on_host = [], [], []
         for i in range(args.repeats):  # interleaved, so that a drift hits both alike
-            seconds, out = timed(setup_command(host, Path(f"/bench/dag-run/with-{i}"), flag, run_build))
+            seconds, out = timed(setup_command(host, RunFolder(f"/bench/dag-run/with-{i}"), flag, run_build))
             reuse.append(seconds)
             on_host.append(json.loads(out.strip().splitlines()[-1])["build"]["seconds"])
-            bare.append(timed(setup_command(host, Path(f"/bench/dag-run/without-{i}"), flag))[0])
+            bare.append(timed(setup_command(host, RunFolder(f"/bench/dag-run/without-{i}"), flag))[0])
         overhead = statistics.median(reuse) - statistics.median(bare)
         ok = overhead <= CHECK_TARGET_S
         print(f"a run's set-up with the build check: median {statistics.median(reuse) * 1000:.0f} ms, "

@@ -73,13 +73,14 @@ def cmd_parse(args) -> int:
 
 def cmd_report(args) -> int:
     from mxbench.report import build_report
+    from mxbench.run_folder import DagRunFolder
     from mxbench.stages.pipeline import join, parse_all, stored_aa_noise
     from mxbench.store import default_url
 
-    run_dir = Path(args.run_dir)
-    parse_all(run_dir)
-    join(run_dir, stored_aa_noise(run_dir, args.url or default_url()))
-    built = build_report(run_dir)
+    folder = DagRunFolder(args.run_dir)
+    parse_all(folder)
+    join(folder, stored_aa_noise(folder, args.url or default_url()))
+    built = build_report(folder)
     print(built["text"])
     print(f"report: {built['html']}")
     return 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mxbench_train import json_input
+from mxbench_train import json_input, run_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,15 +36,15 @@ class RunFolder:
 
     META = "meta.json"
     PLAN = "plan.json"
-    PIDS = "pids.json"
+    PIDS = run_files.PIDS
     REMOTE = "remote.json"
     METRICS = "metrics.json"
     NOTICES = "notices.json"
     FILES = (META, PLAN, PIDS, REMOTE, METRICS, NOTICES)
     STEP_TIMES = {"local": "local.json", "ssh": "ssh.json", "kubernetes": "kubernetes.json"}  # by launcher
-    ROLES = "roles"
-    WORKER_LOGS = "rank*.log"
-    GPU_TELEMETRY = "gpu-rank*.csv"
+    ROLES = run_files.ROLES  # the trainer's own files, named in mxbench_train.run_files
+    WORKER_LOGS = run_files.WORKER_LOGS
+    GPU_TELEMETRY = run_files.GPU_TELEMETRY
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
@@ -89,7 +89,8 @@ class RunFolder:
         return sorted(self.path.glob(self.GPU_TELEMETRY))
 
     def logs(self) -> list:
-        return run_logs(self.path)
+        """The workers' logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
+        return sorted(self.path.glob(self.WORKER_LOGS)) or sorted(self.roles.glob("worker-*.log"))
 
 
 @dataclass(frozen=True)
@@ -176,12 +177,6 @@ class DagRunFolder:
     def earlier_attempts(self, key) -> list:
         """Run ``key``'s folders moved aside by later attempts, ``attempts/<key>.<n>``."""
         return sorted(self.attempts.glob(f"{key}.*"))
-
-
-def run_logs(run_dir: Path) -> list:
-    """A run's worker logs: ``rank*.log`` (local, ssh), else its pods' ``roles/worker-*.log``."""
-    run_dir = Path(run_dir)
-    return sorted(run_dir.glob(RunFolder.WORKER_LOGS)) or sorted(run_dir.glob(f"{RunFolder.ROLES}/worker-*.log"))
 
 
 def write_atomically(path: Path, write) -> None:

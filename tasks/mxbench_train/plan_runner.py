@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import run_files
 from .cgroup import RoleCgroup
 from .errors import MxbenchError
 from .localhost import is_running, proc_stat, start_ticks
@@ -174,7 +175,7 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     that outlives the job: the main thread, as the pipeline does.
     """
     log_dir = Path(log_dir)
-    (log_dir / "roles").mkdir(parents=True, exist_ok=True)
+    (log_dir / run_files.ROLES).mkdir(parents=True, exist_ok=True)
     if start is None:
         die_with_launcher = die_with(os.getpid())
 
@@ -191,13 +192,13 @@ def run_plan(plan: Sequence[Role], log_dir, deadline_s: float = 3600.0, cwd=None
     deadline = time.monotonic() + deadline_s  # starting the roles counts too (a pod may wait for a node)
     try:
         for role in plan:  # scheduler first: the plan lists it first
-            logs[role.name] = log_dir / "roles" / f"{role.name}.log"
+            logs[role.name] = run_files.role_log(log_dir, role.name)
             procs[role.name] = start(role, logs[role.name])
             started[role.name] = time.monotonic()
             record = procs[role.name].record()
             if record:
                 records[role.name] = record
-                _write_json(log_dir / "pids.json", records)
+                _write_json(log_dir / run_files.PIDS, records)
         _wait(plan, procs, logs, ended, warnings, deadline, deadline_s)
     finally:
         _kill_all(procs.values())

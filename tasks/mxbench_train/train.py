@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import host_watch, telemetry
+from . import host_watch, run_files, telemetry
 from .args import build_parser, parse_floats, parse_ints, validate
 from .errors import MxbenchError, NonFiniteLoss
 from .events import format_event
@@ -29,7 +29,7 @@ def setup_logging(rank, log_dir):
         root.removeHandler(handler)
     handlers = [logging.StreamHandler(sys.stdout)]
     if log_dir:
-        handlers.append(logging.FileHandler(Path(log_dir) / f"rank{rank}.log", mode="w"))
+        handlers.append(logging.FileHandler(run_files.worker_log(log_dir, rank), mode="w"))
     for handler in handlers:
         handler.setFormatter(fmt)
         root.addHandler(handler)
@@ -150,8 +150,8 @@ def main(argv):
     setup_logging(rank, args.log_dir)
     devices = [mx.gpu(i) for i in gpus] or [mx.cpu()]
     sampler = telemetry.GpuSampler(
-        gpus, Path(args.log_dir or ".") / f"gpu-rank{rank}.csv",
-        topo_path=Path(args.log_dir) / "gpu-topo.txt" if args.log_dir and rank == 0 else None,
+        gpus, run_files.gpu_telemetry(args.log_dir or ".", rank),
+        topo_path=Path(args.log_dir) / run_files.GPU_TOPOLOGY if args.log_dir and rank == 0 else None,
         period_ms=args.gpu_sample_ms)
     log.info(format_event(
         "run_start", rank=rank, num_workers=workers, kvstore=args.kv_store,

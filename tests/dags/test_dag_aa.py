@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_dag
+from mxbench.run_folder import DagRunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs that train
 
@@ -105,9 +106,9 @@ def test_the_store_keeps_the_calibration_and_a_later_run_shows_it(calibrated, ur
     assert len(calibration.stored_noise(rows, {"local": fingerprint})) == 1
     assert calibration.stored_noise(rows, {"local": "another machine"}).empty  # local's machine differs
     # what join_results reads: the calibration for this run's own machines, by their fingerprints
-    stored_again = pipeline.stored_aa_noise(dag_dir, url)
+    stored_again = pipeline.stored_aa_noise(DagRunFolder(dag_dir), url)
     assert stored_again.unavailable is None and len(stored_again.noise) == 1
-    down = pipeline.stored_aa_noise(dag_dir, "postgresql+psycopg2://mxbench:s3cret@127.0.0.1:1/results")
+    down = pipeline.stored_aa_noise(DagRunFolder(dag_dir), "postgresql+psycopg2://mxbench:s3cret@127.0.0.1:1/results")
     assert down.noise is None and down.unavailable.startswith("A/A noise not shown: the results store could not")
     assert "s3cret" not in down.unavailable
     # a later DAG run on that hardware, with two launchers: its ratio shows the stored noise
@@ -116,7 +117,7 @@ def test_the_store_keeps_the_calibration_and_a_later_run_shows_it(calibrated, ur
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv")
     runs["launcher"] = runs["launcher"].replace({"local-b": "ssh"})  # as if ssh had run in the arm's place
     runs.to_csv(later / "tables" / "runs.csv", index=False)
-    pipeline.join(later, calibration.Stored(noise, "the latest A/A calibration on this hardware"))
+    pipeline.join(DagRunFolder(later), calibration.Stored(noise, "the latest A/A calibration on this hardware"))
     ratios = pd.read_csv(later / "tables" / "ratios.csv")
     assert list(ratios["launcher"]) == ["ssh"]
     text = ratios.iloc[0]["noise_floor"]

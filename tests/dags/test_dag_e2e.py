@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, run_dag, train_python
+from mxbench.run_folder import DagRunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs that train
 
@@ -110,7 +111,8 @@ def test_rerunning_a_completed_run_reuses_it_and_the_report_says_so(dag_run, tmp
     done = next(r for r in request["runs"] if r["key"] == "cpu1-bs32__local__r1")
     before = json.loads((dag_dir / done["key"] / "meta.json").read_text())
     for _ in range(2):  # idempotent
-        result = run_stage.run_one(done, dag_dir, {"dir": "/nonexistent", "records": {"train": 0}}, deadline_s=5)
+        result = run_stage.run_one(done, DagRunFolder(dag_dir), {"dir": "/nonexistent", "records": {"train": 0}},
+                                   deadline_s=5)
         assert result["reused"] is True
         assert json.loads((dag_dir / done["key"] / "meta.json").read_text()) == {**before, "reused": True}
     assert main(["report", str(dag_dir)]) == 0

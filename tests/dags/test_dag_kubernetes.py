@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, core_api, kubernetes_connection, pods_created, pods_left, run_dag, train_python
+from mxbench.run_folder import DagRunFolder, RunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs as pods on the stand-in
 
@@ -195,7 +196,7 @@ def test_a_pod_that_never_schedules_fails_with_a_named_timeout(airflow_db, kube_
     started = time.monotonic()
     with pytest.raises(RoleFailed, match=r"worker-0 .*was not scheduled within 2 s .*"
                                          r"FailedScheduling: 0/2 nodes are available: 1 Insufficient nvidia.com/gpu"):
-        launcher.execute(gpu, data, run_dir, deadline_s=60)
+        launcher.execute(gpu, data, RunFolder(run_dir), deadline_s=60)
     assert time.monotonic() - started < 20
     assert pods_left(kube_standin) == []
 
@@ -236,7 +237,7 @@ def test_a_scheduler_that_never_schedules_fails_through_the_operators_start_up_w
     run_dir.mkdir(parents=True)
     with pytest.raises(MxbenchError, match=r"role scheduler: pod mxb-\S+-scheduler did not start: .*too long to be "
                                            r"scheduled.*didn't match Pod's node affinity/selector"):
-        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=60)
+        launcher.execute(dist_variant(), cifar_rec, RunFolder(run_dir), deadline_s=60)
     assert pods_left(kube_standin) == []
 
 
@@ -247,7 +248,7 @@ def test_no_pod_starts_once_the_task_is_being_killed(kube_standin, cifar_rec, tm
     run_dir = tmp_path / "dag-run" / "dist2__kubernetes__r1"
     run_dir.mkdir(parents=True)
     with pytest.raises(MxbenchError, match="the task was killed"):
-        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=60)
+        launcher.execute(dist_variant(), cifar_rec, RunFolder(run_dir), deadline_s=60)
     assert pods_left(kube_standin) == []
 
 
@@ -263,7 +264,7 @@ def test_a_pod_deleted_by_someone_else_fails_the_run(kube_standin, cifar_rec, tm
 
     def run():
         try:
-            launcher.execute(dist_variant(epochs=30), cifar_rec, run_dir, deadline_s=300)
+            launcher.execute(dist_variant(epochs=30), cifar_rec, RunFolder(run_dir), deadline_s=300)
         except Exception as exc:
             outcome["error"] = exc
 
@@ -337,7 +338,8 @@ def test_sigkilled_task_leaves_pods_that_the_retry_reaps(airflow_db, kube_standi
     run["variant"]["epochs"] = 1
     os.environ.update(env)
     try:
-        result = run_stage.run_one(run, dag_dir, json.loads((dag_dir / "data.json").read_text()), deadline_s=300,
+        result = run_stage.run_one(run, DagRunFolder(dag_dir), json.loads((dag_dir / "data.json").read_text()),
+                                   deadline_s=300,
                                    launcher_for=lambda name: connections.launcher_for(name, params))
     finally:
         del os.environ["AIRFLOW_CONN_MXBENCH_KUBERNETES"]
@@ -376,7 +378,7 @@ def test_a_pod_run_beside_two_busy_loops_on_its_node_is_marked_contended(kube_st
     run_dir.mkdir(parents=True)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        launcher.execute(dist_variant(), cifar_rec, run_dir, deadline_s=300)
+        launcher.execute(dist_variant(), cifar_rec, RunFolder(run_dir), deadline_s=300)
     finally:
         for hog in hogs:
             hog.kill()

@@ -11,6 +11,7 @@ import pendulum
 import pytest
 
 from conftest import QUIET_WAIT_S, REPO
+from mxbench.run_folder import DagRunFolder
 
 pytestmark = pytest.mark.slow  # dag.test() runs that train
 
@@ -53,7 +54,7 @@ def plant(url, dag_dir, run_id, when, scale):
         runs[column] = runs[column] * scale
     runs["contended"] = False  # planted history is quiet by construction: a contended repeat feeds no baseline
     runs.to_csv(copy / "tables" / "runs.csv", index=False)
-    store.record_dag_run(url, copy, dag_id="mxbench_regression", run_id=run_id, trigger="backfill",
+    store.record_dag_run(url, DagRunFolder(copy), dag_id="mxbench_regression", run_id=run_id, trigger="backfill",
                          build={"package": "mxnet==1.9.1"}, logical_date=when, data_interval=(when, when))
 
 
@@ -111,14 +112,14 @@ def test_a_baseline_of_the_same_speed_stays_quiet(first_run, url):
     run, dag_dir = first_run
     for i in range(2):
         plant(url, dag_dir, f"quiet-{i}", DAY.subtract(days=10 - i), 1.0)
-    fingerprints = store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id=run.run_id,
+    fingerprints = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_regression", run_id=run.run_id,
                                         trigger="manual", logical_date=DAY)["fingerprints"]
-    (finding,) = regression_check.check_regressions(dag_dir, url, run.dag_id, run.run_id, fingerprints,
+    (finding,) = regression_check.check_regressions(DagRunFolder(dag_dir), url, run.dag_id, run.run_id, fingerprints,
                                                     baseline_runs=3, min_drop=0.05)
     assert busy(dag_dir, finding) or (finding["status"] == "ok" and finding["baseline_runs"] == "quiet-0 quiet-1"), \
         finding["message"]
-    assert dag_run_failures.failure_message(dag_dir) is None
-    build_report(dag_dir)
+    assert dag_run_failures.failure_message(DagRunFolder(dag_dir)) is None
+    build_report(DagRunFolder(dag_dir))
     assert (dag_dir / "report" / "history.png").stat().st_size > 10_000
 
 

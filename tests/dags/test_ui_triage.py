@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from test_ui_stack import browser, framed_page, log_in, screenshot  # noqa: F401 (browser: a fixture)
 
+from mxbench.run_folder import DagRunFolder
 from standins.airflow_stack import AirflowStack, Response
 from support.stored_runs import CPU_FP, T0, make_dag_dir, ok_runs, variant  # noqa: E402
 
@@ -33,7 +34,7 @@ def stack(tmp_path_factory):
         speeds = BASE if day < 3 else tuple(s * 0.8 for s in BASE)
         runs = [run for name in SERIES for run in ok_runs(variant(name), speeds=speeds)]
         folder = make_dag_dir(home / "seed", f"day{day}", runs, started=T0 + timedelta(days=day))
-        store.record_dag_run(url, folder, dag_id=DAG, run_id=f"scheduled__day{day}", trigger="scheduled")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id=DAG, run_id=f"scheduled__day{day}", trigger="scheduled")
     stack = AirflowStack(home)
     stack.url_of_store = url
     stack.airflow("db", "migrate")

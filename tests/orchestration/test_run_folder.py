@@ -4,6 +4,7 @@ import ast
 
 from conftest import REPO
 from mxbench.run_folder import DagRunFolder, RunFolder
+from mxbench_train import run_files
 
 PACKAGE = REPO / "plugins" / "mxbench"
 
@@ -45,6 +46,18 @@ def test_a_run_folder_finds_its_telemetry_and_role_logs(tmp_path):
         (tmp_path / name).write_text("")
     assert run.gpu_telemetry() == [tmp_path / "gpu-rank0.csv", tmp_path / "gpu-rank1.csv"]
     assert run.role_logs() == [tmp_path / "roles" / "server-0.log", tmp_path / "roles" / "worker-0.log"]
+
+
+def test_the_files_the_trainer_writes_are_the_ones_a_run_folder_finds(tmp_path):
+    run = RunFolder(tmp_path)
+    written = [run_files.worker_log(tmp_path, 0), run_files.gpu_telemetry(tmp_path, 1),
+               run_files.role_log(tmp_path, "worker-0")]
+    assert written == [tmp_path / "rank0.log", tmp_path / "gpu-rank1.csv", tmp_path / "roles" / "worker-0.log"]
+    for path in written:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("")
+    assert (run.logs(), run.gpu_telemetry(), run.role_logs()) == ([written[0]], [written[1]], [written[2]])
+    assert run.pids == tmp_path / run_files.PIDS
 
 
 def test_the_report_files_live_in_the_report_folder(tmp_path):

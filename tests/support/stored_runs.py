@@ -9,6 +9,7 @@ from alembic import command
 
 from mxbench import store
 from mxbench.matrix.variants import measured_setup
+from mxbench.run_folder import DagRunFolder
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CPU_BOX = {"python": "3.11.9", "host": "box-1", "cpu_model": "AMD EPYC 7B13", "cpu_count": 2,
@@ -116,4 +117,4 @@ def record_scaling_series(url, root: Path, dag_runs=4, noise=0.02, seed=0, envir
                 for w in SCALING_WORKERS for r in range(1, repeats + 1)]
         name = f"scaling-{environment['host']}-{day}"
         folder = make_dag_dir(root, name, runs, started=T0 + timedelta(days=day), environment=environment, ran=ran)
-        store.record_dag_run(url, folder, dag_id=dag_id, run_id=name, trigger="manual")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id=dag_id, run_id=name, trigger="manual")

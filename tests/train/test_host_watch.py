@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbench.run_folder import RunFolder
 from mxbench_train import cgroup, host_watch, localhost
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
@@ -237,7 +238,7 @@ def test_a_local_launcher_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_
                       disp_batches=2)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        LocalLauncher().execute(variant, cifar_rec, tmp_path, deadline_s=300)
+        LocalLauncher().execute(variant, cifar_rec, RunFolder(tmp_path), deadline_s=300)
     finally:
         for hog in hogs:
             hog.kill()

@@ -5,6 +5,7 @@ import json
 import pandas as pd
 
 from conftest import REPO, train_python
+from mxbench.run_folder import DagRunFolder
 
 P2P_PYTHON = REPO / "tests" / "fixtures" / "bin" / "python-p2p-notice"
 
@@ -18,17 +19,17 @@ def test_p2p_notice_on_a_roles_stderr_reaches_the_runs_table_and_the_report(cifa
     monkeypatch.setenv("MXBENCH_REAL_TRAIN_PYTHON", train_python())  # before train_python() means the wrapper
     monkeypatch.setenv("MXBENCH_TRAIN_PYTHON", str(P2P_PYTHON))
     params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"], "epochs": 1}
-    (run,) = pipeline.expand(params, tmp_path, {"local": Target("local", 1, 0)})
+    (run,) = pipeline.expand(params, DagRunFolder(tmp_path), {"local": Target("local", 1, 0)})
     data = {"dir": str(cifar_rec), "records": {"train": 1000}}
     run_folder.write_json(tmp_path / "data.json", data)
-    assert run_stage.run_one(run, tmp_path, data, deadline_s=300)["status"] == "ok"
+    assert run_stage.run_one(run, DagRunFolder(tmp_path), data, deadline_s=300)["status"] == "ok"
     role_log = (tmp_path / run["key"] / "roles" / "worker-0.log").read_text()
     rank_log = (tmp_path / run["key"] / "rank0.log").read_text()
     assert "only 24 out of 56 GPU pairs" in role_log and "GPU pairs" not in rank_log  # stderr only
 
-    pipeline.parse_all(tmp_path)
-    pipeline.join(tmp_path)
-    build_report(tmp_path)
+    pipeline.parse_all(DagRunFolder(tmp_path))
+    pipeline.join(DagRunFolder(tmp_path))
+    build_report(DagRunFolder(tmp_path))
     row = pd.read_csv(tmp_path / "tables" / "runs.csv").iloc[0]
     assert row["status"] == "ok" and row["p2p_pairs"] == "24/56"
     metrics = json.loads((tmp_path / run["key"] / "metrics.json").read_text())

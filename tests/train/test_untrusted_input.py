@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import run_trainer, train_python
+from mxbench.run_folder import DagRunFolder
 from mxbench_train import download, redaction
 
 BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
@@ -325,7 +326,7 @@ def test_a_credential_url_never_reaches_the_process_list(tmp_path, monkeypatch):
     monkeypatch.setenv("MXBENCH_DATASET_PRIVATE_HOSTS", "127.0.0.1")  # a loopback address: allowed here
     url = "http://alice:s3cret@127.0.0.1:9/cifar-10-python.tar.gz?token=t0k"  # port 9: nobody there
     with pytest.raises(MxbenchError) as failure:
-        pipeline.prepare_data({"dataset": url}, tmp_path / "run", tmp_path / "data")
+        pipeline.prepare_data({"dataset": url}, DagRunFolder(tmp_path / "run"), tmp_path / "data")
     assert "data preparation failed: cannot download CIFAR-10 from http://127.0.0.1:9/" in str(failure.value)
     recorded = argv_log.read_text() + str(failure.value) + (tmp_path / "run" / "stages.json").read_text()
     assert "prepare-cifar10 --source-env MXBENCH_SOURCE" in recorded
@@ -363,7 +364,7 @@ def test_a_worker_file_outside_the_allowed_folders_is_refused_unread(tmp_path, f
         (data_root / "cifar-10-python.tar.gz").symlink_to(secret)
         dataset = str(data_root / "cifar-10-python.tar.gz")
     with pytest.raises(MxbenchError) as refused:
-        pipeline.prepare_data({"dataset": dataset, "allow_unverified": True}, tmp_path / "run", data_root)
+        pipeline.prepare_data({"dataset": dataset, "allow_unverified": True}, DagRunFolder(tmp_path / "run"), data_root)
     message = str(refused.value)
     assert f"CIFAR-10 source {dataset} is not under a folder allowed for data sets ({data_root}" in message
     assert "MXBENCH_DATASET_ROOTS" in message
@@ -382,7 +383,8 @@ def test_a_batch_that_links_out_of_an_allowed_folder_is_refused(tmp_path, cifar_
     (folder / "data_batch_2").symlink_to(_secret_file(tmp_path))
     with pytest.raises(MxbenchError, match=f"CIFAR-10 source {folder}: data_batch_2 links outside the folders "
                                            "allowed for data sets; refused"):
-        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, tmp_path / "run", data_root)
+        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, DagRunFolder(tmp_path / "run"),
+                              data_root)
     assert not _holds_secret(data_root) and not list(data_root.glob("rec-*/*.rec"))
 
 
@@ -407,7 +409,8 @@ def test_a_worker_file_hard_linked_into_an_allowed_folder_is_named_not_quoted(tm
     secret_file.write_bytes(secret)
     os.link(secret_file, folder / "data_batch_1")
     with pytest.raises(MxbenchError) as refused:
-        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, tmp_path / "run", data_root)
+        pipeline.prepare_data({"dataset": str(folder), "allow_unverified": True}, DagRunFolder(tmp_path / "run"),
+                              data_root)
     message = str(refused.value)
     assert f"CIFAR-10 source {folder}: data_batch_1 {cause}" in message
     assert "'-'" not in message and "load key" not in message, message
@@ -422,7 +425,8 @@ def test_folders_an_administrator_lists_are_allowed(tmp_path, monkeypatch):
     src = run_trainer("synthetic-cifar10", "--out", shared, "--train", 50, "--test", 10, "--archive")
     assert src.returncode == 0, src.stderr
     monkeypatch.setenv("MXBENCH_DATASET_ROOTS", os.pathsep.join(["/nonexistent", str(shared)]))
-    data = pipeline.prepare_data({"dataset": src.stdout.strip(), "allow_unverified": True}, tmp_path / "run",
+    data = pipeline.prepare_data({"dataset": src.stdout.strip(), "allow_unverified": True},
+                                 DagRunFolder(tmp_path / "run"),
                                  tmp_path / "data")
     assert data["records"] == {"train": 50, "val": 10} and data["verified"] is False
 
@@ -446,7 +450,7 @@ def test_a_url_to_a_loopback_address_is_refused_before_any_request(tmp_path, ser
     server, base = serve({"/cifar-10-python.tar.gz": _send(b"x")})
     url = f"http://{host}:{server.server_port}/cifar-10-python.tar.gz"
     with pytest.raises(MxbenchError) as refused:
-        pipeline.prepare_data({"dataset": url}, tmp_path / "run", tmp_path / "data")
+        pipeline.prepare_data({"dataset": url}, DagRunFolder(tmp_path / "run"), tmp_path / "data")
     assert f"cannot download CIFAR-10 from {url}: {host.strip('[]')} resolves to " in str(refused.value)
     assert "a loopback, private, link-local or reserved address: refused" in str(refused.value)
     assert "MXBENCH_DATASET_PRIVATE_HOSTS" in str(refused.value)
@@ -467,7 +471,8 @@ def test_a_listed_private_host_may_serve_but_not_redirect_to_an_unlisted_one(tmp
     mirror, _ = serve({"/c.tgz": moved})
     monkeypatch.setenv("MXBENCH_DATASET_PRIVATE_HOSTS", "localhost")
     with pytest.raises(MxbenchError, match="127.0.0.1 resolves to 127.0.0.1, a loopback"):
-        pipeline.prepare_data({"dataset": f"http://localhost:{mirror.server_port}/c.tgz"}, tmp_path / "run",
+        pipeline.prepare_data({"dataset": f"http://localhost:{mirror.server_port}/c.tgz"},
+                              DagRunFolder(tmp_path / "run"),
                               tmp_path / "data")
     assert mirror.seen == [("/c.tgz", None)] and inner.seen == []
 

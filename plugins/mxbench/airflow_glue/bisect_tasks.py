@@ -81,7 +81,7 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.airflow_glue.dag_tasks import dag_folder
     from mxbench.matrix.params import bisect_chain_params
     from mxbench.regression import bisect
-    from mxbench.run_folder import DagRunFolder, write_json
+    from mxbench.run_folder import write_json
 
     _, labels, _, probe = _plan(params)
     runs = list(params.get("bisect_runs") or []) + [{"build": probe, "run_id": run_id}]
@@ -114,8 +114,8 @@ def decide(build: dict, params=None, run_id=None, dag_run=None) -> dict:
     print(f"mxbench: {title}, probe path:")
     for line in bisect.path_lines(step):
         print(f"  {line}")
-    with dag_folder(dag_run, run_id, "decide", tables=True) as dag_dir:  # for the report
-        write_json(DagRunFolder(dag_dir).bisect, {"title": title, "path": bisect.path_lines(step)})
+    with dag_folder(dag_run, run_id, "decide", tables=True) as folder:  # for the report
+        write_json(folder.bisect, {"title": title, "path": bisect.path_lines(step)})
     return {"done": step.done, "first_bad": step.first_bad, "candidates": step.candidates,
             "message": step.message, "path": [p.__dict__ for p in step.path],
             "next_conf": {**next_params, "bisect_chain": chain["chain_id"]},

@@ -11,6 +11,9 @@ folder holding what the task reads, fetched first, and what it wrote published a
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from airflow.sdk import task, task_group
 
 from mxbench.airflow_glue.operators import RunVariantOperator
@@ -18,12 +21,14 @@ from mxbench.matrix.variants import machine_sets
 from mxbench.run_folder import DagRunFolder, RunFolder
 
 
-def dag_folder(dag_run, run_id: str, task: str, **scope):
-    """The DAG run's folder for this task: what it reads (``scope``: see ``artifacts.dag_run``)
-    there, what it writes published when it ends."""
+@contextmanager
+def dag_folder(dag_run, run_id: str, task: str, **scope) -> Iterator[DagRunFolder]:
+    """The DAG run's folder for this task, built once here and handed to the stages: what it reads
+    (``scope``: see ``artifacts.dag_run``) there, what it writes published when it ends."""
     from mxbench import artifacts
 
-    return artifacts.dag_run(dag_run.dag_id, run_id, task, **scope)
+    with artifacts.dag_run(dag_run.dag_id, run_id, task, **scope) as path:
+        yield DagRunFolder(path)
 
 
 RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run
@@ -36,11 +41,11 @@ def expand_variants(build: dict | None = None, params=None, run_id=None, dag_run
     ``build`` (the regression DAG's), every run trains with that build (its interpreter, its venv
     on each SSH host, its image in pods): a launcher with no way to run it is refused here, by
     name; one whose hosts fail to make it has its runs fail with that cause."""
-    with dag_folder(dag_run, run_id, "expand_variants") as dag_dir:
-        return _expand(build, params, dag_dir, dag_run.dag_id, dag_run.run_id)
+    with dag_folder(dag_run, run_id, "expand_variants") as folder:
+        return _expand(build, params, folder, dag_run.dag_id, dag_run.run_id)
 
 
-def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
+def _expand(build, params, folder: DagRunFolder, dag_id, run_id) -> list[dict]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from mxbench.airflow_glue import connections
@@ -52,7 +57,7 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
     try:  # an unmarked results connection is refused before anything runs, not after the runs
         results_url = connections.results_url(params)
     except MxbenchError as exc:
-        cause = dag_run_failures.stage_failed(dag_dir, "expand", exc)
+        cause = dag_run_failures.stage_failed(folder, "expand", exc)
         raise AirflowFailException(cause) from None
     targets, unavailable = pipeline.targets_for(
         params["launchers"], lambda name: connections.launcher_for(name, params))
@@ -65,7 +70,7 @@ def _expand(build, params, dag_dir, dag_id, run_id) -> list[dict]:
     for reason in unavailable.values():
         print(f"mxbench: {reason}")
     try:
-        return pipeline.expand(dict(params), dag_dir, targets, unavailable,
+        return pipeline.expand(dict(params), folder, targets, unavailable,
                                build=build, dag_id=dag_id, run_id=run_id, refused=refused,
                                contention=pipeline.contention_thresholds(results_url))
     except VariantError as exc:
@@ -77,10 +82,10 @@ def prepare_data(params=None, run_id=None, dag_run=None) -> dict:
     from mxbench import artifacts, config
     from mxbench.stages import pipeline
 
-    with dag_folder(dag_run, run_id, "prepare_data") as dag_dir:
+    with dag_folder(dag_run, run_id, "prepare_data") as folder:
         # published by another worker: fetched, so that preparing finds its cache complete
         artifacts.fetch_published_data(pipeline.prepared_name(params), config.data_dir())
-        data = pipeline.prepare_data(dict(params), dag_dir, config.data_dir())
+        data = pipeline.prepare_data(dict(params), folder, config.data_dir())
     return artifacts.publish_data(data)  # once per data set: each run task fetches it from there
 
 
@@ -124,8 +129,8 @@ def parse_logs(params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.stages import pipeline
 
     # a run whose task died mid-run is reaped here, on its hosts too
-    with dag_folder(dag_run, run_id, "parse_logs", all_units=True) as dag_dir:
-        return pipeline.parse_all(dag_dir, lambda name: connections.launcher_for(name, params))
+    with dag_folder(dag_run, run_id, "parse_logs", all_units=True) as folder:
+        return pipeline.parse_all(folder, lambda name: connections.launcher_for(name, params))
 
 
 @task
@@ -134,19 +139,19 @@ def join_results(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.stages import pipeline
 
     with dag_folder(dag_run, run_id, "join_results", tables=True, all_units=True,
-                    unit_files=(RunFolder.METRICS,)) as dag_dir:
-        return pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, connections.results_url(params)))
+                    unit_files=(RunFolder.METRICS,)) as folder:
+        return pipeline.join(folder, pipeline.stored_aa_noise(folder, connections.results_url(params)))
 
 
 @task
 def store_results(tables: dict, build: dict | None = None, params=None, dag_run=None, run_id=None) -> dict:
     """This DAG run's runs into the results database, replacing what an earlier try wrote."""
     with dag_folder(dag_run, run_id, "store_results", tables=True, all_units=True,
-                    unit_files=RUN_FILES_READ) as dag_dir:
-        return _store(dag_dir, build, params, dag_run, run_id)
+                    unit_files=RUN_FILES_READ) as folder:
+        return _store(folder, build, params, dag_run, run_id)
 
 
-def _store(dag_dir, build, params, dag_run, run_id) -> dict:
+def _store(folder: DagRunFolder, build, params, dag_run, run_id) -> dict:
     from mxbench import artifacts, store
     from mxbench.airflow_glue import connections
     from mxbench.run_folder import write_json
@@ -156,13 +161,13 @@ def _store(dag_dir, build, params, dag_run, run_id) -> dict:
         with store.errors_without_password(url):  # a driver's message may quote the URL
             store.migrate(url)
             stored = store.record_dag_run(
-                url, dag_dir, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
+                url, folder, dag_id=dag_run.dag_id, run_id=run_id, trigger=trigger_of(dag_run), build=build,
                 folder=artifacts.published_folder(dag_run.dag_id, run_id), logical_date=dag_run.logical_date,
                 data_interval=(dag_run.data_interval_start, dag_run.data_interval_end))
     except Exception as exc:  # check_runs fails the DAG run with it; the run folder keeps every result
-        write_json(DagRunFolder(dag_dir).stored, {"error": f"{type(exc).__name__}: {exc}"})
+        write_json(folder.stored, {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    write_json(DagRunFolder(dag_dir).stored, stored)
+    write_json(folder.stored, stored)
     print(f"mxbench: stored {stored['repeats']} repeat(s) of {run_id} in the results database "
           f"(hardware {stored['fingerprint']})")
     return stored
@@ -183,15 +188,15 @@ def report(tables: dict, params=None, run_id=None, dag_run=None) -> dict:
     from mxbench.report import build_report
     from mxbench.stages.since_last import since_last
 
-    with dag_folder(dag_run, run_id, "report", tables=True, all_units=True, unit_files=RUN_FILES_READ) as dag_dir:
+    with dag_folder(dag_run, run_id, "report", tables=True, all_units=True, unit_files=RUN_FILES_READ) as folder:
         try:
             url, unreadable = connections.results_url(params), None
         except Exception as exc:  # an unmarked or missing connection: the report stands without the store
             url, unreadable = "", f"the results connection could not be read ({type(exc).__name__}: {exc})"
-        since_last(dag_dir, url, dag_run.dag_id, run_id, unreadable=unreadable)
-        built = build_report(dag_dir)
+        since_last(folder, url, dag_run.dag_id, run_id, unreadable=unreadable)
+        built = build_report(folder)
         print(built.pop("text"))
-        built = artifacts.published_paths(built, dag_dir, dag_run.dag_id, run_id)
+        built = artifacts.published_paths(built, folder, dag_run.dag_id, run_id)
     print(f"report: {built['html']}")
     return built
 
@@ -205,8 +210,8 @@ def check_runs(run_id=None, dag_run=None) -> None:
     from mxbench.stages import dag_run_failures
 
     report = (DagRunFolder.REPORT_MARKDOWN,)
-    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=report) as dag_dir:
-        problem = dag_run_failures.failure_message(dag_dir)
+    with dag_folder(dag_run, run_id, "check_runs", tables=True, report_files=report) as folder:
+        problem = dag_run_failures.failure_message(folder)
     if problem:
         raise AirflowFailException(problem)
 
@@ -252,9 +257,9 @@ def check_regression(stored: dict, params=None, run_id=None, dag_run=None) -> li
     from mxbench.stages import regression_check
 
     url = connections.results_url(params)
-    with dag_folder(dag_run, run_id, "check_regression", tables=True) as dag_dir, \
+    with dag_folder(dag_run, run_id, "check_regression", tables=True) as folder, \
             store.errors_without_password(url):  # a driver's message may quote the URL
-        findings = regression_check.check_regressions(dag_dir, url, dag_run.dag_id, run_id, stored["fingerprints"],
+        findings = regression_check.check_regressions(folder, url, dag_run.dag_id, run_id, stored["fingerprints"],
                                                       params["baseline_runs"], params["min_drop"])
     for finding in findings:
         print(f"mxbench: {finding['message']}")

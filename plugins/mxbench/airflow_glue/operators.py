@@ -47,65 +47,51 @@ class RunVariantOperator(BaseOperator):
 
     def execute(self, context):
         from mxbench import artifacts
+        from mxbench.run_folder import DagRunFolder, RunFolder
 
         ti = context["ti"]
         # who ran this try: with several workers, a lost one's run is retried on another
         task = {"worker": getattr(ti, "hostname", None), "try_number": getattr(ti, "try_number", None)}
         with artifacts.run_folder(context["dag_run"].dag_id, context["run_id"], self.run["key"], extra=task) as space:
-            self.run_in(space.path, context, task, aside=space.aside)
+            aside = None if space.aside is None else RunFolder(space.aside)
+            self.run_in(DagRunFolder(space.path), context, task, aside=aside)
 
-    def run_in(self, dag_dir, context, task: dict, aside=None) -> None:
+    def run_in(self, dag_folder, context, task: dict, aside=None) -> None:
+        """Hand the run over to its stage (``run_stage.run_task``) with what only Airflow knows: the
+        launchers (the connections, the pod operator), the store and the stop rule's baseline."""
         from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
         from mxbench import artifacts, config
         from mxbench.airflow_glue import connections
-        from mxbench.builds.build_provenance import build_here
-        from mxbench.run_folder import DagRunFolder, read_json
         from mxbench.stages import run_stage
-        from mxbench.stages.dag_run_failures import root_cause
-        from mxbench_train.errors import MxbenchError
 
         params = context["params"]
+        store = artifacts.Store()
 
         def launcher_for(name):
             if name == "kubernetes":
                 return self.kubernetes_launcher(context)
             return connections.launcher_for(name, params)
 
-        folder = DagRunFolder(dag_dir)
-        data = read_json(folder.data)
-        if data is None:
-            cause = root_cause(dag_dir) or "no data.json: prepare_data has not run"
-            raise AirflowException(f"run {self.run['key']}: {cause}")
-        run = self.run
-        store = artifacts.Store()
-        # an optional round not started yet (a try that started it is retried as a run, and reaped)
-        if run.get("optional") and aside is None and (read_json(folder.run(run["key"]).meta) or {}).get(
-                "status") in (None, "skipped"):
-            reason = self.skip_reason(run, dag_dir, context, store)
-            if reason:
-                run_stage.record_skip(run, dag_dir, reason)
-                raise AirflowSkipException(reason)
-        if not store.is_home:  # another worker may have prepared the data and made the build's venv
-            try:  # here: the published data set (pods read it from their data volume), the venv
-                if aside is not None:  # a try killed on this worker before it published: stop what it left
-                    launcher_for(run["launcher"]).reap(aside)
-                root = (connections.kubernetes_settings(params).local_data_root if run["launcher"] == "kubernetes"
-                        else config.data_dir())
-                data = artifacts.local_data(data, root, store)
-                run = build_here(run, dag_dir)
-            except Exception as exc:  # recorded as this run's cause, like any failure
-                run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError)
-                       else f"{type(exc).__name__}: {exc}"}
-        result = run_stage.run_one(run, dag_dir, data, deadline_s=60 * params["run_timeout_minutes"],
-                                   launcher_for=launcher_for, task=task,
-                                   quiet_wait_s=params.get("quiet_wait_s") or 0)
+        def local_data(data, launcher):  # the published data set: pods read it from their data volume
+            root = (connections.kubernetes_settings(params).local_data_root if launcher == "kubernetes"
+                    else config.data_dir())
+            return artifacts.local_data(data, root, store)
+
+        try:
+            result = run_stage.run_task(
+                self.run, dag_folder, deadline_s=60 * params["run_timeout_minutes"], launcher_for=launcher_for,
+                task=task, quiet_wait_s=params.get("quiet_wait_s") or 0, aside=aside,
+                skip_reason=lambda run: self.skip_reason(run, dag_folder, context, store),
+                local_data=None if store.is_home else local_data)
+        except run_stage.RoundSkipped as skipped:
+            raise AirflowSkipException(str(skipped)) from None
         if self._killed:  # SIGTERM arrived outside the launcher's own handler: never report success
             raise AirflowException(f"run {self.run['key']}: the task was killed; its pods were deleted")
         print(f"mxbench: run {self.run['key']}: {result['status']} in {result['duration_s']:.1f} s")
 
     @staticmethod
-    def skip_reason(run: dict, dag_dir, context, store):
+    def skip_reason(run: dict, dag_folder, context, store):
         """Why optional round ``run`` need not run (``stop_rule``), or None. Only optional rounds
         pay for parsing the first rounds' logs (pandas). Not knowing means running it."""
         from mxbench import artifacts
@@ -132,7 +118,7 @@ class RunVariantOperator(BaseOperator):
                                   runs=params["baseline_runs"], since=since, setup=setup)
 
         try:
-            return stop_rule.skip_reason(run, dag_dir, fetch_unit=fetch, baseline_for=baseline_for)
+            return stop_rule.skip_reason(run, dag_folder, fetch_unit=fetch, baseline_for=baseline_for)
         except Exception as exc:  # a store that failed to answer: the round runs, as if unsettled
             print(f"mxbench: run {run['key']}: could not tell whether the round is needed, so it runs: "
                   f"{type(exc).__name__}: {exc}")

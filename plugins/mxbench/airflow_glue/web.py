@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
@@ -44,6 +43,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mxbench.airflow_glue import web_auth, web_folders, web_form_tokens
+from mxbench.run_folder import RunFolder
 
 # Airflow's api-server modules are imported inside the functions: every Airflow process that
 # loads plugins (each task's, too) imports this module, and only the api-server needs them.
@@ -105,7 +105,7 @@ def dag_run_state(dag_id: str, run_id: str) -> Optional[str]:
         return session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
 
 
-def readable_run(user, dag_id: str, run_id: str, key: str) -> Path:
+def readable_run(user, dag_id: str, run_id: str, key: str) -> RunFolder:
     """The run's folder for a reader of its files, checked as the report is: the auth manager
     lets ``user`` read the DAG's runs (else 403), it is an mxbench DAG and Airflow has that DAG
     run (else 404), and the run is one of its request's, in its folder (else 404)."""
@@ -127,10 +127,10 @@ def readable_run(user, dag_id: str, run_id: str, key: str) -> Path:
         raise HTTPException(404, "With object storage as the artifact store, a run's files are not served here: "
                                  "`mxbench fetch DAG_ID RUN_ID --to DIR` brings the DAG run's files")
     dag_folder = web_folders.dag_run_folder(dag_id, run_id)
-    run_dir = None if dag_folder is None else web_folders.run_folder_of(dag_folder, key)
-    if run_dir is None:
+    run_folder = None if dag_folder is None else web_folders.run_folder_of(dag_folder, key)
+    if run_folder is None:
         raise HTTPException(404, f"DAG run {run_id} of {dag_id} has no run {key!r}")
-    return run_dir
+    return run_folder
 
 
 @app.get("/run-files", response_class=HTMLResponse)
@@ -141,10 +141,10 @@ def run_files(dag_id: str, run_id: str, run: str, user: Annotated[Any, Depends(w
     from mxbench.report import render_page
     from mxbench.report.links import Links, run_files_href
 
-    run_dir = readable_run(user, dag_id, run_id, run)
+    run_folder = readable_run(user, dag_id, run_id, run)
     files = pd.DataFrame([{"file": Links(name, [(name, run_files_href(dag_id, run_id, run, name, base=""))]),
-                           "bytes": f"{(run_dir / name).stat().st_size:,}"}
-                          for name in web_folders.run_evidence_files(run_dir)])
+                           "bytes": f"{(run_folder.path / name).stat().st_size:,}"}
+                          for name in web_folders.run_evidence_files(run_folder)])
     title = f"mxbench: run {run} of DAG run {run_id} ({dag_id})"
     return HTMLResponse(render_page(title, [], [("Record and logs", files)], []))
 

@@ -12,14 +12,14 @@ from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 
 
-def published_paths(paths: Dict[str, str], dag_dir: Path, dag_id: str, run_id: str,
+def published_paths(paths: Dict[str, str], folder: DagRunFolder, dag_id: str, run_id: str,
                     store: Optional[Store] = None) -> Dict[str, str]:
     """``paths`` (files in a task's folder of the DAG run) as the store's URLs, for the task log
     and XCom; unchanged with the default store, whose folder is the DAG run's own."""
     base = published_folder(dag_id, run_id, store)
     if base is None:
         return paths
-    return {name: f"{base}/{Path(path).relative_to(dag_dir)}" for name, path in paths.items()}
+    return {name: f"{base}/{Path(path).relative_to(folder.path)}" for name, path in paths.items()}
 
 
 def published_folder(dag_id: str, run_id: str, store: Optional[Store] = None) -> Optional[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench.builds.record import RunBuild
-from mxbench.run_folder import DagRunFolder, RunFolder, read_json, run_logs
+from mxbench.run_folder import DagRunFolder, RunFolder, read_json
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import MARKER, parse_event
 
@@ -17,22 +17,22 @@ _COMMIT_IN_VERSION = re.compile(r"\+(?:[0-9a-z]+\.)*g(?P<commit>[0-9a-f]{7,40})(
 MAX_LINE = 64 * 1024  # characters read at once, as ``parse.MAX_LINE``: a longer line is no event
 
 
-def build_of(run: dict, dag_dir: Path) -> Optional[dict]:
+def build_of(run: dict, dag_folder: DagRunFolder) -> Optional[dict]:
     """The build ``run`` must train with. A run expanded before runs carried their build (a cleared
     task of an older DAG run) has only ``train_python``, its local venv: the build is request.json's."""
     if run.get("build") or not run.get("train_python"):
         return run.get("build")
-    build = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("build") or {}
+    build = (read_json(dag_folder.request, {}) or {}).get("build") or {}
     return {**build, "python": run["train_python"]}
 
 
-def build_here(run: dict, dag_dir: Path) -> dict:
+def build_here(run: dict, dag_folder: DagRunFolder) -> dict:
     """``run`` with its build's venv on this worker, for a local run: resolve_build made the one it
     names on the worker it ran on; another worker makes its own (once: ``mxnet_builds.ensure_venv``
     keeps it), from the versions manifest's entry for the same package."""
     from mxbench.builds import mxnet_builds
 
-    build = build_of(run, dag_dir)
+    build = build_of(run, dag_folder)
     python = (build or {}).get("python")
     if run["launcher"] != "local" or not python or Path(python).exists():
         return run
@@ -45,22 +45,22 @@ def build_here(run: dict, dag_dir: Path) -> dict:
 
 
 
-def reported_version(run_dir: Path) -> Optional[str]:
+def reported_version(run_folder: RunFolder) -> Optional[str]:
     """The MXNet version the run's trainers imported (their run_start events), whatever was
     asked for: one version, or each one they reported, joined, where hosts ran different ones."""
-    return _reported(run_dir, "mxnet_version", 20)  # a host's word: the store keeps 50 characters
+    return _reported(run_folder, "mxnet_version", 20)  # a host's word: the store keeps 50 characters
 
 
-def reported_commit(run_dir: Path) -> Optional[str]:
+def reported_commit(run_folder: RunFolder) -> Optional[str]:
     """The MXNet commit the run's trainers named (``mxnet_commit``: a source build's image says
     it, ``docker/train-source.Dockerfile``), joined where they named different ones; None where
     none named one."""
-    return _reported(run_dir, "mxnet_commit", 40)
+    return _reported(run_folder, "mxnet_commit", 40)
 
 
-def _reported(run_dir: Path, field: str, keep: int) -> Optional[str]:
+def _reported(run_folder: RunFolder, field: str, keep: int) -> Optional[str]:
     values = []
-    for log in run_logs(run_dir):
+    for log in run_folder.logs():
         value = _last_run_value(log, field)
         if value:
             values.append(value[:keep])
@@ -90,12 +90,12 @@ def _last_run_value(log: Path, field: str) -> Optional[str]:
     return value
 
 
-def ran_with(run_dir: Path, plan) -> dict:
+def ran_with(run_folder: RunFolder, plan) -> dict:
     """What a failed run trained with, from the records its launcher left: the version its
     trainers reported, and its image (kubernetes.json) or interpreter (the plan's workers)."""
-    image = (read_json(RunFolder(run_dir).step_times("kubernetes"), {}) or {}).get("image")
+    image = (read_json(run_folder.step_times("kubernetes"), {}) or {}).get("image")
     worker = next((r for r in plan if r.kind == "worker"), None)
-    return {"reported": reported_version(run_dir), "image": image,
+    return {"reported": reported_version(run_folder), "image": image,
             "python": None if image or worker is None else worker.argv[0]}
 
 

@@ -79,10 +79,10 @@ class Launcher(Protocol):
 
     def prepare_build(self, build: Optional[RunBuild]) -> None: ...  # make what the build needs there
 
-    def execute(self, variant: "Variant", data_dir, run_dir, deadline_s: float,
+    def execute(self, variant: "Variant", data_dir, run_folder: RunFolder, deadline_s: float,
                 build: Optional[RunBuild] = None) -> Launched: ...
 
-    def reap(self, run_dir) -> list: ...  # stop what an earlier, killed attempt left running
+    def reap(self, run_folder: RunFolder) -> list: ...  # stop what an earlier, killed attempt left running
 
     # each of the variant's hosts over ``seconds`` ({host: mxbench_train.quiet_probe reading}), or an
     # MxbenchError saying why they cannot be looked at (mxbench.hosts.quiet_gate judges and waits)
@@ -107,9 +107,9 @@ class StepTimes:
             self.path.write_text(json.dumps(self.record, indent=1))
 
 
-def write_plan(run_dir, plan: Sequence["Role"]) -> None:
+def write_plan(run_folder: RunFolder, plan: Sequence["Role"]) -> None:
     """``plan.json``: the roles as run, for the report and for reading a run folder later."""
-    RunFolder(run_dir).plan.write_text(json.dumps([r.to_dict() for r in plan], indent=1))
+    run_folder.plan.write_text(json.dumps([r.to_dict() for r in plan], indent=1))
 
 
 def cores_per_host(machines: Dict[str, Tuple[int, Optional[str]]]) -> int:

@@ -51,32 +51,32 @@ class LocalLauncher:
         reading = sample(seconds)
         return {reading["host"]: reading}
 
-    def plan(self, variant: Variant, data_dir, run_dir, python: Optional[str] = None):
+    def plan(self, variant: Variant, data_dir, run_folder: RunFolder, python: Optional[str] = None):
         hosts = loopback_hosts(variant.hosts)
-        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_dir), python=python or config.train_env_python(),
-                      hosts=hosts, port=free_port(HOST),
+        job = job_for(variant, data_dir=str(data_dir), log_dir=str(run_folder.path),
+                      python=python or config.train_env_python(), hosts=hosts, port=free_port(HOST),
                       cores_per_host=local_cores(len(hosts)))  # the hosts share the cores
         return plan_roles(job)
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+    def execute(self, variant: Variant, data_dir, run_folder: RunFolder, deadline_s: float,
                 build: Optional[RunBuild] = None) -> Launched:
         problem = self.build_problem(build)
         if problem:
             raise MxbenchError(problem)
         python = self.python_for(build)
-        plan = self.plan(variant, data_dir, run_dir, python)
-        write_plan(run_dir, plan)
-        steps = StepTimes(RunFolder(run_dir).step_times("local"))  # as the ssh and kubernetes launchers time theirs
+        plan = self.plan(variant, data_dir, run_folder, python)
+        write_plan(run_folder, plan)
+        steps = StepTimes(run_folder.step_times("local"))  # as the ssh and kubernetes launchers time theirs
         with steps("roles_s"):
-            results = run_plan(plan, run_dir, deadline_s=deadline_s)
+            results = run_plan(plan, run_folder.path, deadline_s=deadline_s)
         return Launched(plan, results, {"python": python})
 
-    def reap(self, run_dir) -> list:
+    def reap(self, run_folder: RunFolder) -> list:
         """Kill what an earlier attempt of this run left alive (its task was SIGKILLed, say), when
         it ran on this machine: a run folder from another worker (the artifact store's) names
         that machine's processes, and their pids here are someone else's."""
-        folder = RunFolder(run_dir)
-        ran_on = json.loads(folder.meta.read_text()).get("machine") if folder.meta.is_file() else None
+        meta = run_folder.meta
+        ran_on = json.loads(meta.read_text()).get("machine") if meta.is_file() else None
         if ran_on not in (None, pid_scope()):
             return []
-        return reap(folder.pids)
+        return reap(run_folder.pids)

@@ -102,12 +102,10 @@ METHOD = ("Steady state: samples/s (Speedometer) sums the workers' own Speedomet
           "on the same hardware show the latest such noise beside each launcher ratio.")
 
 
-def build_report(dag_dir: Path) -> Dict[str, str]:
+def build_report(folder: DagRunFolder) -> Dict[str, str]:
     """The report, answer first: the forest plot of the launcher ratios with a short verdict per
     line (or, with one launcher, the throughput), then one box of the conditions that bear on the
     numbers, then the long verdicts, the tables and the plots; the run's ids close it."""
-    dag_dir = Path(dag_dir)
-    folder = DagRunFolder(dag_dir)
     out = folder.report
     out.mkdir(exist_ok=True)
     runs, summary = load_table(folder.table("runs")), load_table(folder.table("summary"))
@@ -125,7 +123,7 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if not failed.empty:  # each failed run's evidence, a click away
         failed = failed.assign(evidence=[run_evidence(request, key, tried) for key, tried in zip(
             failed["key"], runs.loc[failed.index, "try_number"] if "try_number" in runs else [None] * len(failed))])
-    env = environment(dag_dir, runs)
+    env = environment(folder, runs)
     rows = answer_rows(ratios, lambda pair: pair_tags(request, data, pair)) if not ratios.empty else []
     target_gap = float((request.get("params") or {}).get("target_gap") or 0)
     forest = forest_svg(rows, target_gap) if rows else ""
@@ -159,22 +157,22 @@ def build_report(dag_dir: Path) -> Dict[str, str]:
     if "p2p_pairs" in runs and runs["p2p_pairs"].notna().any():
         p2p = runs.dropna(subset=["p2p_pairs"]).drop_duplicates("variant")[["variant", "launcher", "p2p_pairs"]]
         sections.append(("GPU peer-to-peer (MXNet's notice: enabled pairs / all pairs)", p2p))
-    sections += history_sections(dag_dir, out, plots)
+    sections += history_sections(folder, out, plots)
     order = run_order_table(runs, request)
     if not order.empty:
         sections.append(("Every run in the order it ran", order))
-    notices = mxnet_notices(dag_dir, runs)
+    notices = mxnet_notices(folder, runs)
     if not notices.empty:
         sections.append(("MXNet notices (C++ warnings from the role logs)", notices))
     if env:
         sections.append(("Environment", pd.DataFrame([env])))
-    conds = conditions(dag_dir)
-    title = report_title(dag_dir, runs)
+    conds = conditions(folder)
+    title = report_title(folder, runs)
     details = [f"DAG: {request.get('dag_id') or '?'}", f"DAG run: {request.get('run_id') or '?'}",
-               f"Folder: {dag_dir}", data_line(data)]
+               f"Folder: {folder.path}", data_line(data)]
 
-    measured = measured_line(dag_dir, request, runs)
-    backfill = backfill_builds(dag_dir, runs)
+    measured = measured_line(folder, request, runs)
+    backfill = backfill_builds(folder, runs)
     # every string in report.md that is not ours alone goes through markdown_text (markdown_body escapes its own)
     md = [f"# {markdown_text(title)}\n", f"{markdown_text(measured)}\n"]
     if backfill is not None:
@@ -276,22 +274,21 @@ def run_order_table(runs: pd.DataFrame, request: Optional[dict] = None) -> pd.Da
                          for key, tried, flagged in zip(ordered["key"], tries, suspect)]} if suspect.any() else {})})
 
 
-def history_sections(dag_dir: Path, out: Path, plots: Dict[str, str]) -> list:
+def history_sections(folder: DagRunFolder, out: Path, plots: Dict[str, str]) -> list:
     """The regression check and the history, where the regression DAG left them; a bisect's probe path."""
     sections = []
-    folder = DagRunFolder(dag_dir)
     findings = load_table(folder.table("regression"))
     if not findings.empty:
         sections.append(("Regression check (against the last DAG runs on this hardware)",
                          findings[["variant", "launcher", "status", "message"]]))
-        sections.append(("False alerts to expect", false_alert_line(dag_dir, findings)))
+        sections.append(("False alerts to expect", false_alert_line(folder, findings)))
     bisected = read_json(folder.bisect)
     if bisected:  # mxbench_bisect's DAG runs: the probe path so far
         sections.append((f"Probe path: {bisected['title']}", bisected["path"]))
     history = load_table(folder.table("history"))
     if not history.empty:
         history = with_build(history)
-        names = folder_machine_names(dag_dir)
+        names = folder_machine_names(folder)
         plot_history(history, out / "history.png", names=names)
         plots["history.png"] = "Throughput history by MXNet build"
         sections.append((BUILDS_VIEW, builds_table(builds_view(history, manifest_or_none(), names))))
@@ -312,20 +309,20 @@ def backfill_history_link(request: dict) -> str:
     return f"<p><a href='{href}'>This backfill's DAG runs on the history page</a></p>"
 
 
-def measured_line(dag_dir: Path, request: dict, runs: pd.DataFrame) -> str:
+def measured_line(folder: DagRunFolder, request: dict, runs: pd.DataFrame) -> str:
     """What this DAG run measured, in one line above its answer: the night, the build, the variants."""
     variants = ", ".join(dict.fromkeys(run["variant"]["id"] for run in request.get("runs", []) if "variant" in run))
     launchers = ", ".join(dict.fromkeys(str(run.get("launcher")) for run in request.get("runs", [])))
-    parts = [measured_night(dag_dir), measured_build(request, runs),
+    parts = [measured_night(folder), measured_build(request, runs),
              f"variants {variants}" + (f" on {launchers}" if launchers else "") if variants else ""]
     return "Measured: " + ("; ".join(p for p in parts if p) or "no runs")
 
 
-def folder_machine_names(dag_dir: Path) -> Dict[str, str]:
+def folder_machine_names(folder: DagRunFolder) -> Dict[str, str]:
     """Fingerprint -> machine name of the machines this DAG run's runs measured on."""
     from mxbench.store import fingerprint
 
-    folder, names = DagRunFolder(dag_dir), {}
+    names = {}
     for key in load_table(folder.table("runs")).get("key", []):
         env = (read_json(folder.run(key).metrics) or {}).get("environment")
         if isinstance(env, dict):
@@ -334,26 +331,25 @@ def folder_machine_names(dag_dir: Path) -> Dict[str, str]:
     return names
 
 
-def backfill_builds(dag_dir: Path, runs: pd.DataFrame) -> Optional[pd.DataFrame]:
+def backfill_builds(folder: DagRunFolder, runs: pd.DataFrame) -> Optional[pd.DataFrame]:
     """For a backfill's DAG run: the builds view over the backfill DAG runs of its history
     (``tables/history.csv``, the regression check's), so the last one's report answers for the
     range; None for any other DAG run."""
-    folder = DagRunFolder(dag_dir)
     if (read_json(folder.stored, {}) or {}).get("trigger") != "backfill":
         return None
     history = load_table(folder.table("history"))
     if history.empty or "trigger" not in history:
         return None
     backfilled = with_build(history[history["trigger"] == "backfill"])
-    return builds_table(builds_view(backfilled, manifest_or_none(), folder_machine_names(dag_dir)))
+    return builds_table(builds_view(backfilled, manifest_or_none(), folder_machine_names(folder)))
 
 
-def false_alert_line(dag_dir: Path, findings) -> str:
+def false_alert_line(folder: DagRunFolder, findings) -> str:
     """How many false alerts a month of nightly checks like this one should give, from the A/A
     noise floor of each series (``regression.regression_rule.false_alerts_per_month``), or why that is not known."""
     from mxbench.regression.regression_rule import false_alerts_per_month
 
-    params = (read_json(DagRunFolder(dag_dir).request) or {}).get("params") or {}
+    params = (read_json(folder.request) or {}).get("params") or {}
     confirm = int(params.get("confirm_rounds") or 0)
     first = int(params["repeats"]) if confirm and params.get("repeats") else None
     expected = false_alerts_per_month(findings, first=first, min_drop=float(params.get("min_drop", 0.05)),

@@ -2,7 +2,6 @@
 reused and retried runs (``conditions``: one short line each, the whole sentence a click away), the
 data in one line, the machine the runs ran on, and the report's title."""
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional
 
 import pandas as pd
@@ -21,11 +20,10 @@ class Condition(NamedTuple):
     detail: str
 
 
-def conditions(dag_dir: Path) -> List[Condition]:
+def conditions(folder: DagRunFolder) -> List[Condition]:
     """What a reader must know before trusting the numbers: synthetic data, stand-ins, CPU only.
     A condition true of several targets is one line naming them all."""
     found = []
-    folder = DagRunFolder(dag_dir)
     data = read_json(folder.data, {})
     if data.get("synthetic"):
         found.append(Condition("Synthetic data: generated CIFAR-format images, not CIFAR-10",
@@ -117,9 +115,9 @@ def quiet_condition(runs: pd.DataFrame, request: dict, folder: DagRunFolder) -> 
     return Condition(shorten(short), detail)
 
 
-def provenance(dag_dir: Path) -> List[str]:
+def provenance(folder: DagRunFolder) -> List[str]:
     """The conditions' whole sentences."""
-    return [condition.detail for condition in conditions(dag_dir)]
+    return [condition.detail for condition in conditions(folder)]
 
 
 def shorten(line: str, width: int = SHORT) -> str:
@@ -139,30 +137,29 @@ def pair_tags(request: dict, data: dict, launchers) -> List[str]:
     return tags
 
 
-def report_title(dag_dir: Path, runs: pd.DataFrame) -> str:
+def report_title(folder: DagRunFolder, runs: pd.DataFrame) -> str:
     """What people call the report: the DAG, the night it stands for (a scheduled or backfill DAG
     run's logical date; else when its runs started, UTC), the MXNet build it measured (where its
     DAG chose one: the regression and bisect DAGs), the preset and variants, and, for a night, when
     it ran. The run id and folder are in the report's details."""
-    folder = DagRunFolder(dag_dir)
     request = read_json(folder.request, {}) or {}
     dag_id = request.get("dag_id") or "mxbench"
-    when = started(runs) or datetime.fromtimestamp(Path(dag_dir).stat().st_mtime, timezone.utc)
+    when = started(runs) or datetime.fromtimestamp(folder.path.stat().st_mtime, timezone.utc)
     variants = list(dict.fromkeys(run["variant"]["id"] for run in request.get("runs", []) if "variant" in run))
     shown = ", ".join(variants[:3]) + (f" and {len(variants) - 3} more" if len(variants) > 3 else "")
     preset = (request.get("params") or {}).get("preset")
     what = f"{preset}: {shown}" if preset and shown else (preset or shown)
     ran = when.strftime("%Y-%m-%d %H:%M UTC")
-    night = measured_night(dag_dir)
+    night = measured_night(folder)
     parts = (dag_id, night or ran, measured_build(request, runs), what, f"ran {ran}" if night else "")
     return " · ".join(part for part in parts if part)
 
 
-def measured_night(dag_dir: Path) -> str:
+def measured_night(folder: DagRunFolder) -> str:
     """The night a DAG run stands for, from what the store task recorded (``stored.json``): "night
     of 2026-11-03" (a data interval of a day or none), "backfill night of ...", the interval where it
     is longer; "" for a DAG run with none (a manual one)."""
-    stored = read_json(DagRunFolder(dag_dir).stored, {}) or {}
+    stored = read_json(folder.stored, {}) or {}
     interval, logical = stored.get("data_interval"), stored.get("logical_date")
     if stored.get("trigger") not in ("scheduled", "backfill") or not (interval or logical):
         return ""
@@ -212,9 +209,9 @@ def plural(names: List[str], noun: str) -> str:
     return noun if len(names) == 1 else noun + "s"
 
 
-def environment(dag_dir: Path, runs: pd.DataFrame) -> Dict[str, str]:
+def environment(folder: DagRunFolder, runs: pd.DataFrame) -> Dict[str, str]:
     for key in runs.loc[runs["status"] == "ok", "key"] if not runs.empty else []:
-        env = (read_json(DagRunFolder(dag_dir).run(key).metrics, {}) or {}).get("environment")
+        env = (read_json(folder.run(key).metrics, {}) or {}).get("environment")
         if env:
             gpu = env.get("gpu", {})
             gpus = ", ".join(g["name"] for g in gpu.get("gpus", [])) if gpu.get("available") else \

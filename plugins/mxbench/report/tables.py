@@ -2,7 +2,6 @@
 launcher ratios, the Kubernetes/ssh gap, MXNet notices and the step finder; and Markdown tables."""
 import math
 import re
-from pathlib import Path
 from typing import List
 
 import pandas as pd
@@ -218,12 +217,12 @@ def markdown_body(frame) -> str:
     return markdown_table(frame)
 
 
-def mxnet_notices(dag_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+def mxnet_notices(folder: DagRunFolder, runs: pd.DataFrame) -> pd.DataFrame:
     """MXNet's C++ warnings worth a reader's time, once per variant and text, from every run's
     notices.json (failed runs too)."""
     rows, seen = [], set()
     for r in runs.to_dict("records") if not runs.empty else []:
-        for notice in read_json(DagRunFolder(dag_dir).run(r["key"]).notices, []) or []:
+        for notice in read_json(folder.run(r["key"]).notices, []) or []:
             text = notice.split(": ", 1)[-1]
             if worth_reporting(text) and (r["variant"], text) not in seen:
                 seen.add((r["variant"], text))

@@ -1,7 +1,6 @@
 """Why a DAG run fails: the failures of the stages before the runs (``stages.json``, so that the
 runs they stopped name the root cause), the runs without a result, and the message ``check_runs``
 fails the DAG run with. No Airflow here."""
-from pathlib import Path
 from typing import List, Optional
 
 from mxbench.run_folder import DagRunFolder, load_table, read_json, write_json
@@ -9,47 +8,46 @@ from mxbench.run_folder import DagRunFolder, load_table, read_json, write_json
 STAGE_NAMES = {"expand": "expanding the variants", "prepare_data": "data preparation"}
 
 
-def stage_failed(dag_dir: Path, stage: str, error: Exception) -> str:
+def stage_failed(folder: DagRunFolder, stage: str, error: Exception) -> str:
     """Remember why a stage before the runs failed, so the runs it stopped can name the root
     cause; returns that cause, "<stage> failed: <error>"."""
     cause = f"{STAGE_NAMES[stage]} failed: {error}"
-    stages = read_json(DagRunFolder(dag_dir).stages, {})
-    write_json(DagRunFolder(dag_dir).stages, {**stages, stage: cause})
+    stages = read_json(folder.stages, {})
+    write_json(folder.stages, {**stages, stage: cause})
     return cause
 
 
-def clear_stage_failure(dag_dir: Path, stage: str) -> None:
-    stages = read_json(DagRunFolder(dag_dir).stages, {})
+def clear_stage_failure(folder: DagRunFolder, stage: str) -> None:
+    stages = read_json(folder.stages, {})
     if stage in stages:
-        write_json(DagRunFolder(dag_dir).stages, {k: v for k, v in stages.items() if k != stage})
+        write_json(folder.stages, {k: v for k, v in stages.items() if k != stage})
 
 
-def root_cause(dag_dir: Path):
+def root_cause(folder: DagRunFolder):
     """'data preparation failed: ...' when an upstream stage failed; None otherwise."""
-    stages = read_json(DagRunFolder(dag_dir).stages, {})
+    stages = read_json(folder.stages, {})
     return next((cause for stage in STAGE_NAMES if (cause := stages.get(stage))), None)
 
 
 
-def failed_runs(dag_dir: Path) -> List[dict]:
+def failed_runs(folder: DagRunFolder) -> List[dict]:
     """The runs without a result (key, status, cause), from ``tables/runs.csv``; an optional
     round skipped because the verdict was already settled is not one."""
-    runs = load_table(DagRunFolder(dag_dir).table("runs"))
+    runs = load_table(folder.table("runs"))
     if runs.empty:
         return []
     return runs.loc[~runs["status"].isin(["ok", "skipped"]), ["key", "status", "cause"]].to_dict("records")
 
 
-def failure_message(dag_dir: Path) -> Optional[str]:
+def failure_message(folder: DagRunFolder) -> Optional[str]:
     """Why the DAG run must fail, in a few lines (root cause first); None when every run measured."""
-    upstream = root_cause(dag_dir)
-    failed = failed_runs(dag_dir)
+    upstream = root_cause(folder)
+    failed = failed_runs(folder)
     if upstream:
         not_run = sum(f["status"] == "not run" for f in failed)
         return upstream + (f" ({not_run} run(s) not run)" if not_run else "")
-    folder = DagRunFolder(dag_dir)
     if not folder.report_markdown.is_file():
-        return f"no report was built in {dag_dir}: see parse_logs, join_results, report"
+        return f"no report was built in {folder.path}: see parse_logs, join_results, report"
     problems = []
     if failed:
         lines = "\n".join(f"{f['key']}: {f['status']}: {f['cause']}" for f in failed)

@@ -99,7 +99,7 @@ def prepare_builds(names, targets: Dict[str, Target], unavailable: Dict[str, str
     return refused
 
 
-def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=None, build=None,
+def expand(params: dict, folder: DagRunFolder, targets: Dict[str, Target], unavailable=None, build=None,
            dag_id: Optional[str] = None, refused: Optional[Dict[str, str]] = None,
            run_id: Optional[str] = None, contention: Optional[dict] = None) -> List[dict]:
     """The runs, written to ``request.json`` (with ``dag_id``: whose folder this is, and the DAG run's
@@ -112,9 +112,9 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     try:
         runs = expand_runs(params, targets, unavailable, refused=refused)
     except (VariantError, MxbenchError) as exc:
-        stage_failed(dag_dir, "expand", exc)
+        stage_failed(folder, "expand", exc)
         raise
-    clear_stage_failure(dag_dir, "expand")
+    clear_stage_failure(folder, "expand")
     run_build = RunBuild.from_dict(build)
     if run_build:  # what each run must train with, every field of it; its launcher runs that or nothing
         runs = [{**run, "build": run_build.to_dict()} for run in runs]
@@ -122,7 +122,7 @@ def expand(params: dict, dag_dir: Path, targets: Dict[str, Target], unavailable=
     recorded = {**params, "dataset": redact(params["dataset"])} if "dataset" in params else params
     chosen = params.get("launchers") or ["local"]
     sets = {name: [launcher for launcher in members if launcher in chosen] for name, members in machine_sets().items()}
-    write_json(DagRunFolder(dag_dir).request, {
+    write_json(folder.request, {
         "dag_id": dag_id, "run_id": run_id, "params": recorded, "runs": runs, "build": build,
         "targets": {k: asdict(v) for k, v in targets.items()}, "unavailable": unavailable,
         "machine_sets": {k: v for k, v in sets.items() if v}, "contention_thresholds": contention or {}})
@@ -157,9 +157,9 @@ def contention_thresholds(url: str) -> dict:
     return table
 
 
-def contention_table(dag_dir: Path) -> dict:
+def contention_table(folder: DagRunFolder) -> dict:
     """The DAG run's contention thresholds (``request.json``; none in a folder from before them)."""
-    return (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds") or {}
+    return (read_json(folder.request, {}) or {}).get("contention_thresholds") or {}
 
 
 # --- prepare data ---------------------------------------------------------------------------
@@ -198,15 +198,15 @@ def synthetic_source(data_root: Path, images: int) -> Path:
         return batches
 
 
-def prepare_data(params: dict, dag_dir: Path, data_root: Path) -> dict:
+def prepare_data(params: dict, folder: DagRunFolder, data_root: Path) -> dict:
     """CIFAR-10 -> RecordIO in the training env (cached there); ``data.json`` says what was used.
     A failure is recorded in ``stages.json`` so that every run it stopped names it."""
     try:
         data = _prepare_data(params, data_root)
     except MxbenchError as exc:
-        raise MxbenchError(stage_failed(dag_dir, "prepare_data", exc)) from None
-    clear_stage_failure(dag_dir, "prepare_data")
-    write_json(DagRunFolder(dag_dir).data, data)
+        raise MxbenchError(stage_failed(folder, "prepare_data", exc)) from None
+    clear_stage_failure(folder, "prepare_data")
+    write_json(folder.data, data)
     venv_and_data_caches.prune_data(data_root, used=(data["dir"], data["source"]))  # keeps this one: it is in use
     return data
 
@@ -244,9 +244,9 @@ def _prepare_data(params: dict, data_root: Path) -> dict:
 
 # --- parse ----------------------------------------------------------------------------------
 
-def gpu_usage(run_dir: Path) -> dict:
+def gpu_usage(folder: RunFolder) -> dict:
     """Mean utilisation over the run's GPUs and the most memory any of them used, from telemetry."""
-    rows = [row for csv_path in RunFolder(run_dir).gpu_telemetry() for row in read_gpu_csv(csv_path)]
+    rows = [row for csv_path in folder.gpu_telemetry() for row in read_gpu_csv(csv_path)]
     if not rows:
         return {"gpu_util_pct": None, "gpu_mem_mib": None}
     per_gpu = summarise_gpus(rows)
@@ -254,26 +254,25 @@ def gpu_usage(run_dir: Path) -> dict:
             "gpu_mem_mib": max(g["memory_used_max_mib"] for g in per_gpu)}
 
 
-def role_notices(run_dir: Path):
+def role_notices(folder: RunFolder):
     """MXNet's C++ notices (the P2P topology among them) from the role logs: C++ writes them to
     stderr, which only the launcher's per-role logs capture; ``rank<r>.log`` has Python's logging."""
     p2p, notices = None, []
-    for log in RunFolder(run_dir).role_logs():
+    for log in folder.role_logs():
         parsed = parse_log(log)
         p2p = p2p or parsed.p2p
         notices += [f"{log.stem}: {n}" for n in parsed.notices]
     return p2p, notices
 
 
-def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None, launcher_for=None,
+def parse_run(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[float] = None, launcher_for=None,
               thresholds: Optional[dict] = None):
     """(row for the runs table, tidy speed rows, tidy epoch rows) of one run; ``thresholds``: the
     DAG run's contention thresholds (``contention_table``) its contended column is judged with."""
-    folder = DagRunFolder(dag_dir).run(run["key"])
-    run_dir = folder.path
+    folder = dag_folder.run(run["key"])
     variant = variant_from_dict(run["variant"])
     meta = read_json(folder.meta)
-    upstream = root_cause(dag_dir)
+    upstream = root_cause(dag_folder)
     row = {"key": run["key"], "variant": variant.id, "setup": variant.setup, "launcher": leg(run),
            "repeat": run["repeat"], "num_layers": variant.num_layers, "devices": variant.devices,
            "workers": variant.workers, "batch_size": variant.batch_size,
@@ -286,7 +285,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
            "reused": False, "warnings": None, "link_bits": None, "link_bytes_per_step": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None, "quiet_wait_s": None, "quiet": None,
-           "earlier_attempts": len(DagRunFolder(dag_dir).earlier_attempts(run["key"])),
+           "earlier_attempts": len(dag_folder.earlier_attempts(run["key"])),
            **dict.fromkeys(contention.COLUMNS)}
     parsed = parse_run_logs(folder.logs())
     tag = {"key": run["key"], "variant": variant.id, "launcher": leg(run), "repeat": run["repeat"]}
@@ -305,13 +304,13 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     if meta["status"] == "running":
         # its task died mid-run (parse runs only once every run task has ended): stop what it left
         try:
-            reaped = (launcher_for or launchers.get)(run["launcher"]).reap(run_dir)
+            reaped = (launcher_for or launchers.get)(run["launcher"]).reap(folder)
         except MxbenchError as exc:
             reaped, row["warnings"] = [], f"its leftover processes could not be reaped: {exc}"
         row.update(status="failed", cause="the run was interrupted (its task died mid-run)"
                    + (f"; killed {len(reaped)} leftover process(es)" if reaped else ""))
     # C++ notices of every run, failed ones too: a failed run's last C++ words are often its cause
-    p2p, notices = role_notices(run_dir)
+    p2p, notices = role_notices(folder)
     write_json(folder.notices, notices)
     start = next((e for e in parsed.events if e.get("event") == "run_start"), {})
     environment = start.get("environment")
@@ -331,7 +330,7 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
                                                 "first_epoch_s", "warmup_excluded", "validation_accuracy")})
             judged_with = contention.thresholds_for(thresholds, contention.run_machine(parsed.events),
                                                       run["launcher"])
-            row.update(**gpu_usage(run_dir), **contention.summarise(parsed.events, judged_with),
+            row.update(**gpu_usage(folder), **contention.summarise(parsed.events, judged_with),
                        warnings="; ".join(warnings) or None, link_bits=meta.get("link_bits"),
                        link_bytes_per_step=link_bytes_per_step(parsed.events))
             if metrics["p2p"]:
@@ -340,18 +339,17 @@ def parse_run(run: dict, dag_dir: Path, images_per_epoch: Optional[float] = None
     return row, speed, epochs
 
 
-def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
+def parse_all(folder: DagRunFolder, launcher_for=None) -> Dict[str, str]:
     """Tidy tables of every run in the request: ``tables/{runs,speed,epochs}.csv``."""
-    folder = DagRunFolder(dag_dir)
     request = read_json(folder.request)
     if request is None:
-        cause = root_cause(dag_dir)
-        raise MxbenchError(cause or f"{dag_dir} has no request.json: not a benchmark run folder")
+        cause = root_cause(folder)
+        raise MxbenchError(cause or f"{folder.path} has no request.json: not a benchmark run folder")
     # the job's images per epoch when the logs carry no run_end event (a trainer killed late)
     images = (read_json(folder.data, {}) or {}).get("records", {}).get("train")
     rows, speeds, epochs = [], [], []
     for run in request["runs"]:
-        row, speed, epoch = parse_run(run, dag_dir, images, launcher_for, request.get("contention_thresholds"))
+        row, speed, epoch = parse_run(run, folder, images, launcher_for, request.get("contention_thresholds"))
         rows.append(row)
         speeds.append(speed)
         epochs.append(epoch)
@@ -364,14 +362,13 @@ def parse_all(dag_dir: Path, launcher_for=None) -> Dict[str, str]:
 
 # --- join -----------------------------------------------------------------------------------
 
-def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str, str]:
+def join(folder: DagRunFolder, stored: Optional[calibration.Stored] = None) -> Dict[str, str]:
     """``tables/summary.csv`` (the seed-style table), ``tables/ratios.csv`` (launcher ratios),
     ``tables/k8s_gap.csv`` (the k8s/ssh gap split into container and network, where it can be)
     and ``tables/aa_noise.csv`` (an A/A calibration's noise floor, ``calibration``). Beside each
     launcher ratio, the A/A noise: this DAG run's own arms', else ``stored`` (``stored_aa_noise``).
     ``tables/convergence.csv``: each variant's time to the preset's target accuracy (``convergence``;
     empty when the preset has none)."""
-    folder = DagRunFolder(dag_dir)
     runs = load_table(folder.table("runs"))
     params = read_json(folder.request, {}).get("params") or {}
     summarise(runs).to_csv(folder.table("summary"), index=False)
@@ -386,11 +383,10 @@ def join(dag_dir: Path, stored: Optional[calibration.Stored] = None) -> Dict[str
     return {name: str(folder.table(name)) for name in ("summary", "ratios", "k8s_gap", "aa_noise", "convergence")}
 
 
-def machines(dag_dir: Path) -> Dict[str, str]:
+def machines(folder: DagRunFolder) -> Dict[str, str]:
     """Launcher (or arm) -> the hardware fingerprint its measured runs' metrics.json give."""
     from mxbench.store import fingerprint
 
-    folder = DagRunFolder(dag_dir)
     runs = load_table(folder.table("runs"))
     found = {}
     for key, launcher in zip(runs.get("key", []), runs.get("launcher", [])):
@@ -400,14 +396,14 @@ def machines(dag_dir: Path) -> Dict[str, str]:
     return found
 
 
-def stored_aa_noise(dag_dir: Path, url: str) -> calibration.Stored:
+def stored_aa_noise(folder: DagRunFolder, url: str) -> calibration.Stored:
     """The A/A calibrations the results store at ``url`` holds for the machines this DAG run
     measured on (``calibration.stored_noise``). Never fails the caller: a store that cannot be
     read gives no noise and says so (without the URL's password) in the ratios' noise column."""
     from mxbench import store
     from mxbench.store.store_errors import first_line
 
-    fingerprints = machines(dag_dir)
+    fingerprints = machines(folder)
     try:
         with store.errors_without_password(url):  # a driver's message may quote the URL
             rows = store.aa_calibrations(url, set(fingerprints.values()))

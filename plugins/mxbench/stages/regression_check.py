@@ -1,7 +1,6 @@
 """The regression DAG's ``check_regression`` stage over a DAG run's folder: each variant and
 launcher against its baseline in the results database (the rule itself: ``mxbench.regression.regression_rule``).
 No Airflow here."""
-from pathlib import Path
 from typing import Dict, List
 
 import pandas as pd
@@ -9,7 +8,7 @@ import pandas as pd
 from mxbench.run_folder import DagRunFolder, load_table
 
 
-def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerprints: Dict[str, str],
+def check_regressions(folder: DagRunFolder, url: str, dag_id: str, run_id: str, fingerprints: Dict[str, str],
                       baseline_runs: int, min_drop: float) -> List[dict]:
     """Each variant and launcher of this DAG run against its baseline in the results database (on
     the same hardware: ``fingerprints``, launcher -> the machine its runs measured on):
@@ -26,8 +25,8 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     from mxbench.results import calibration
     from mxbench.store.store_errors import first_line
 
-    runs = load_table(DagRunFolder(dag_dir).table("runs"))
-    setups = measured_setups(dag_dir)
+    runs = load_table(folder.table("runs"))
+    setups = measured_setups(folder)
     pairs = list(dict.fromkeys(zip(runs["variant"], runs["launcher"]))) if not runs.empty else []
     # a launcher that measured nothing has no hardware
     pairs = [(variant, launcher) for variant, launcher in pairs if fingerprints.get(launcher)]
@@ -51,7 +50,7 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
         noise = calibration.stored_noise(pd.DataFrame(columns=["dag_id", "dag_run"]))
     noise = {(row["variant"], row["launcher"]): row for row in noise.to_dict("records")}
     findings = regression_rule.dag_run_findings(runs, baselines, min_drop, noise) if pairs else []
-    slower_to_target = convergence_flags(dag_dir, runs, baselines)
+    slower_to_target = convergence_flags(folder, runs, baselines)
     rows = []
     for finding in findings:
         row = {**finding.to_dict(), "triage": "", "convergence": slower_to_target.get((finding.variant,
@@ -64,7 +63,6 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
             row["triage"] = covering.state
             row["message"] += f"; {covering.note()}: does not fail this DAG run"
         rows.append(row)
-    folder = DagRunFolder(dag_dir)
     pd.DataFrame(rows).to_csv(folder.table("regression"), index=False)
     histories = []
     for variant, launcher in pairs:
@@ -79,19 +77,19 @@ def check_regressions(dag_dir: Path, url: str, dag_id: str, run_id: str, fingerp
     return rows
 
 
-def measured_setups(dag_dir: Path) -> Dict[tuple, str]:
+def measured_setups(folder: DagRunFolder) -> Dict[tuple, str]:
     """(variant, launcher) -> what its runs of this DAG run measured (``variants.measured_setup``),
     from request.json; a pair it lacks has no setup, and so no baseline."""
     from mxbench.matrix.variants import leg, measured_setup
     from mxbench.run_folder import read_json
 
-    request = read_json(DagRunFolder(dag_dir).request) or {}
+    request = read_json(folder.request) or {}
     params = request.get("params") or {}
     return {(run["variant"]["id"], leg(run)): measured_setup(run["variant"], params)
             for run in request.get("runs") or [] if run.get("variant")}
 
 
-def convergence_flags(dag_dir: Path, runs: pd.DataFrame, baselines: dict) -> Dict[tuple, str]:
+def convergence_flags(folder: DagRunFolder, runs: pd.DataFrame, baselines: dict) -> Dict[tuple, str]:
     """(variant, launcher) -> why this build is flagged: faster than its baseline's build, yet
     later to the preset's target accuracy (``convergence.build_flag``, MLPerf's reference
     convergence), against the baseline's runs timed to the same target; none where the preset
@@ -99,7 +97,6 @@ def convergence_flags(dag_dir: Path, runs: pd.DataFrame, baselines: dict) -> Dic
     from mxbench.results import convergence
     from mxbench.run_folder import read_json
 
-    folder = DagRunFolder(dag_dir)
     target = convergence.target_for((read_json(folder.request) or {}).get("params") or {})
     times = convergence.run_times(runs, load_table(folder.table("epochs")), target)
     flags = {}

@@ -7,12 +7,12 @@ parsing and the report need (``tests/orchestration/stages/test_run_path.py``). N
 import shlex
 import time
 import uuid
-from pathlib import Path
 from typing import Optional
 
 from mxbench import launchers
 from mxbench.builds import venv_and_data_caches
 from mxbench.builds.build_provenance import (
+    build_here,
     build_of,
     commit_in_version,
     ran_with,
@@ -23,7 +23,8 @@ from mxbench.builds.build_provenance import (
 from mxbench.builds.record import RunBuild
 from mxbench.hosts import quiet_gate
 from mxbench.matrix.variants import variant_from_dict
-from mxbench.run_folder import DagRunFolder, read_json, write_json
+from mxbench.run_folder import DagRunFolder, RunFolder, read_json, write_json
+from mxbench.stages.dag_run_failures import root_cause
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import pid_scope
 from mxbench_train.plan_runner import RoleFailed
@@ -45,7 +46,43 @@ def check_enough_data(variant, records: int):
             "would be measured; use more images or a smaller batch")
 
 
-def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_for=None,
+class RoundSkipped(Exception):
+    """An optional round that was not needed (``stop_rule``): recorded as skipped, with the reason."""
+
+
+def run_task(run: dict, dag_folder: DagRunFolder, deadline_s: float, launcher_for, task: dict,
+             quiet_wait_s: float = 0, aside: Optional[RunFolder] = None, skip_reason=None, local_data=None) -> dict:
+    """The run task's stage, all of it: skip an optional round that is not needed, bring the data
+    and the build's venv to this worker, then run (``run_one``).
+
+    ``skip_reason(run)``: why an optional round not started yet need not run, or None (a try that
+    started it is retried as a run, and reaped); a skipped round raises RoundSkipped. ``local_data(data,
+    launcher)``: the data set on this worker, where the artifact store is not this worker's home
+    (another worker may have prepared the data and made the build's venv); None where it is.
+    ``aside``: a folder a try killed on this worker left before it published, whose processes are stopped."""
+    data = read_json(dag_folder.data)
+    if data is None:
+        cause = root_cause(dag_folder) or "no data.json: prepare_data has not run"
+        raise RunFailed(f"run {run['key']}: {cause}")
+    status = (read_json(dag_folder.run(run["key"]).meta) or {}).get("status")
+    if run.get("optional") and aside is None and status in (None, "skipped") and skip_reason is not None:
+        reason = skip_reason(run)
+        if reason:
+            record_skip(run, dag_folder, reason)
+            raise RoundSkipped(reason)
+    if local_data is not None:
+        try:
+            if aside is not None:
+                launcher_for(run["launcher"]).reap(aside)
+            data = local_data(data, run["launcher"])
+            run = build_here(run, dag_folder)
+        except Exception as exc:  # recorded as this run's cause, like any failure
+            run = {**run, "unavailable": f"{exc}" if isinstance(exc, MxbenchError) else f"{type(exc).__name__}: {exc}"}
+    return run_one(run, dag_folder, data, deadline_s=deadline_s, launcher_for=launcher_for, task=task,
+                   quiet_wait_s=quiet_wait_s)
+
+
+def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, launcher_for=None,
             task: Optional[dict] = None, quiet_wait_s: float = 0) -> dict:
     """Execute one run; its folder keeps logs and ``meta.json`` whatever happens.
 
@@ -59,7 +96,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     the DAG run's contention thresholds from ``request.json``); ``meta.json`` keeps what it saw
     under ``quiet``, and ``started_at`` is when the run began after that wait.
     """
-    folder = DagRunFolder(dag_dir).run(run["key"])
+    folder = dag_folder.run(run["key"])
     run_dir = folder.path
     meta = read_json(folder.meta, {})
     if meta.get("status") == "ok":
@@ -75,14 +112,13 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         setup_error = exc  # recorded below like any other failure of this run
     reaped = []
     if run_dir.exists():
-        reaped = launcher.reap(run_dir) if launcher else []
-        dag_folder = DagRunFolder(dag_dir)
+        reaped = launcher.reap(folder) if launcher else []
         n = len(dag_folder.earlier_attempts(run["key"])) + 1
         dag_folder.attempts.mkdir(exist_ok=True)
         run_dir.replace(dag_folder.attempts / f"{run['key']}.{n}")
     run_dir.mkdir(parents=True)
     variant = variant_from_dict(run["variant"])
-    asked = (build_of(run, dag_dir) or {}).get("package")  # as the report shows it: no wheel URL's credentials
+    asked = (build_of(run, dag_folder) or {}).get("package")  # as the report shows it: no wheel URL's credentials
     meta = {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
             "data_dir": data["dir"], "status": "running", "started_at": time.time(), "reaped": reaped,
             "attempt": uuid.uuid4().hex, "build": {"asked": redact(asked) if asked else None},
@@ -92,8 +128,8 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         if setup_error:
             raise setup_error
         check_enough_data(variant, data["records"]["train"])
-        build = RunBuild.from_dict(build_of(run, dag_dir))
-        thresholds = (read_json(DagRunFolder(dag_dir).request, {}) or {}).get("contention_thresholds")
+        build = RunBuild.from_dict(build_of(run, dag_folder))
+        thresholds = (read_json(dag_folder.request, {}) or {}).get("contention_thresholds")
         meta["quiet"] = quiet_gate.check(launcher, variant, quiet_wait_s, thresholds)
         meta["started_at"] = time.time()  # the run itself begins now, after its quiet wait
         write_json(folder.meta, meta)
@@ -102,11 +138,11 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
             gone = venv_and_data_caches.pruned_since_made(data, local_python)
             if gone:
                 raise MxbenchError(gone)
-            launched = launcher.execute(variant, data["dir"], run_dir, deadline_s, build=build)
+            launched = launcher.execute(variant, data["dir"], folder, deadline_s, build=build)
         meta["command"] = _worker_command(launched.plan)
-        meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(run_dir),
+        meta["build"] = {"asked": redact(build.package) if build else None, "reported": reported_version(folder),
                          "python": launched.runtime.get("python"), "image": launched.runtime.get("image")}
-        commit = reported_commit(run_dir)
+        commit = reported_commit(folder)
         if commit:
             meta["build"]["commit"] = commit
         # an image's MXNet is the image's word: a commit's image must name the commit; a venv's is the
@@ -143,7 +179,7 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
         if "command" not in meta:  # the launcher failed: its records, as far as it got
             plan = [Role.from_dict(r) for r in read_json(folder.plan, [])]
             meta["command"] = _worker_command(plan)
-            meta["build"].update(ran_with(run_dir, plan))
+            meta["build"].update(ran_with(folder, plan))
         meta["ended_at"] = time.time()
         meta["duration_s"] = round(meta["ended_at"] - meta["started_at"], 3)
         write_json(folder.meta, meta)
@@ -152,10 +188,10 @@ def run_one(run: dict, dag_dir: Path, data: dict, deadline_s: float, launcher_fo
     return summary_of(meta)
 
 
-def record_skip(run: dict, dag_dir: Path, reason: str) -> None:
+def record_skip(run: dict, dag_folder: DagRunFolder, reason: str) -> None:
     """Keep an optional round that was not needed (``stop_rule``) as a run folder whose
     ``meta.json`` says so: the tables list it as skipped, with the reason, not as failed."""
-    write_json(DagRunFolder(dag_dir).run(run["key"]).meta,
+    write_json(dag_folder.run(run["key"]).meta,
                {"key": run["key"], "variant": run["variant"], "launcher": run["launcher"], "repeat": run["repeat"],
                 "status": "skipped", "cause": reason, "skipped_at": time.time()})
 

@@ -14,7 +14,6 @@ neighbour must neither raise nor hide an alarm; a series whose runs here were al
 "contended: not compared".
 """
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
@@ -30,11 +29,10 @@ COLUMNS = ["variant", "launcher", "machine", "machine_class", "n", "samples_per_
 NO_PREVIOUS = "no earlier DAG run of this setup"
 
 
-def series_machines(dag_dir: Path) -> Dict[str, Tuple[str, str]]:
+def series_machines(folder: DagRunFolder) -> Dict[str, Tuple[str, str]]:
     """Launcher (or arm) -> (fingerprint, host class) of the machine its measured runs ran on."""
     from mxbench.store import fingerprint
 
-    folder = DagRunFolder(dag_dir)
     runs = load_table(folder.table("runs"))
     found: Dict[str, Tuple[str, str]] = {}
     for key, launcher in zip(runs.get("key", []), runs.get("launcher", [])):
@@ -45,16 +43,16 @@ def series_machines(dag_dir: Path) -> Dict[str, Tuple[str, str]]:
     return found
 
 
-def since_last(dag_dir: Path, url: str, dag_id: str, run_id: str, unreadable: Optional[str] = None) -> pd.DataFrame:
+def since_last(folder: DagRunFolder, url: str, dag_id: str, run_id: str,
+               unreadable: Optional[str] = None) -> pd.DataFrame:
     """``tables/since_last.csv``: one row per series (``COLUMNS``). Never fails the caller: a
     store that cannot be read (or ``unreadable``: why the caller could not even name it) leaves
     each row's ``note`` saying so, without the URL's password."""
     from mxbench.stages.regression_check import measured_setups
 
-    folder = DagRunFolder(dag_dir)
     runs = load_table(folder.table("runs"))
-    machines = series_machines(dag_dir)
-    setups = measured_setups(dag_dir)
+    machines = series_machines(folder)
+    setups = measured_setups(folder)
     rows: List[dict] = []
     if not runs.empty:
         for variant, launcher in dict.fromkeys(zip(runs["variant"], runs["launcher"])):

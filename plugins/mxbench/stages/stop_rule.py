@@ -22,7 +22,6 @@ itself never loads (``stages.run_stage``). No Airflow here.
 """
 import shutil
 import tempfile
-from pathlib import Path
 from typing import Optional
 
 import pandas as pd
@@ -35,11 +34,12 @@ from mxbench.run_folder import DagRunFolder, read_json
 from mxbench_train.errors import MxbenchError
 
 
-def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresholds: Optional[dict] = None) -> dict:
+def measured(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[float],
+             thresholds: Optional[dict] = None) -> dict:
     """One earlier run as ``paired_rounds`` needs it: launcher, round, status, times, its
     steady-state samples/s (the report's own figure, from the same parser) and whether it was
     contended, judged with the DAG run's ``thresholds`` (``request.json``'s, as parse_logs will)."""
-    folder = DagRunFolder(dag_dir).run(run["key"])
+    folder = dag_folder.run(run["key"])
     meta = read_json(folder.meta) or {}
     row = {"launcher": leg(run), "repeat": run["repeat"], "status": meta.get("status", "not run"),
            "started_at": meta.get("started_at"), "ended_at": meta.get("ended_at"), "samples_per_sec": None,
@@ -57,17 +57,17 @@ def measured(run: dict, dag_dir: Path, images_per_epoch: Optional[float], thresh
     return row
 
 
-def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) -> Optional[str]:
+def skip_reason(run: dict, dag_folder: DagRunFolder, fetch_unit=None, baseline_for=None) -> Optional[str]:
     """Why optional ``run`` need not run, or None: run it. A launcher comparison's round: the first
     stage's rounds plan fewer rounds than its own, for every launcher pair of its variant. A
     regression DAG's confirmation round (``confirm_rounds``): its variant's first rounds under its
     launcher do not look like a regression against ``baseline_for(variant, launcher, fingerprint, setup)``
     (the baseline's repeats of that setup, ``variants.measured_setup``, as ``store.baseline`` gives
     them; ``confirmation_skip_reason``).
-    ``dag_dir``: the DAG run's folder (its ``request.json``, ``data.json`` and, unless
+    ``dag_folder``: the DAG run's folder (its ``request.json``, ``data.json`` and, unless
     ``fetch_unit(key, into)`` fetches each from the artifact store into folder ``into``, the first
     stage's run folders)."""
-    request = read_json(DagRunFolder(dag_dir).request) or {}
+    request = read_json(dag_folder.request) or {}
     params = request.get("params") or {}
     first_n, most = budget(params)
     if run["round"] <= first_n:
@@ -82,14 +82,14 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     launchers = list(dict.fromkeys(leg(r) for r in first))
     if len(launchers) < 2 and not confirming(params) and run["round"] <= most:
         return None  # one launcher: no comparison to settle, its budget is all it gets
-    images = ((read_json(DagRunFolder(dag_dir).data, {}) or {}).get("records") or {}).get("train")
-    scratch = Path(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
+    images = ((read_json(dag_folder.data, {}) or {}).get("records") or {}).get("train")
+    scratch = DagRunFolder(tempfile.mkdtemp(prefix="mxbench-stop-")) if fetch_unit else None
     try:
         for r in first if scratch else []:
-            fetch_unit(r["key"], scratch)  # the first stage must be there; a later round may not be yet
+            fetch_unit(r["key"], scratch.path)  # the first stage must be there; a later round may not be yet
         thresholds = request.get("contention_thresholds")
-        rows = pd.DataFrame([measured(r, scratch or dag_dir, images, thresholds) for r in first])
-        ended = pd.DataFrame([measured(r, scratch or dag_dir, images, thresholds) for r in later
+        rows = pd.DataFrame([measured(r, scratch or dag_folder, images, thresholds) for r in first])
+        ended = pd.DataFrame([measured(r, scratch or dag_folder, images, thresholds) for r in later
                               if _fetched(fetch_unit, r["key"], scratch)])
         if confirming(params):
             return confirmation_skip_reason(run, rows, machine_of(rows), baseline_for,
@@ -97,7 +97,7 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
                                             measured_setup(run["variant"], params))
     finally:
         if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(scratch.path, ignore_errors=True)
     plan = stop_budget(params)
     ended_rows = pd.concat([rows, ended], ignore_index=True)
     if len(launchers) < 2:  # one launcher: only a contended round of its own, within the replacement budget
@@ -116,13 +116,13 @@ def skip_reason(run: dict, dag_dir: Path, fetch_unit=None, baseline_for=None) ->
     return f"round {run['round']} of {run['variant']['id']} skipped: " + "; ".join(reasons)
 
 
-def _fetched(fetch_unit, key: str, scratch: Optional[Path]) -> bool:
+def _fetched(fetch_unit, key: str, scratch: Optional[DagRunFolder]) -> bool:
     """Whether a later round's run folder is here to read (fetched from the artifact store when
     ``fetch_unit``): one not published yet has not ended, and counts as not contended."""
     if fetch_unit is None:
         return True
     try:
-        fetch_unit(key, scratch)
+        fetch_unit(key, scratch.path)
     except (OSError, ValueError, MxbenchError) as exc:
         print(f"mxbench: {key} is not in the artifact store yet ({type(exc).__name__}): counted as not contended")
         return False

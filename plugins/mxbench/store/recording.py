@@ -93,8 +93,9 @@ def _read_runs_csv(path: Path) -> List[dict]:
     return [{k: db_value(v) for k, v in row.items()} for row in table.to_dict("records")]
 
 
-def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str, build: Optional[dict] = None,
-                   logical_date=None, data_interval=None, folder: Optional[str] = None) -> dict:
+def record_dag_run(url: str, dag_folder: DagRunFolder, *, dag_id: str, run_id: str, trigger: str,
+                   build: Optional[dict] = None, logical_date=None, data_interval=None,
+                   folder: Optional[str] = None) -> dict:
     """Store one DAG run from its folder, replacing whatever was stored for ``run_id`` of ``dag_id``
     (one transaction: a rerun task or DAG run never duplicates, and a reader never sees half of
     one; another DAG's run of the same id is left alone).
@@ -106,25 +107,23 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
     columns gives the DAG run's ``build`` package and the run's metrics.json version instead, and
     no runtime. The DAG run's ``image`` is the image its Kubernetes runs used, None where no run
     used one (a build's ``image`` says what a Kubernetes run would use, not that one ran).
-    ``folder``: where the DAG run's files live, as recorded (default: ``dag_dir``; the artifact
-    store's URL of it when ``dag_dir`` is a task's scratch copy).
+    ``folder``: where the DAG run's files live, as recorded (default: ``dag_folder``'s path; the
+    artifact store's URL of it when ``dag_folder`` is a task's scratch copy).
     Returns ``{"dag_id", "run_id", "repeats", "fingerprint"}`` (the first measured run's machine),
     ``"fingerprints"``: launcher -> its runs' machine, and the night it stands for: ``"trigger"``,
     ``"logical_date"`` and ``"data_interval"`` (ISO times, None where it has none).
     """
-    dag_dir = Path(dag_dir)
     if trigger not in TRIGGERS:
         raise StoreError(f"trigger must be one of {', '.join(TRIGGERS)}, not {trigger!r}")
-    run_folder = DagRunFolder(dag_dir)
-    request = read_json(run_folder.request)
-    csv_rows = _read_runs_csv(run_folder.table("runs"))
+    request = read_json(dag_folder.request)
+    csv_rows = _read_runs_csv(dag_folder.table("runs"))
     if request is None and not csv_rows:
-        raise StoreError(f"{dag_dir} has neither request.json nor tables/runs.csv: not a benchmark run folder")
+        raise StoreError(f"{dag_folder.path} has neither request.json nor tables/runs.csv: not a benchmark run folder")
     request = request or {}
     machine_set_of = {launcher: name for name, members in (request.get("machine_sets") or {}).items()
                       for launcher in members}
     build = build or request.get("build") or {}  # the regression DAG's expand writes it there
-    to_target = _times_to_target(dag_dir, csv_rows, request.get("params") or {})
+    to_target = _times_to_target(dag_folder, csv_rows, request.get("params") or {})
 
     # the request's runs in its order, then any the table has that the request does not
     by_key = {row["key"]: row for row in csv_rows}
@@ -138,7 +137,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         variant_rows.setdefault(variant["id"], variant)
         status = (row or {}).get("status") or "not run"
         env_fingerprint = None
-        environment = ((read_json(run_folder.run(key).metrics) or {}).get("environment")
+        environment = ((read_json(dag_folder.run(key).metrics) or {}).get("environment")
                        if status == "ok" else None)
         if environment:
             env_fingerprint, facts = fingerprint(environment)
@@ -179,7 +178,7 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
         "mxnet_package": build.get("package"), "mxnet_commit": build.get("commit"),
         "image": images[0] if images else None,  # one DAG run's pods share its one image
         "preset": (request.get("params") or {}).get("preset"), "params": request.get("params"),
-        "folder": folder or str(dag_dir.resolve()), "started_at": min(starts) if starts else None,
+        "folder": folder or str(dag_folder.path.resolve()), "started_at": min(starts) if starts else None,
         "ended_at": max(ends) if ends else None,
         "state": "ok" if runs_ok and not runs_failed else "failed",
         "runs_ok": runs_ok, "runs_failed": runs_failed,
@@ -217,13 +216,13 @@ def record_dag_run(url: str, dag_dir, *, dag_id: str, run_id: str, trigger: str,
             "fingerprint": dag_run_row["environment"], "fingerprints": by_launcher, **night}
 
 
-def _times_to_target(dag_dir: Path, csv_rows: List[dict], params: dict) -> dict:
+def _times_to_target(dag_folder: DagRunFolder, csv_rows: List[dict], params: dict) -> dict:
     """Run key -> its ``target_accuracy`` and ``time_to_target_s`` (revision 0005), from
     ``tables/epochs.csv``; empty when the preset has no target (both columns then stay NULL)."""
     target = convergence.target_for(params)
     if target is None or not csv_rows:
         return {}
-    times = convergence.run_times(pd.DataFrame(csv_rows), load_table(DagRunFolder(dag_dir).table("epochs")), target)
+    times = convergence.run_times(pd.DataFrame(csv_rows), load_table(dag_folder.table("epochs")), target)
     return {row["key"]: {"target_accuracy": target, "time_to_target_s": db_value(row["time_to_target_s"])}
             for row in times.to_dict("records")}
 
@@ -235,12 +234,13 @@ def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:
     ``{"folder", "skipped": why}`` for a folder without ``tables/runs.csv``."""
     results = []
     for dag_dir in map(Path, dag_dirs):
-        if not DagRunFolder(dag_dir).table("runs").is_file():
+        dag_folder = DagRunFolder(dag_dir)
+        if not dag_folder.table("runs").is_file():
             results.append({"folder": str(dag_dir),
                             "skipped": f"{dag_dir} has no tables/runs.csv (its runs were never parsed): skipped"})
             continue
-        request = read_json(DagRunFolder(dag_dir).request) or {}
-        recorded = _recorded_run_of(url, dag_dir)
+        request = read_json(dag_folder.request) or {}
+        recorded = _recorded_run_of(url, dag_folder)
         if recorded and recorded["trigger"] != "manual":
             # the DAG recorded it itself, knowing more (trigger, dates): keep that
             results.append({"folder": str(dag_dir),
@@ -249,12 +249,12 @@ def import_runs(url: str, dag_dirs: Iterable) -> List[dict]:
         run_id = request.get("run_id") or (recorded or {}).get("run_id") or dag_dir.name
         dag_id = request.get("dag_id") or (recorded or {}).get("dag_id") or "mxbench_benchmark"
         results.append({"folder": str(dag_dir), **record_dag_run(
-            url, dag_dir, dag_id=dag_id, run_id=run_id, trigger="manual")})
+            url, dag_folder, dag_id=dag_id, run_id=run_id, trigger="manual")})
     return results
 
 
-def _recorded_run_of(url: str, dag_dir: Path) -> Optional[dict]:
+def _recorded_run_of(url: str, dag_folder: DagRunFolder) -> Optional[dict]:
     with ready_engine(url).connect() as connection:
         row = connection.execute(sa.select(dag_runs.c.dag_id, dag_runs.c.run_id, dag_runs.c.trigger)
-                                 .where(dag_runs.c.folder == str(dag_dir.resolve()))).first()
+                                 .where(dag_runs.c.folder == str(dag_folder.path.resolve()))).first()
     return dict(row._mapping) if row else None

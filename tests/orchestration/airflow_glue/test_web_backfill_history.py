@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from mxbench import store
+from mxbench.run_folder import DagRunFolder
 from support.stored_runs import T0, make_dag_dir, ok_runs, variant
 
 DAG = "mxbench_regression"
@@ -23,7 +24,7 @@ def record_nights(url, root, builds):
         ran = {"local": {"mxnet_asked": f"mxnet=={build}", "mxnet_reported": build}}
         folder = make_dag_dir(root, f"night-{day}", ok_runs(variant("cpu1-nightly"), speeds=(100.0, 101.0, 99.0)),
                               started=T0 + timedelta(days=day), ran=ran)
-        store.record_dag_run(url, folder, dag_id=DAG, run_id=f"night-{day}", trigger="backfill")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id=DAG, run_id=f"night-{day}", trigger="backfill")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 
 from mxbench import config
 from mxbench.report import links
+from mxbench.run_folder import DagRunFolder
 
 DAG = "mxbench_benchmark"
 RUN_ID = "manual__2026-12-04T20:21:41+00:00"
@@ -156,7 +157,7 @@ def test_the_reports_run_tables_link_each_failed_or_contended_run_and_only_those
         contended=[False, True, False, False], contention=[None, "other processes used 0.93 cores", None, None],
         try_number=[1, 1, 1, 3], earlier_attempts=[0, 0, 0, 2], worker="w1")
     table.to_csv(dag_dir / "tables" / "runs.csv", index=False)
-    report.build_report(dag_dir)
+    report.build_report(DagRunFolder(dag_dir))
     page = (dag_dir / "report" / "report.html").read_text()
     order = page.split("<h2>Every run in the order it ran</h2>", 1)[1].split("<h2>", 1)[0]
     linked = [row.split("</td>", 1)[0].strip() for row in order.split("<tr>")[2:] if "href=" in row]

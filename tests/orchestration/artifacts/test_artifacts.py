@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mxbench import artifacts, config
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 
 
@@ -180,9 +181,9 @@ def test_a_run_folder_from_another_machine_never_signals_pids_here(tmp_path):
         (run_dir / "pids.json").write_text(json.dumps({"worker-0": {"pid": victim.pid,
                                                                     "start": start_ticks(victim.pid)}}))
         (run_dir / "meta.json").write_text(json.dumps({"machine": "other-worker/0000"}))
-        assert LocalLauncher().reap(run_dir) == [] and victim.poll() is None
+        assert LocalLauncher().reap(RunFolder(run_dir)) == [] and victim.poll() is None
         (run_dir / "meta.json").write_text(json.dumps({"machine": pid_scope()}))
-        assert LocalLauncher().reap(run_dir) == [("worker-0", victim.pid)]
+        assert LocalLauncher().reap(RunFolder(run_dir)) == [("worker-0", victim.pid)]
         assert victim.wait(timeout=10) == -9
     finally:
         victim.kill()

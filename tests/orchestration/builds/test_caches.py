@@ -20,6 +20,7 @@ from mxbench import config
 from mxbench.builds import mxnet_builds, venv_and_data_caches
 from mxbench.launchers import Launched
 from mxbench.matrix.variants import Target, expand_runs
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline, run_stage
 from mxbench_train.data_sources import SYNTHETIC_VERSION
 from mxbench_train.errors import MxbenchError
@@ -90,10 +91,10 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
     class PruneWhileRunning:
         """A launcher whose run is: another DAG run prunes everything but the newest, meanwhile."""
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             # the run stamped its use; another DAG run then used the newest ones, so that the
             # run's are past the 1 to keep, and pruned everything else
             assert time.time() - venv_and_data_caches.last_used(old_venv) < 60
@@ -101,12 +102,13 @@ def test_a_running_run_holds_its_data_set_and_build_venv_so_pruning_skips_them(h
             logs.append(prune_in_another_process(home, keep_builds=1, keep_data=1,
                                                  using=(newest_venv / "bin" / "python", newest_data)))
             # the trainer's word on what it imported, which the run checks against its build
-            (run_dir / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.6.0"}))
+            (run_folder.path / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.6.0"}))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
     dag_dir = home / "runs" / "x"
     dag_dir.mkdir(parents=True)
-    result = run_stage.run_one(run, dag_dir, {"dir": str(old_data), "records": {"train": 10_000}}, 60,
+    result = run_stage.run_one(run, DagRunFolder(dag_dir), {"dir": str(old_data), "records": {"train": 10_000}}, 60,
                                lambda name: PruneWhileRunning())
     assert result["status"] == "ok"
     log = logs[0]
@@ -140,7 +142,8 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
     with held_by_another_process(in_use, home_dir=home):  # a run of another DAG run trains from it
         long_ago = time.time() - 40 * DAY  # ... and began long ago: its use stamp is that old
         os.utime(in_use / venv_and_data_caches.STAMP, (long_ago, long_ago))
-        prepared = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, home / "runs" / "x", data)
+        prepared = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200},
+                                         DagRunFolder(home / "runs" / "x"), data)
     log = capsys.readouterr().out
     new_rec, new_source = Path(prepared["dir"]), data / f"synthetic-v{SYNTHETIC_VERSION}-200"
     assert new_rec == data / f"rec-synthetic-v{SYNTHETIC_VERSION}-200" and (new_rec / "cifar10_train.rec").is_file()
@@ -156,7 +159,8 @@ def test_preparing_data_keeps_the_n_most_recent_and_reports_what_it_freed(home, 
     assert "mxbench: pruned 1 prepared data set(s) under" in log and "keeping the 2 most recently used" in log
     # released, the old one goes at the next preparation (a cache hit)
     capsys.readouterr()
-    again = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, home / "runs" / "y", data)
+    again = pipeline.prepare_data({"dataset": "synthetic", "synthetic_images": 200}, DagRunFolder(home / "runs" / "y"),
+                                  data)
     assert again["cache_hit"] and not in_use.exists() and kept_recent.exists()
 
 

@@ -6,6 +6,7 @@ import pytest
 from mxbench.hosts import quiet_gate
 from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.results import contention
+from mxbench.run_folder import DagRunFolder
 from mxbench_train.errors import MxbenchError
 
 QUIET = {"foreign_cores": 0.05, "steal": 0.0, "cpu_pressure": 0.3, "foreign_top": []}
@@ -134,25 +135,26 @@ def test_a_run_waits_before_its_launcher_starts_and_meta_and_runs_table_keep_it(
     class Watched:
         name = "local"
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
         def quiet_probe(self, variant, seconds):
             events.append(("look", seconds, time.time()))
             return {"here": BUSY if len(events) < 2 else QUIET}
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             events.append(("execute", None, time.time()))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
 
-    result = run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+    result = run_stage.run_one(run, DagRunFolder(tmp_path),
+                               {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
                                lambda name: Watched(), quiet_wait_s=30)
     assert result["status"] == "ok" and [e[0] for e in events] == ["look", "look", "execute"]
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["quiet"]["quiet"] is True and meta["quiet"]["samples"] == 2 and meta["quiet"]["bound_s"] == 30
     assert meta["quiet"]["readings"] == {"here": QUIET}
     assert events[1][2] <= meta["started_at"] <= events[2][2]  # the run began after its wait
-    row, _, _ = pipeline.parse_run(run, tmp_path)
+    row, _, _ = pipeline.parse_run(run, DagRunFolder(tmp_path))
     assert row["quiet"] is True and row["quiet_wait_s"] == meta["quiet"]["waited_s"]
 
 
@@ -173,23 +175,24 @@ def test_the_run_task_judges_its_hosts_with_the_thresholds_its_dag_run_expanded_
     class Probed:
         name = "local"
 
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
         def quiet_probe(self, variant, seconds):
             return {"here": {**QUIET, "foreign_cores": 0.1, "machine": box}}
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": "py"})
 
     strict_local = {contention.table_key(fingerprint(box)[0], "local"): strict.as_dict()}
     strict_ssh = {contention.table_key(fingerprint(box)[0], "ssh"): strict.as_dict()}
     for name, table, busy in (("strict", strict_local, True), ("defaults", {}, False), ("ssh's", strict_ssh, False)):
         dag_dir = tmp_path / name
-        (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
+        (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
+                                 DagRunFolder(dag_dir),
                                  {"local": Target("local", 1, 0)}, contention=table)
         assert json.loads((dag_dir / "request.json").read_text())["contention_thresholds"] == table
-        run_stage.run_one(run, dag_dir, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(dag_dir), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
                           lambda _: Probed(), quiet_wait_s=0.5)
         record = json.loads((dag_dir / run["key"] / "meta.json").read_text())["quiet"]
         assert record["quiet"] is not busy

@@ -29,6 +29,7 @@ from mxbench.launchers.kubernetes.pods import (
 from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, VariantError, expand_runs, preset
 from mxbench.results.metrics import kubernetes_gap
+from mxbench.run_folder import DagRunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.pod_outputs import (
     BEGIN,
@@ -162,10 +163,10 @@ def test_the_data_set_must_be_on_the_data_volume(tmp_path):
 
 
 def test_run_labels_are_the_same_on_every_attempt_and_differ_between_runs(tmp_path):
-    a = run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
-    assert a == run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r1")
-    assert a != run_label(tmp_path / "dag-run-2" / "cpu1__kubernetes__r1")
-    assert a != run_label(tmp_path / "dag-run-1" / "cpu1__kubernetes__r2")
+    a = run_label(DagRunFolder(tmp_path / "dag-run-1").run("cpu1__kubernetes__r1"))
+    assert a == run_label(DagRunFolder(tmp_path / "dag-run-1").run("cpu1__kubernetes__r1"))
+    assert a != run_label(DagRunFolder(tmp_path / "dag-run-2").run("cpu1__kubernetes__r1"))
+    assert a != run_label(DagRunFolder(tmp_path / "dag-run-1").run("cpu1__kubernetes__r2"))
 
 
 def read_log(lines):

@@ -9,7 +9,6 @@ import json
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +24,7 @@ from mxbench.launchers.local import LocalLauncher
 from mxbench.launchers.ssh.commands import SshHost, build_command, builds_problem, host_settings, setup_command
 from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.matrix.variants import Target, VariantError, expand_runs
+from mxbench.run_folder import DagRunFolder, RunFolder
 from mxbench.stages import pipeline, run_stage
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
@@ -114,11 +114,11 @@ def test_the_local_launcher_runs_the_builds_interpreter_and_refuses_a_build_with
     from mxbench.matrix.variants import preset
 
     variant = next(v for v in preset("cpu-demo") if v.id == "cpu1-bs32")
-    plan = LocalLauncher().plan(variant, "/data", tmp_path, LocalLauncher.python_for(OLD))
+    plan = LocalLauncher().plan(variant, "/data", RunFolder(tmp_path), LocalLauncher.python_for(OLD))
     assert {r.argv[0] for r in plan} == {OLD.python}
     assert "no training interpreter" in LocalLauncher().build_problem(RunBuild("mxnet==1.9.0", "1.9.0"))
     with pytest.raises(MxbenchError, match="no training interpreter"):
-        LocalLauncher().execute(variant, "/data", tmp_path, 10, build=RunBuild("mxnet==1.9.0", "1.9.0"))
+        LocalLauncher().execute(variant, "/data", RunFolder(tmp_path), 10, build=RunBuild("mxnet==1.9.0", "1.9.0"))
 
 
 # --- the build under test: ssh ----------------------------------------------------------------
@@ -141,8 +141,8 @@ def test_an_ssh_build_command_makes_the_venv_there_with_every_value_quoted():
 def test_a_run_finds_its_build_in_the_command_that_makes_its_folder():
     """No extra round trip per run: host_workdir finds the venv expand_variants made."""
     host = ssh_host(mxbench_python="/opt/py/bin/python3")
-    plain = shlex.split(setup_command(host, Path("/runs/dag-run/run-1"), "-P"))
-    with_build = shlex.split(setup_command(host, Path("/runs/dag-run/run-1"), "-P", OLD))
+    plain = shlex.split(setup_command(host, RunFolder("/runs/dag-run/run-1"), "-P"))
+    with_build = shlex.split(setup_command(host, RunFolder("/runs/dag-run/run-1"), "-P", OLD))
     assert with_build[:len(plain)] == plain and "--build-json" not in plain
     assert json.loads(with_build[with_build.index("--build-json") + 1]) == \
         {"package": "mxnet==1.9.0", "version": "1.9.0", "spec": ["mxnet==1.9.0", "numpy<1.24"]}
@@ -304,16 +304,17 @@ def test_a_commit_builds_pod_that_reports_another_commit_fails_its_run(tmp_path)
     run = {**run, "build": COMMIT_WHEEL.to_dict()}
 
     class RunsAnotherCommit:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
-            (Path(run_dir) / "rank0.log").write_text(
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
+            (run_folder.path / "rank0.log").write_text(
                 format_event("run_start", environment={"mxnet_version": "1.9.1+g99999999"}))
             return Launched([], [], {"image": "reg/x:src-0123abcd"})
 
     with pytest.raises(run_stage.RunFailed) as failed:
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: RunsAnotherCommit())
     assert str(failed.value) == (f"run {run['key']} failed: it asked for {COMMIT_WHEEL} (commit 0123abcd), but its "
                                  "trainer imported MXNet 1.9.1+g99999999 (reg/x:src-0123abcd): not kept as "
@@ -327,16 +328,18 @@ def test_a_failed_run_still_records_what_it_ran_with(tmp_path):
     run = {**run, "build": {"package": "mxnet==1.9.0", "version": "1.9.0"}}
 
     class CrashesAfterStart:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
-            (Path(run_dir) / "kubernetes.json").write_text(json.dumps({"image": "reg/x:190"}))
-            (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
+            (run_folder.path / "kubernetes.json").write_text(json.dumps({"image": "reg/x:190"}))
+            (run_folder.path / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.9.0"}))
             raise MxbenchError("role worker-0 was killed by SIGKILL (exit status 137)")
 
     with pytest.raises(run_stage.RunFailed):
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: CrashesAfterStart())
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["build"] == {"asked": "mxnet==1.9.0", "reported": "1.9.0", "image": "reg/x:190", "python": None}
@@ -351,15 +354,17 @@ def test_a_run_expanded_before_runs_carried_their_build_still_trains_with_it(tmp
     seen = []
 
     class Records:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             seen.append(build)
-            (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.0"}))
+            (run_folder.path / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.9.0"}))
             return Launched([], [SimpleNamespace(start_s=0.0, wall_s=1.0, warning=None)], {"python": build.python})
 
-    result = run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+    result = run_stage.run_one(run, DagRunFolder(tmp_path),
+                               {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
                                lambda name: Records())
     assert result["status"] == "ok"
     assert seen == [RunBuild("mxnet==1.9.0", "1.9.0", (), "/envs/190/bin/python")]
@@ -371,16 +376,18 @@ def test_a_run_whose_trainer_imported_another_mxnet_fails_by_name(tmp_path, monk
     run = {**run, "build": {"package": "mxnet==1.9.0", "version": "1.9.0", "python": "/envs/190/bin/python"}}
 
     class ImportsAnother:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             assert build == RunBuild("mxnet==1.9.0", "1.9.0", (), "/envs/190/bin/python")  # an input, as asked
-            (Path(run_dir) / "rank0.log").write_text(format_event("run_start", environment={"mxnet_version": "1.9.1"}))
+            (run_folder.path / "rank0.log").write_text(
+                format_event("run_start", environment={"mxnet_version": "1.9.1"}))
             return Launched([], [], {"python": "/usr/bin/python3"})
 
     with pytest.raises(run_stage.RunFailed) as failed:
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, 60,
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          60,
                           lambda name: ImportsAnother())
     assert str(failed.value) == (f"run {run['key']} failed: it asked for MXNet build mxnet==1.9.0, but its trainer "
                                  "imported MXNet 1.9.1 (/usr/bin/python3): not kept as mxnet==1.9.0")

@@ -18,6 +18,7 @@ from mxbench.launchers.kubernetes import role_pods
 from mxbench.launchers.kubernetes.kubernetes_launcher import KubernetesLauncher
 from mxbench.launchers.kubernetes.pods import pod_settings
 from mxbench.matrix.variants import Variant
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import LaunchTimeout
 from mxbench_train.role_log import ECHO_LINE_CHARS, MAX_LINE_BYTES
@@ -39,7 +40,7 @@ def run_hostile(standin, tmp_path, mode, deadline_s=120, on_pods=None):
     (run_dir / "meta.json").write_text('{"status": "running"}')  # as the pipeline writes it first
     try:
         launcher = KubernetesLauncher(settings, core_api(standin), on_pods=on_pods)
-        outcome = launcher.execute(ONE_WORKER, data / "rec", run_dir, deadline_s=deadline_s)
+        outcome = launcher.execute(ONE_WORKER, data / "rec", RunFolder(run_dir), deadline_s=deadline_s)
     except MxbenchError as exc:
         outcome = exc
     assert pods_left(standin) == []
@@ -173,10 +174,10 @@ def test_a_commit_build_through_expand_runs_the_commits_image_or_is_refused(kube
         targets, unavailable = pipeline.targets_for(["kubernetes"], launcher_for)
         refused = pipeline.prepare_builds(["kubernetes"], targets, unavailable, build, launcher_for)
         assert refused == {} and unavailable == {}
-        (run,) = pipeline.expand(params, dag_dir, targets, unavailable, build, refused=refused)
-        data = pipeline.prepare_data(params, dag_dir, data_root)
+        (run,) = pipeline.expand(params, DagRunFolder(dag_dir), targets, unavailable, build, refused=refused)
+        data = pipeline.prepare_data(params, DagRunFolder(dag_dir), data_root)
         try:
-            run_stage.run_one(run, dag_dir, data, 600, launcher_for)
+            run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)
         except run_stage.RunFailed:
             pass
         return read_json(DagRunFolder(dag_dir).run(run["key"]).meta), run

@@ -27,6 +27,7 @@ from mxbench.launchers.ssh.remote_role import RemoteRole
 from mxbench.launchers.ssh.ssh_launcher import SshLauncher
 from mxbench.launchers.ssh.transfer import FETCH_FILE_OVERHEAD, FETCH_HOST_MAX_NAMES, ByteBudget, fetch_outputs
 from mxbench.matrix.variants import Variant
+from mxbench.run_folder import DagRunFolder, RunFolder
 from mxbench_train import role_log
 from mxbench_train.errors import MxbenchError
 from mxbench_train.role_plan import Role
@@ -224,7 +225,7 @@ def test_a_hostile_listing_writes_nothing_outside_the_run_folder_nor_over_local_
     before = files_under(tmp_path, run_dir)
     sftp = paramiko.SFTPClient.from_transport(hostile_sftp({"/run": listing}))
     with pytest.raises(MxbenchError) as refused:
-        fetch_outputs(sftp, "/run", run_dir, "host evil (127.0.0.1)")
+        fetch_outputs(sftp, "/run", RunFolder(run_dir), "host evil (127.0.0.1)")
     assert files_under(tmp_path, run_dir) == before  # nothing written, nothing changed outside
     assert not list(tmp_path.rglob("escaped*")) and not outside.exists()
     for name, data in records.items():
@@ -261,7 +262,7 @@ def test_a_too_long_name_or_a_launchers_step_times_are_refused_by_name_and_the_r
     removed = []
     monkeypatch.setattr(ssh, "_remove_run_folder", lambda host, folder: removed.append(folder))
     with pytest.raises(MxbenchError) as refused:
-        ssh._fetch(ssh.hosts, {"h1": "/a"}, run_dir)
+        ssh._fetch(ssh.hosts, {"h1": "/a"}, RunFolder(run_dir))
     assert sorted(p.name for p in run_dir.iterdir()) == ["rank0.log", "rank1.log"]
     assert (run_dir / "rank1.log").read_bytes() == b"after\n"
     message = str(refused.value)
@@ -291,7 +292,7 @@ def test_a_name_this_file_system_refuses_is_refused_by_name(hostile_sftp, tmp_pa
     listing = {"b" * 30 + ".log": RemoteFile(b"x"), "rank0.log": RemoteFile(b"ok\n")}
     sftp = paramiko.SFTPClient.from_transport(hostile_sftp({"/run": listing}))
     with pytest.raises(transfer.FetchProblems) as refused:
-        fetch_outputs(sftp, "/run", run_dir, "host h1")
+        fetch_outputs(sftp, "/run", RunFolder(run_dir), "host h1")
     assert refused.value.whole and (run_dir / "rank0.log").read_bytes() == b"ok\n"
     assert f"refused {'b' * 30 + '.log'!r}: a longer name than this file system takes" in str(refused.value)
 
@@ -310,7 +311,7 @@ def test_fetching_stops_at_the_caps_per_file_and_per_run(hostile_sftp, tmp_path,
     monkeypatch.setattr(ssh, "_client", lambda host: client)
     started = time.monotonic()
     with pytest.raises(MxbenchError) as cut:
-        ssh._fetch(ssh.hosts, {"h1": "/a", "h2": "/b"}, run_dir)
+        ssh._fetch(ssh.hosts, {"h1": "/a", "h2": "/b"}, RunFolder(run_dir))
     assert time.monotonic() - started < 60
     sizes = {p.name: p.stat().st_size for p in run_dir.iterdir()}
     overhead = FETCH_FILE_OVERHEAD  # what each file costs besides its bytes
@@ -326,7 +327,7 @@ def test_fetching_stops_at_the_caps_per_file_and_per_run(hostile_sftp, tmp_path,
     budget.left = MiB - 3 - 3 * FETCH_FILE_OVERHEAD
     with pytest.raises(MxbenchError, match=r"host h2 \(127\.0\.0\.2\): .*'rank1\.log' cut at \d+ bytes "
                                            r"\(MXBENCH_FETCH_RUN_MAX_BYTES\).*'gpu-rank1\.csv' not fetched"):
-        fetch_outputs(client.open_sftp(), "/b", run_dir2, "host h2 (127.0.0.2)", budget)
+        fetch_outputs(client.open_sftp(), "/b", RunFolder(run_dir2), "host h2 (127.0.0.2)", budget)
     assert budget.left == 0
 
 
@@ -341,7 +342,7 @@ def test_a_listing_without_end_is_read_only_up_to_a_cap(hostile_sftp, tmp_path):
 
     def fetch():
         try:
-            fetch_outputs(sftp, "/run", run_dir, "host evil (127.0.0.1)")
+            fetch_outputs(sftp, "/run", RunFolder(run_dir), "host evil (127.0.0.1)")
         except MxbenchError as exc:
             outcome["error"] = str(exc)
 
@@ -366,7 +367,7 @@ def test_each_file_costs_the_run_budget_more_than_its_bytes(hostile_sftp, tmp_pa
     with pytest.raises(MxbenchError, match=rf"host h \(127\.0\.0\.1\): fetching the run folder /run: 'empty-010\.log' "
                                            rf"not fetched: the run's {10 * FETCH_FILE_OVERHEAD} bytes "
                                            rf"\(MXBENCH_FETCH_RUN_MAX_BYTES\) are used up .*; and 20 more"):
-        fetch_outputs(sftp, "/run", run_dir, "host h (127.0.0.1)", budget)
+        fetch_outputs(sftp, "/run", RunFolder(run_dir), "host h (127.0.0.1)", budget)
     assert sorted(p.name for p in run_dir.iterdir()) == [f"empty-{i:03d}.log" for i in range(10)]
     assert budget.left == 0
 
@@ -493,7 +494,7 @@ def test_a_work_folder_others_could_write_is_refused_by_name(ssh_hosts, monkeypa
     run_dir.mkdir(parents=True)
     with pytest.raises(MxbenchError, match=rf"host mxbench_ssh_1 \(127\.0\.0\.1\): preparing the run folder failed: "
                                            rf"{why}"):
-        ssh.execute(ONE_HOST, cifar_rec, run_dir, 120)
+        ssh.execute(ONE_HOST, cifar_rec, RunFolder(run_dir), 120)
     assert not list(Path(os.path.realpath(folder)).glob("runs")) and not (run_dir / "rank0.log").exists()
 
 
@@ -504,7 +505,7 @@ def test_a_sticky_shared_folder_above_is_fine_and_the_work_folder_is_made_privat
     ssh = use_host1(monkeypatch, ssh_hosts, mxbench_workdir=str(sticky / "mxbench"))
     remote = {}
     try:
-        ready = ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+        ready = ssh._setup(ssh.hosts[0], RunFolder(tmp_path / "dagrun" / "run"), remote)
     finally:
         ssh.close()
     assert ready["workdir"] == str(sticky / "mxbench") and tuple(ready["python"]) >= (3, 9)
@@ -522,7 +523,7 @@ def test_the_default_work_folder_is_under_the_ssh_users_home(ssh_hosts, monkeypa
     ssh = connections.launcher_for("ssh", {"ssh_connections": [CONN_IDS[0]]})
     remote = {}
     try:
-        ready = ssh._setup(ssh.hosts[0], tmp_path / f"dagrun-{tmp_path.name}" / "run", remote)
+        ready = ssh._setup(ssh.hosts[0], RunFolder(tmp_path / f"dagrun-{tmp_path.name}" / "run"), remote)
         home = pwd.getpwnam(ssh_hosts.user).pw_dir
         assert ready["workdir"] == os.path.realpath(f"{home}/.cache/mxbench")
         assert stat.S_IMODE(os.stat(ready["workdir"]).st_mode) & 0o022 == 0
@@ -577,7 +578,7 @@ def test_a_folder_only_the_users_private_group_may_write_is_fine(ssh_hosts, monk
     ssh = use_host1(monkeypatch, ssh_hosts, mxbench_workdir=str(workdir))
     remote = {}
     try:
-        ready = ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+        ready = ssh._setup(ssh.hosts[0], RunFolder(tmp_path / "dagrun" / "run"), remote)
     finally:
         ssh.close()
     assert ready["workdir"] == str(workdir) and Path(remote["mxbench_ssh_1"]).is_dir()
@@ -629,7 +630,7 @@ def test_a_user_site_install_is_set_up_from_python_3_11_and_named_before(ssh_hos
     try:
         if flag == "-I":
             with pytest.raises(MxbenchError) as refused:
-                ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+                ssh._setup(ssh.hosts[0], RunFolder(tmp_path / "dagrun" / "run"), remote)
             assert str(refused.value).startswith(
                 f"host mxbench_ssh_1 (127.0.0.1): preparing the run folder failed: the training interpreter "
                 f"{python!r} there cannot run mxbench_train (the connection's extra mxbench_python, or its "
@@ -638,7 +639,7 @@ def test_a_user_site_install_is_set_up_from_python_3_11_and_named_before(ssh_hos
                 "training env must be a venv or a system install, not pip install --user): ")
         else:
             assert sys.version_info >= (3, 11), "this project's interpreter is older than 3.11"
-            ready = ssh._setup(ssh.hosts[0], tmp_path / "dagrun" / "run", remote)
+            ready = ssh._setup(ssh.hosts[0], RunFolder(tmp_path / "dagrun" / "run"), remote)
             assert ready["probe"]["cores"] > 0 and Path(remote["mxbench_ssh_1"]).is_dir()
             assert ssh.target().hosts == 1  # the probe alone, as the DAG asks it first
     finally:
@@ -673,7 +674,7 @@ def test_a_planted_mxbench_train_in_the_run_folder_is_not_imported(ssh_hosts, mo
 
     monkeypatch.setattr(SshLauncher, "_stage_data", plant_then_stage)
     try:
-        launched = ssh.execute(ONE_HOST, cifar_rec, run_dir, 300)
+        launched = ssh.execute(ONE_HOST, cifar_rec, RunFolder(run_dir), 300)
         results = launched.results
     finally:
         import shutil
@@ -860,14 +861,14 @@ def test_malformed_machine_facts_fail_that_hosts_run_and_join_and_store_complete
               "epochs": 1, "synthetic_images": 500}
     dag_dir, url = tmp_path / "dag-run", f"sqlite:///{tmp_path / 'results.db'}"
     targets, unavailable = pipeline.targets_for(["ssh", "local"], launcher_for)
-    runs = pipeline.expand(params, dag_dir, targets, unavailable)
-    data = pipeline.prepare_data(params, dag_dir, tmp_path / "data")
+    runs = pipeline.expand(params, DagRunFolder(dag_dir), targets, unavailable)
+    data = pipeline.prepare_data(params, DagRunFolder(dag_dir), tmp_path / "data")
     for run in runs:
-        run_stage.run_one(run, dag_dir, data, 600, launcher_for)  # the host's trainer exits 0
-    pipeline.parse_all(dag_dir, launcher_for)
-    pipeline.join(dag_dir, pipeline.stored_aa_noise(dag_dir, url))
+        run_stage.run_one(run, DagRunFolder(dag_dir), data, 600, launcher_for)  # the host's trainer exits 0
+    pipeline.parse_all(DagRunFolder(dag_dir), launcher_for)
+    pipeline.join(DagRunFolder(dag_dir), pipeline.stored_aa_noise(DagRunFolder(dag_dir), url))
     store.migrate(url)
-    stored = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__hostile",
+    stored = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__hostile",
                                   trigger="manual")
     table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("launcher")
     assert table.loc["ssh", "status"] == "failed"

@@ -21,6 +21,7 @@ from conftest import train_python
 from mxbench.airflow_glue import connections
 from mxbench.launchers.ssh.commands import SshHost, host_settings, role_command, setup_command
 from mxbench.matrix.variants import Variant
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.localhost import free_port, processes, start_ticks
 from mxbench_train.localhost import is_running as alive
@@ -118,7 +119,7 @@ def test_role_command_quotes_every_value(payload):
     assert tokens[8:] == [host.python, "-P", "-m", "mxbench_train", "supervise", "--role", "worker-0", "--pid-file",
                           f"/w/{payload}/runs/d/r/pids/worker-0.json", "--heartbeat-timeout", "30", "--",
                           host.python, "-P", *role.argv[1:]]
-    assert shlex.split(setup_command(host, Path(f"/local/{payload}/r"))) == [
+    assert shlex.split(setup_command(host, RunFolder(f"/local/{payload}/r"))) == [
         host.python, "-P", "-m", "mxbench_train.host_workdir", "--workdir", f"/w/{payload}", "--dag-run", payload,
         "--run", "r", "--host", "h"]
 
@@ -172,7 +173,7 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     shutil.rmtree(ssh_hosts.hosts[0].workdir / "data" / cifar_rec.name, ignore_errors=True)
     first = run_dir_for(tmp_path, "first")
     pids = before_removal(monkeypatch, ssh_hosts, first)["pids"]
-    launched = launcher(params).execute(ONE_HOST, cifar_rec, first, deadline_s=300)
+    launched = launcher(params).execute(ONE_HOST, cifar_rec, RunFolder(first), deadline_s=300)
     results = launched.results
     assert [(r.name, r.host, r.returncode) for r in results] == [("worker-0", "127.0.0.1", 0)]
     assert "Speed:" in (first / "rank0.log").read_text()  # brought back from host 1's work folder
@@ -186,7 +187,7 @@ def test_one_host_run_streams_logs_brings_results_back_and_caches_the_data(ssh_h
     assert not remote_folder(ssh_hosts, ssh_hosts.hosts[0], first).parent.parent.exists()
 
     second = run_dir_for(tmp_path, "second")
-    launcher(params).execute(ONE_HOST, cifar_rec, second, deadline_s=300)
+    launcher(params).execute(ONE_HOST, cifar_rec, RunFolder(second), deadline_s=300)
     staging = json.loads((second / "ssh.json").read_text())
     assert staging["data_copied_to"] == [] and staging["data_s"] < 0.5  # checksums matched: nothing copied
 
@@ -195,7 +196,7 @@ def test_two_host_dist_sync_runs_each_role_on_its_host(ssh_hosts, monkeypatch, c
     run_dir = run_dir_for(tmp_path)
     seen = before_removal(monkeypatch, ssh_hosts, run_dir)
     pids = seen["pids"]
-    launched = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, run_dir, 300)
+    launched = launcher(use_hosts(monkeypatch, ssh_hosts)).execute(TWO_HOSTS, cifar_rec, RunFolder(run_dir), 300)
     plan, results = launched.plan, launched.results
     assert [(r.name, r.host) for r in plan] == [("scheduler", "127.0.0.1"), ("server-0", "127.0.0.1"),
                                                ("server-1", "127.0.0.2"), ("worker-0", "127.0.0.1"),
@@ -219,7 +220,7 @@ def test_hosts_sharing_one_work_folder_each_keep_their_own_run_folder(ssh_hosts,
     run_dir = run_dir_for(tmp_path)
     seen = before_removal(monkeypatch, ssh_hosts, run_dir)
     launched = launcher(use_hosts(monkeypatch, ssh_hosts, (shared, shared))).execute(TWO_HOSTS, cifar_rec,
-                                                                                          run_dir, 300)
+                                                                                          RunFolder(run_dir), 300)
     results = launched.results
     assert all(r.returncode == 0 for r in results)
     for rank in (0, 1):
@@ -253,7 +254,7 @@ def test_a_worker_crashing_on_host_2_stops_every_role_on_both_hosts(ssh_hosts, m
     run_dir = run_dir_for(tmp_path)
     started = time.monotonic()
     with pytest.raises(RoleFailed) as failed:
-        launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=300)
+        launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=300)
     assert time.monotonic() - started < 60
     assert failed.value.role.name == "worker-1" and failed.value.role.host == "127.0.0.2"
     # MXNet's own SIGSEGV handler prints a stack trace and aborts
@@ -268,7 +269,7 @@ def test_the_deadline_stops_every_role_on_both_hosts(ssh_hosts, monkeypatch, cif
     run_dir = run_dir_for(tmp_path)
     pids = before_removal(monkeypatch, ssh_hosts, run_dir)["pids"]
     with pytest.raises(LaunchTimeout, match="deadline"):
-        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(LONG, cifar_rec, run_dir, deadline_s=8)
+        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=8)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 5)
     # failed, and no connection keeps failed runs: fetched, then removed all the same
     assert (run_dir / "rank1.log").exists() or (run_dir / "rank0.log").exists()
@@ -280,9 +281,10 @@ KILLABLE = """
 import json, sys
 from mxbench.airflow_glue import connections
 from mxbench.matrix.variants import Variant
+from mxbench.run_folder import RunFolder
 v = Variant(**json.loads(sys.argv[1]))
 connections.launcher_for("ssh", {"ssh_connections": ["mxbench_ssh_1", "mxbench_ssh_2"]}).execute(
-    v, sys.argv[2], sys.argv[3], 600)
+    v, sys.argv[2], RunFolder(sys.argv[3]), 600)
 """
 
 
@@ -329,7 +331,7 @@ def test_reap_kills_what_an_earlier_attempt_left_on_a_host(ssh_hosts, monkeypatc
         (remote / "pids" / "worker-1.json").write_text(json.dumps({"worker-1": {"pid": leftover.pid, "start": start}}))
         (run_dir / "remote.json").write_text(json.dumps([{"conn_id": "mxbench_ssh_2", "address": "127.0.0.2",
                                                           "run_dir": str(remote)}]))
-        assert ssh.reap(run_dir) == [("worker-1@mxbench_ssh_2", leftover.pid)]
+        assert ssh.reap(RunFolder(run_dir)) == [("worker-1@mxbench_ssh_2", leftover.pid)]
         assert leftover.wait(5) == -signal.SIGKILL
     finally:
         leftover.kill()
@@ -379,7 +381,7 @@ def test_a_shell_payload_in_a_connection_extra_runs_nothing(ssh_hosts, monkeypat
                                                 {}))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(MxbenchError) as refused:
-        launcher(params).execute(ONE_HOST, cifar_rec, run_dir_for(tmp_path), 60)
+        launcher(params).execute(ONE_HOST, cifar_rec, RunFolder(run_dir_for(tmp_path)), 60)
     assert "mxbench_ssh_1" in str(refused.value)
     for root in (ssh_hosts.root, tmp_path, Path.home(), Path("/tmp")):
         assert not list(root.rglob("pwned")) if root != Path("/tmp") else not (root / "pwned").exists()
@@ -414,7 +416,7 @@ def test_a_connection_lost_mid_run_fails_the_run_naming_the_host_and_stops_every
     cutter = threading.Thread(target=cut_host2)
     cutter.start()
     with pytest.raises(RoleFailed, match=r"on host 127\.0\.0\.2 lost its SSH connection to host mxbench_ssh_2"):
-        launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=300)
+        launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=300)
     cutter.join()
     pids = remote_pids(ssh_hosts, run_dir)
     assert len(pids) == 5 and not wait_all_dead(pids.values(), 10)
@@ -452,14 +454,14 @@ def test_a_shared_data_folder_is_used_as_is_and_checked(ssh_hosts, monkeypatch, 
                        ({"mxbench_data_dir": str(shared), "mxbench_env": {"MXBENCH_MARK": "a b"}},
                         {"mxbench_data_dir": str(shared)}))
     run_dir = run_dir_for(tmp_path)
-    launched = launcher(params).execute(ONE_HOST, cifar_rec, run_dir, 300)
+    launched = launcher(params).execute(ONE_HOST, cifar_rec, RunFolder(run_dir), 300)
     plan, results = launched.plan, launched.results
     assert results[0].returncode == 0
     assert f"{shared}/cifar10_train.rec" in plan[0].argv
     assert json.loads((run_dir / "ssh.json").read_text())["data_copied_to"] == []
     (shared / "cifar10_val.rec").write_bytes(b"\0" * (shared / "cifar10_val.rec").stat().st_size)
     with pytest.raises(MxbenchError, match=r"mxbench_ssh_1 .*shared data folder .* other versions of cifar10_val.rec"):
-        launcher(params).execute(ONE_HOST, cifar_rec, run_dir_for(tmp_path, "again"), 300)
+        launcher(params).execute(ONE_HOST, cifar_rec, RunFolder(run_dir_for(tmp_path, "again")), 300)
 
 
 def test_a_connection_without_its_own_credentials_is_refused(ssh_hosts, monkeypatch):
@@ -499,10 +501,10 @@ def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
     monkeypatch.setattr(ssh, "_on_each", lambda hosts, step: (_ for _ in ()).throw(MxbenchError("FIRST ERROR")))
     run_dir = run_dir_for(tmp_path)
     with pytest.raises(MxbenchError, match="FIRST ERROR"):
-        ssh.execute(ONE_HOST, tmp_path, run_dir, 60)
+        ssh.execute(ONE_HOST, tmp_path, RunFolder(run_dir), 60)
     with pytest.raises(MxbenchError, match=r"host h1 \(127.0.0.1\): fetching the run's logs over SFTP failed: "
                                            "Server connection dropped"):
-        ssh._fetch(ssh.hosts, {"h1": "/nowhere"}, run_dir)
+        ssh._fetch(ssh.hosts, {"h1": "/nowhere"}, RunFolder(run_dir))
 
 
 def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contended(ssh_hosts, monkeypatch, cifar_rec,
@@ -519,7 +521,7 @@ def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contende
     run_dir = run_dir_for(tmp_path)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(ONE_HOST, cifar_rec, run_dir, deadline_s=300)
+        launcher(use_hosts(monkeypatch, ssh_hosts)).execute(ONE_HOST, cifar_rec, RunFolder(run_dir), deadline_s=300)
     finally:
         for hog in hogs:
             hog.kill()

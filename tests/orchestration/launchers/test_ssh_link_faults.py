@@ -21,6 +21,7 @@ from test_ssh_launcher import (
 
 from mxbench.launchers.ssh import ssh_launcher
 from mxbench.launchers.ssh.commands import LINK_SILENCE_S
+from mxbench.run_folder import RunFolder
 from mxbench_train.plan_runner import RoleFailed
 
 pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts in namespaces
@@ -44,7 +45,7 @@ def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_ssh_h
     cutter.start()
     try:
         with pytest.raises(RoleFailed) as failed:
-            launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=600)
+            launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=600)
         ended = time.monotonic()
     finally:
         cutter.join()

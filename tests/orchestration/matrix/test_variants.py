@@ -15,6 +15,7 @@ from mxbench.matrix.variants import (
     seed_preset,
     select_variants,
 )
+from mxbench.run_folder import RunFolder
 
 NO_GPU = {"local": Target("local", hosts=1, gpus_per_host=0)}
 LOCAL = {"local": Target("local", hosts=1, gpus_per_host=0, one_machine=True)}
@@ -124,7 +125,7 @@ def test_local_runs_a_multi_host_variant_on_loopback_addresses_of_one_machine():
     gpu_variant = seed_preset()[-1]  # 2 machines x 4 GPUs: 8 GPUs on one machine
     assert "needs 8 GPUs" in check_fits(gpu_variant, Target("local", 1, 4, one_machine=True))
     assert check_fits(gpu_variant, Target("local", 1, 8, one_machine=True)) is None
-    plan = LocalLauncher().plan(variant, "/data", "/tmp/run")
+    plan = LocalLauncher().plan(variant, "/data", RunFolder("/tmp/run"))
     assert sorted({r.host for r in plan}) == ["127.0.0.1", "127.0.0.2"]
     assert {r.env["DMLC_NODE_HOST"] for r in plan if r.kind == "worker"} == {"127.0.0.1", "127.0.0.2"}
 

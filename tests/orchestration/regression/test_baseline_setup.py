@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from mxbench import config, store
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import regression_check
 from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs, setup_of, variant
 
@@ -25,13 +26,14 @@ def url(tmp_path):
 def record(url, tmp_path, day: int, dag_id: str, speeds, v=None) -> str:
     run_id = f"{dag_id}__day{day}"
     folder = make_dag_dir(tmp_path, run_id, ok_runs(v, speeds=speeds), started=T0 + timedelta(days=day))
-    store.record_dag_run(url, folder, dag_id=dag_id, run_id=run_id, trigger="manual",
+    store.record_dag_run(url, DagRunFolder(folder), dag_id=dag_id, run_id=run_id, trigger="manual",
                          logical_date=T0 + timedelta(days=day))
     return run_id
 
 
 def check(url, tmp_path, run_id):
-    (finding,) = regression_check.check_regressions(tmp_path / run_id, url, REGRESSION, run_id, {"local": CPU_FP},
+    (finding,) = regression_check.check_regressions(DagRunFolder(tmp_path / run_id), url, REGRESSION, run_id,
+                                                    {"local": CPU_FP},
                                                     baseline_runs=5, min_drop=0.05)
     return finding
 

@@ -8,7 +8,7 @@ import pytest
 
 from mxbench.matrix.variants import Target, budget, expand_runs
 from mxbench.regression import regression_rule
-from mxbench.run_folder import write_json
+from mxbench.run_folder import DagRunFolder, write_json
 from mxbench.stages import stop_rule
 from mxbench_train.events import format_event
 
@@ -66,14 +66,15 @@ def test_a_suspected_regression_gets_its_confirmation_rounds(tmp_path):
         asked.append((variant, launcher, machine))
         return stored_baseline(1000.0)
 
-    assert stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=baseline_for) is None
+    assert stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path), baseline_for=baseline_for) is None
     (variant, launcher, machine), = asked
     assert (variant, launcher) == ("cpu1-bs64", "local") and len(machine) == 16  # the store's fingerprint
 
 
 def test_first_rounds_at_the_baseline_skip_the_confirmation_saying_why(tmp_path):
     runs = first_rounds(tmp_path, [995.0, 1002.0, 990.0, 1004.0])
-    reason = stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=lambda *_: stored_baseline(1000.0))
+    reason = stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path),
+                                   baseline_for=lambda *_: stored_baseline(1000.0))
     assert reason.startswith("confirmation round 5 of cpu1-bs64 (local) skipped: the first rounds' median is ")
     assert "not a suspected regression (at most -2.5%)" in reason
 
@@ -81,16 +82,18 @@ def test_first_rounds_at_the_baseline_skip_the_confirmation_saying_why(tmp_path)
 def test_no_baseline_or_nothing_measured_leaves_nothing_to_confirm(tmp_path):
     runs = first_rounds(tmp_path, [900.0] * 4)
     one_run = stored_baseline(1000.0, dag_runs=1)
-    reason = stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=lambda *_: one_run)
+    reason = stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path), baseline_for=lambda *_: one_run)
     assert "no baseline on this hardware to confirm against (1 earlier DAG run(s), 2 needed)" in reason
     failed = first_rounds(tmp_path / "failed", [900.0] * 4, status="failed")
-    assert "measured nothing to confirm" in stop_rule.skip_reason(confirmation(failed), tmp_path / "failed",
+    assert "measured nothing to confirm" in stop_rule.skip_reason(confirmation(failed),
+                                                                  DagRunFolder(tmp_path / "failed"),
                                                                  baseline_for=lambda *_: stored_baseline(1000.0))
 
 
 def test_a_confirmation_round_whose_first_rounds_are_still_running_runs(tmp_path):
     runs = first_rounds(tmp_path, [1000.0] * 4, status="running")
-    assert stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=lambda *_: stored_baseline(1000.0)) is None
+    assert stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path),
+                                 baseline_for=lambda *_: stored_baseline(1000.0)) is None
 
 
 def test_a_regression_that_does_not_hold_across_the_series_checked_is_not_called():
@@ -147,9 +150,9 @@ def test_the_report_gives_the_false_alerts_to_expect_from_the_noise(tmp_path):
     findings = pd.DataFrame({"noise_cv": [0.02, 0.09], "n": [4, 4], "n_baseline": [20, 20]})
     expected = 30 * (regression_rule.false_alert_chance(0.02, 8, 20, first=4)
                      + regression_rule.false_alert_chance(0.09, 8, 20, first=4))
-    line = false_alert_line(tmp_path, findings)
+    line = false_alert_line(DagRunFolder(tmp_path), findings)
     assert line.startswith(f"At most about {expected:.2g} a month") and "with 4 confirmation rounds" in line
-    assert false_alert_line(tmp_path, findings.assign(noise_cv=None)).startswith("Not known")
+    assert false_alert_line(DagRunFolder(tmp_path), findings.assign(noise_cv=None)).startswith("Not known")
 
 
 def busy_host() -> str:
@@ -168,8 +171,8 @@ def test_contended_first_rounds_neither_clear_nor_raise_a_suspicion_quiet_rounds
         log = tmp_path / run["key"] / "rank0.log"
         log.write_text(log.read_text() + busy_host())
     baseline = lambda *_: stored_baseline(1000.0)  # noqa: E731
-    assert stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=baseline) is None
+    assert stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path), baseline_for=baseline) is None
     (tmp_path / first[1]["key"] / "rank0.log").write_text(speed_log(1002.0))
-    reason = stop_rule.skip_reason(confirmation(runs), tmp_path, baseline_for=baseline)
+    reason = stop_rule.skip_reason(confirmation(runs), DagRunFolder(tmp_path), baseline_for=baseline)
     assert "not a suspected regression" in reason
     assert reason.endswith("; 1 contended run left out (other work on their hosts)")

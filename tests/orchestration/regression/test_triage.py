@@ -9,6 +9,7 @@ import pytest
 from mxbench import store
 from mxbench.regression import triage
 from mxbench.report import history_page
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import dag_run_failures, regression_check
 from support.stored_runs import CPU_FP, SETUP, T0, make_dag_dir, ok_runs
 
@@ -27,7 +28,7 @@ def record(url, tmp_path, day: int, speeds) -> str:
     """DAG run ``day`` of the regression DAG: cpu2-bs32 on local, one repeat per speed."""
     run_id = f"scheduled__day{day}"
     folder = make_dag_dir(tmp_path, run_id, ok_runs(speeds=speeds), started=T0 + timedelta(days=day))
-    store.record_dag_run(url, folder, dag_id=DAG, run_id=run_id, trigger="scheduled")
+    store.record_dag_run(url, DagRunFolder(folder), dag_id=DAG, run_id=run_id, trigger="scheduled")
     (folder / "report").mkdir()
     (folder / "report" / "report.md").write_text("report")  # check_runs' message needs a report
     return run_id
@@ -35,10 +36,10 @@ def record(url, tmp_path, day: int, speeds) -> str:
 
 def check(url, tmp_path, run_id) -> dict:
     """The regression check of stored DAG run ``run_id``: its one finding, and why the DAG run fails."""
-    findings = regression_check.check_regressions(tmp_path / run_id, url, DAG, run_id, {"local": CPU_FP},
+    findings = regression_check.check_regressions(DagRunFolder(tmp_path / run_id), url, DAG, run_id, {"local": CPU_FP},
                                                   baseline_runs=5, min_drop=0.05)
     assert len(findings) == 1, findings
-    return {**findings[0], "failure": dag_run_failures.failure_message(tmp_path / run_id)}
+    return {**findings[0], "failure": dag_run_failures.failure_message(DagRunFolder(tmp_path / run_id))}
 
 
 def set_state(url, run_id, state, reason="looked at it", user="alice"):
@@ -163,7 +164,7 @@ def test_another_dags_triage_does_not_silence_or_reset_this_dags_check(url, tmp_
         record(url, tmp_path, day, BASE)
     manual = "manual__dropped"
     folder = make_dag_dir(tmp_path, manual, ok_runs(speeds=DROPPED), started=T0 + timedelta(days=3))
-    store.record_dag_run(url, folder, dag_id="mxbench_benchmark", run_id=manual, trigger="manual")
+    store.record_dag_run(url, DagRunFolder(folder), dag_id="mxbench_benchmark", run_id=manual, trigger="manual")
     store.set_alert_state(url, "mxbench_benchmark", manual, "cpu2-bs32", "local", CPU_FP, "distribution change",
                           "bob", "only I say so")
     store.set_alert_state(url, "mxbench_benchmark", manual, "cpu2-bs32", "local", CPU_FP, "new", "bob")
@@ -353,7 +354,7 @@ def record_as(url, tmp_path, day: int, speeds, dag_id=DAG, contended=None) -> st
     run_id = f"{'scheduled' if dag_id == DAG else 'manual'}__day{day}"
     folder = make_dag_dir(tmp_path, run_id, ok_runs(speeds=speeds), started=T0 + timedelta(days=day),
                           contended=contended)
-    store.record_dag_run(url, folder, dag_id=dag_id, run_id=run_id, trigger="scheduled")
+    store.record_dag_run(url, DagRunFolder(folder), dag_id=dag_id, run_id=run_id, trigger="scheduled")
     (folder / "report").mkdir()
     (folder / "report" / "report.md").write_text("report")
     return run_id

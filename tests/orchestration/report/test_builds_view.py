@@ -11,6 +11,7 @@ from mxbench import cli, store
 from mxbench.builds.mxnet_builds import load_manifest
 from mxbench.regression.regression_rule import MIN_DROP
 from mxbench.report.builds_view import builds_lines, builds_table, builds_view
+from mxbench.run_folder import DagRunFolder
 from mxbench.stats.verdict import compare
 from support.stored_runs import CPU_BOX, CPU_FP, T0, make_dag_dir, ok_runs
 
@@ -46,7 +47,8 @@ def backfilled(tmp_path):
                 table["contended"] = [True, True] + [False] * (REPEATS - 2)
                 table.to_csv(folder / "tables" / "runs.csv", index=False)
             night_start = T0 + timedelta(days=night)
-            store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=run_id, trigger="backfill",
+            store.record_dag_run(url, DagRunFolder(folder), dag_id="mxbench_regression", run_id=run_id,
+                                 trigger="backfill",
                                  build={"package": package}, logical_date=night_start,
                                  data_interval=(night_start, night_start + timedelta(days=1)))
             speeds_of.setdefault(reported, []).extend(s for i, s in enumerate(speeds) if not (contended and i < 2))

@@ -11,6 +11,7 @@ import pandas as pd
 from mxbench import store
 from mxbench.regression.regression_rule import judge_history
 from mxbench.report import history_page
+from mxbench.run_folder import DagRunFolder
 from support.stored_runs import (
     CPU_FP,
     IMAGE_190,
@@ -123,7 +124,7 @@ def test_the_page_groups_by_what_ran_and_shows_what_was_asked_and_the_runtime(tm
     for day in range(2):
         folder = make_dag_dir(tmp_path, f"day{day}", ok_runs(launchers=("local", "kubernetes")), ran=ran,
                               started=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=day))
-        store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
+        store.record_dag_run(url, DagRunFolder(folder), dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
                              trigger="scheduled", build={"package": "mxnet==1.9.0", "commit": None})
     rows = store.read_history(url)
     page = history_page(judge_history(rows.assign(when=pd.to_datetime(rows["measured_at"], utc=True))), "test")
@@ -176,12 +177,13 @@ def test_the_page_shows_scaling_efficiency_and_cost_by_build(tmp_path, monkeypat
 
 def test_no_efficiency_section_without_two_device_counts_or_a_one_device_run(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    store.record_dag_run(url, make_dag_dir(tmp_path, "one", ok_runs()), dag_id="mxbench_benchmark", run_id="one",
+    store.record_dag_run(url, DagRunFolder(make_dag_dir(tmp_path, "one", ok_runs())), dag_id="mxbench_benchmark",
+                         run_id="one",
                          trigger="manual")
     page = stored_page(url)
     assert "Scaling efficiency" not in page and efficiency_table(page) is None
-    store.record_dag_run(url, make_dag_dir(tmp_path, "two", ok_runs(variant("cpu4-bs32", workers=4)),
-                                           started=pd.Timestamp("2026-01-02", tz="UTC")),
+    store.record_dag_run(url, DagRunFolder(make_dag_dir(tmp_path, "two", ok_runs(variant("cpu4-bs32", workers=4)),
+                                           started=pd.Timestamp("2026-01-02", tz="UTC"))),
                          dag_id="mxbench_benchmark", run_id="two", trigger="manual")
     table = efficiency_table(stored_page(url))
     assert list(table["devices"]) == ["2", "4"]
@@ -277,7 +279,7 @@ def test_the_history_route_shows_only_what_the_user_may_read_and_runs_no_script(
     monkeypatch.setenv("MXBENCH_RESULTS_URL", url)
     for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
         folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
-        store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
     web.app.dependency_overrides[web_auth.current_user] = lambda: "someone"  # the auth manager's part is may_read
     try:
         client = TestClient(web.app)
@@ -362,7 +364,8 @@ def record_a_step(url, root, dag_runs=8, step_at=6):
         folder = make_dag_dir(root, f"night-{day}", ok_runs(variant("cpu1-nightly"), speeds=(speed, speed * 1.01,
                                                                                                speed * 0.99)),
                               started=T0 + timedelta(days=day))
-        store.record_dag_run(url, folder, dag_id="mxbench_regression", run_id=f"night-{day}", trigger="scheduled")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id="mxbench_regression", run_id=f"night-{day}",
+                             trigger="scheduled")
 
 
 def test_no_page_or_command_shows_a_machine_as_a_bare_fingerprint(airflow_db, tmp_path, monkeypatch, capsys):

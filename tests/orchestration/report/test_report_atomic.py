@@ -6,6 +6,7 @@ import os
 import pytest
 
 from mxbench import report
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from support.stored_runs import make_dag_dir, ok_runs, variant
 
@@ -23,9 +24,9 @@ def with_note(dag_dir, note):
 def dag_dir(tmp_path):
     folder = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local", "ssh"))
                           + ok_runs(v=variant("cpu1-bs32", workers=1), launchers=("local", "ssh")))
-    pipeline.join(folder)
+    pipeline.join(DagRunFolder(folder))
     with_note(folder, "first build")
-    report.build_report(folder)
+    report.build_report(DagRunFolder(folder))
     return folder
 
 
@@ -38,7 +39,7 @@ def test_a_reader_of_the_old_files_keeps_them_whole_while_they_are_rebuilt(dag_d
     inodes = {name: os.stat(out / name).st_ino for name in FILES}
     try:
         with_note(dag_dir, "second build, with a different note")
-        report.build_report(dag_dir)
+        report.build_report(DagRunFolder(dag_dir))
         for name, reader in readers.items():
             assert reader.read() == before[name], name
             assert os.stat(out / name).st_ino != inodes[name], f"{name} was written in place"
@@ -61,6 +62,6 @@ def test_a_rebuild_that_fails_midway_leaves_the_old_page(dag_dir, monkeypatch):
     monkeypatch.setattr(report, "write_atomically", lambda path, write: real(
         path, half_written if path.name == "report.html" else write))
     with pytest.raises(OSError, match="disk full"):
-        report.build_report(dag_dir)
+        report.build_report(DagRunFolder(dag_dir))
     assert (dag_dir / "report" / "report.html").read_text() == page  # the whole old page, still served
     assert not list((dag_dir / "report").glob(".*.tmp"))

@@ -12,6 +12,7 @@ import pytest
 
 from mxbench import report
 from mxbench.report import answer, notes
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from support.stored_runs import make_dag_dir, ok_runs, variant
 
@@ -95,8 +96,8 @@ def three_launchers(tmp_path):
     (dag_dir / "request.json").write_text(json.dumps(request))
     (dag_dir / "data.json").write_text(json.dumps({"synthetic": True, "source": "generated",
                                                    "records": {"train": 100}}))
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     return dag_dir
 
 
@@ -113,7 +114,7 @@ def test_the_answer_comes_before_any_condition_and_carries_its_tags(three_launch
     md = (three_launchers / "report" / "report.md").read_text()
     answer_at, conditions_at = md.index("## Answer"), md.index("## Conditions\n")
     assert answer_at < conditions_at
-    for condition in notes.conditions(three_launchers):
+    for condition in notes.conditions(DagRunFolder(three_launchers)):
         assert md.index(condition.short) > conditions_at and md.index(condition.detail) > conditions_at
     ratios = pd.read_csv(three_launchers / "tables" / "ratios.csv")
     rows = [line for line in md[answer_at:conditions_at].splitlines() if line.startswith("| cpu2h-bs64 |")]
@@ -140,8 +141,8 @@ def test_one_run_series_has_no_scaling_curve_two_device_counts_have(tmp_path):
     one = make_dag_dir(tmp_path, "one", ok_runs())
     two = make_dag_dir(tmp_path, "two", ok_runs() + ok_runs(v=variant("cpu1-bs32", workers=1)))
     for dag_dir in (one, two):
-        pipeline.join(dag_dir)
-        report.build_report(dag_dir)
+        pipeline.join(DagRunFolder(dag_dir))
+        report.build_report(DagRunFolder(dag_dir))
     assert not (one / "report" / "scaling.png").exists() and (two / "report" / "scaling.png").exists()
 
 
@@ -169,9 +170,9 @@ def test_contended_runs_are_one_condition_line_and_marked_in_the_run_order(tmp_p
     runs["contended"] = [False, True, False]
     runs["contention"] = [None, "other processes used 0.93 cores", None]
     runs.to_csv(runs_csv, index=False)
-    out = report.build_report(dag_dir)
+    out = report.build_report(DagRunFolder(dag_dir))
     md = (dag_dir / "report" / "report.md").read_text()
-    (line,) = [c for c in notes.conditions(dag_dir) if c.short.startswith("Contended")]
+    (line,) = [c for c in notes.conditions(DagRunFolder(dag_dir)) if c.short.startswith("Contended")]
     assert line.short == "Contended: 1 of 3 runs had other work on their hosts"
     assert "cpu2-bs32__local__r2 (other processes used 0.93 cores)" in line.detail
     assert md.index("Contended: 1 of 3 runs") < md.index("## Every run in the order it ran")
@@ -197,7 +198,7 @@ def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tm
     busy_key = runs["key"].iloc[2]
     why = "not quiet after 60 s (the bound is 60 s), the run went on: box: other processes used 1.02 cores"
     write_json(dag_dir / busy_key / "meta.json", {"quiet": {"quiet": False, "why": why}})
-    lines = {c.short.split(":")[0]: c for c in notes.conditions(dag_dir)}
+    lines = {c.short.split(":")[0]: c for c in notes.conditions(DagRunFolder(dag_dir))}
     assert lines["Contended means"].detail == f"Contended means: {own}."
     checked = lines["Quiet check"]
     assert checked.short == "Quiet check: 2 of 3 checked runs started on quiet hosts, after 76 s of waiting in all; " \
@@ -206,7 +207,8 @@ def test_the_conditions_say_what_contended_means_and_how_the_quiet_check_went(tm
     # under the defaults, with nothing contended and nothing checked, neither line
     pd.read_csv(runs_csv).assign(contention_thresholds=str(contention.DEFAULTS), quiet=None).to_csv(
         runs_csv, index=False)
-    assert not {"Contended means", "Quiet check"} & {c.short.split(":")[0] for c in notes.conditions(dag_dir)}
+    shown = {c.short.split(":")[0] for c in notes.conditions(DagRunFolder(dag_dir))}
+    assert not {"Contended means", "Quiet check"} & shown
 
 
 # per-round log ratios ssh/local: a tight variant (its 90% interval well inside ±10%) and a wide one (its
@@ -227,8 +229,8 @@ def banded(tmp_path):
     request = json.loads((dag_dir / "request.json").read_text())
     request["params"].update(target_gap=0.1)
     (dag_dir / "request.json").write_text(json.dumps(request))
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     return dag_dir
 
 

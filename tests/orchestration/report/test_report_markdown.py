@@ -7,6 +7,7 @@ import pytest
 
 from mxbench import report
 from mxbench.report.tables import markdown_text
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from support.stored_runs import CPU_BOX, make_dag_dir, ok_runs, variant
 
@@ -22,8 +23,8 @@ def hostile_report(tmp_path):
     runs = ok_runs() + [(variant(), "local", 3, "failed", None, f"host said: {HOSTILE}")]
     dag_dir = make_dag_dir(tmp_path, "hostile", runs, environment={**CPU_BOX, "host": f"box {HOSTILE}"},
                            params={"preset": "cpu-demo", "repeats": 2, "notes": [HOSTILE]})
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     return dag_dir / "report"
 
 

@@ -35,14 +35,14 @@ def night(tmp_path, url, day, package, reported, level, trigger="backfill", days
                                       "image": f"mxbench-train:{version}"})
     (dag_dir / "request.json").write_text(json.dumps(request))
     logical = T0.replace(month=11, day=day + 2)
-    stored = store.record_dag_run(url, dag_dir, dag_id=DAG, run_id=run_id, trigger=trigger,
+    stored = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id=DAG, run_id=run_id, trigger=trigger,
                                   build=request["build"], logical_date=logical,
                                   data_interval=(logical, logical + timedelta(days=days)))
     write_json(DagRunFolder(dag_dir).stored, stored)  # as store_results leaves it
-    check_regressions(dag_dir, url, DAG, run_id, stored["fingerprints"], 5, 0.05)
-    since_last(dag_dir, url, DAG, run_id)
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    check_regressions(DagRunFolder(dag_dir), url, DAG, run_id, stored["fingerprints"], 5, 0.05)
+    since_last(DagRunFolder(dag_dir), url, DAG, run_id)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     return dag_dir
 
 
@@ -96,7 +96,7 @@ def test_a_scheduled_night_has_no_backfill_section_and_a_manual_run_no_night(tmp
     assert md.startswith("# mxbench_regression · night of 2026-11-02 · MXNet 1.9.1 (mxnet==1.9.1) · ")
     assert BACKFILL_BUILDS not in md
     manual = make_dag_dir(tmp_path, "manual", ok_runs(), run_id="manual__1")
-    pipeline.join(manual)
-    report.build_report(manual)
+    pipeline.join(DagRunFolder(manual))
+    report.build_report(DagRunFolder(manual))
     title = (manual / "report" / "report.md").read_text().splitlines()[0]
     assert "night" not in title and "MXNet" not in title and title.endswith(" UTC · cpu-demo: cpu2-bs32")

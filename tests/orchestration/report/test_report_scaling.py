@@ -5,6 +5,7 @@ import json
 
 from mxbench import report
 from mxbench.report import scaling_tables
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from support.stored_runs import make_dag_dir, variant
 
@@ -18,8 +19,8 @@ def cpu_runs(sizes=(1, 2, 4)):
 
 def built(tmp_path, sizes=(1, 2, 4)):
     folder = make_dag_dir(tmp_path, "run", cpu_runs(sizes))
-    pipeline.join(folder)
-    report.build_report(folder)
+    pipeline.join(DagRunFolder(folder))
+    report.build_report(DagRunFolder(folder))
     return folder, (folder / "report" / "report.md").read_text()
 
 

@@ -15,6 +15,7 @@ from matplotlib.dates import date2num
 
 from mxbench import report
 from mxbench.report import notes, plots, provenance, verdict_lines
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from mxbench.stats import verdict
 from support.stored_runs import make_dag_dir, ok_runs, variant
@@ -131,7 +132,7 @@ def test_a_banner_true_of_several_targets_is_one_line_naming_them_all(tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run", ok_runs(launchers=("local", "ssh", "kubernetes")))
     request_with_targets(dag_dir, {"local": target(one_machine=True), "ssh": target(one_machine=True),
                                    "kubernetes": target(notes=["the stand-in"])}, hosts=2)
-    lines = provenance(dag_dir)
+    lines = provenance(DagRunFolder(dag_dir))
     no_gpu = [n for n in lines if n.startswith("No GPU")]
     assert no_gpu == ["No GPU on the local, ssh and kubernetes targets: training ran on the CPU; GPU columns are "
                       "n/a, and workers on one host share its cores, so scaling shows the host, not MXNet."]
@@ -144,12 +145,12 @@ def test_a_banner_true_of_several_targets_is_one_line_naming_them_all(tmp_path):
 def test_a_banner_names_only_the_targets_it_is_true_of(tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run", ok_runs(launchers=("local", "ssh")))
     request_with_targets(dag_dir, {"local": target(one_machine=True), "ssh": target(gpus=8)}, hosts=2)
-    lines = provenance(dag_dir)
+    lines = provenance(DagRunFolder(dag_dir))
     assert [n.split(":")[0] for n in lines if n.startswith(("No GPU", "ONE MACHINE"))] == [
         "ONE MACHINE", "No GPU on the local target"]
     assert any(n.startswith("ONE MACHINE: the local launcher ran multi-host variants") for n in lines)
     request_with_targets(dag_dir, {"local": target(gpus=1), "ssh": target(gpus=8)}, hosts=1)
-    assert not [n for n in provenance(dag_dir) if n.startswith(("No GPU", "ONE MACHINE"))]
+    assert not [n for n in provenance(DagRunFolder(dag_dir)) if n.startswith(("No GPU", "ONE MACHINE"))]
 
 
 def test_names_are_joined_as_a_sentence():
@@ -317,11 +318,11 @@ def two_launchers(tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run", in_rounds() + ok_runs(v=variant("cpu1-bs32", workers=1),
                                                                    launchers=("local", "ssh")))
     request_with_targets(dag_dir, {"local": target(one_machine=True), "ssh": target()})
-    pipeline.join(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
     ratios = pd.read_csv(dag_dir / "tables" / "ratios.csv")
     ratios["stopping"] = ["stopped after 6 rounds: interval ±0.4% ≤ ±2.5% (target gap 5%)", None]
     ratios.to_csv(dag_dir / "tables" / "ratios.csv", index=False)
-    report.build_report(dag_dir)
+    report.build_report(DagRunFolder(dag_dir))
     return dag_dir
 
 
@@ -348,14 +349,14 @@ def test_the_report_opens_with_the_answer_then_the_conditions_the_same_in_markdo
     assert sum(line.startswith("No GPU on local and ssh") for line in lines) == 1
     assert all(len(line) <= notes.SHORT for line in lines)
     whole = (out / "report.html").read_text()
-    for condition in notes.conditions(two_launchers):  # the whole sentence a click away
+    for condition in notes.conditions(DagRunFolder(two_launchers)):  # the whole sentence a click away
         assert f"<summary>{html.escape(condition.short)}</summary>{html.escape(condition.detail)}" in whole
 
 
 def test_one_launcher_says_there_is_no_verdict_once(tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run", ok_runs(launchers=("local",)))
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     md = (dag_dir / "report" / "report.md").read_text()
     assert markdown_section(md, "Answer").endswith(report.NO_RATIO + "\n")
     assert md.count(report.NO_RATIO) == 1 and "## Launcher speed ratio" not in md and "## Verdicts" not in md

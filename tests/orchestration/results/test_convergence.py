@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from mxbench import report, store
 from mxbench.matrix.variants import preset
 from mxbench.results import convergence
+from mxbench.run_folder import DagRunFolder
 from mxbench.stages import pipeline
 from support.stored_runs import make_dag_dir, ok_runs, upgrade_to, variant
 
@@ -134,11 +135,11 @@ def dag_dir(tmp_path):
 
 
 def test_join_writes_convergence_csv_and_the_report_shows_the_flag(dag_dir):
-    assert "convergence" in pipeline.join(dag_dir)
+    assert "convergence" in pipeline.join(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "convergence.csv").set_index("variant")
     assert table.loc["conv-bs128", "time_to_target_s"] == 9.0  # 0.94 in the third epoch of 3 s
     assert table.loc["conv-bs256", "time_to_target_s"] == 10.0  # 0.93 in the fourth epoch of 2.5 s
-    report.build_report(dag_dir)
+    report.build_report(DagRunFolder(dag_dir))
     md = (dag_dir / "report" / "report.md").read_text()
     section = md.split("## Time to accuracy\n\n", 1)[1]
     assert section.startswith("- conv-bs256 (local) is faster than conv-bs128")
@@ -149,15 +150,15 @@ def test_a_preset_without_a_target_gets_no_time_to_accuracy(dag_dir):
     request = json.loads((dag_dir / "request.json").read_text())
     request["params"]["preset"] = "cpu-demo"
     (dag_dir / "request.json").write_text(json.dumps(request))
-    pipeline.join(dag_dir)
-    report.build_report(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
+    report.build_report(DagRunFolder(dag_dir))
     assert pd.read_csv(dag_dir / "tables" / "convergence.csv").empty
     assert "Time to accuracy" not in (dag_dir / "report" / "report.md").read_text()
 
 
 def test_each_run_stores_its_seconds_to_target(dag_dir, tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
     with store.engine(url).connect() as connection:
         stored = {r.run_key: (r.target_accuracy, r.time_to_target_s) for r in connection.execute(
             sa.text("SELECT run_key, target_accuracy, time_to_target_s FROM repeats"))}
@@ -197,12 +198,15 @@ def test_the_regression_check_flags_a_build_faster_than_its_baseline_but_later_t
         epochs_csv = pd.read_csv(old / "tables" / "epochs.csv")
         epochs_csv.loc[epochs_csv["variant"] == "conv-bs256", "time_cost_s"] = 1.5  # 6 s to 90%
         epochs_csv.to_csv(old / "tables" / "epochs.csv", index=False)
-        store.record_dag_run(url, old, dag_id="mxbench_regression", run_id=f"day{day}", trigger="scheduled",
+        store.record_dag_run(url, DagRunFolder(old), dag_id="mxbench_regression", run_id=f"day{day}",
+                             trigger="scheduled",
                              logical_date=pd.Timestamp(f"2026-11-0{day}", tz="UTC").to_pydatetime())
-    stored = store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id="day3", trigger="scheduled",
+    stored = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_regression", run_id="day3",
+                                  trigger="scheduled",
                                   logical_date=pd.Timestamp("2026-11-03", tz="UTC").to_pydatetime())
     fingerprints = stored["fingerprints"]
-    findings = {f["variant"]: f for f in regression_check.check_regressions(dag_dir, url, "mxbench_regression", "day3",
+    findings = {f["variant"]: f for f in regression_check.check_regressions(DagRunFolder(dag_dir), url,
+                                                                            "mxbench_regression", "day3",
                                                                             fingerprints, 5, 0.05)}
     assert findings["conv-bs256"]["convergence"].startswith("conv-bs256 (local) is faster than the baseline build")
     assert findings["conv-bs256"]["convergence"] in findings["conv-bs256"]["message"]

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import pytest
 
 from mxbench.matrix.variants import Target, expand_runs, preset
-from mxbench.run_folder import write_json
+from mxbench.run_folder import DagRunFolder, RunFolder, write_json
 from mxbench.stages import pipeline, run_stage
 from mxbench.stages.dag_run_failures import failed_runs, failure_message
 from mxbench_train.errors import MxbenchError
@@ -23,7 +23,7 @@ def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt
     for _attempt in (1, 2):
         with pytest.raises(run_stage.RunFailed, match="run cpu4w-bs64__local__r1 failed: each of its 4 workers "
                                                       "gets 3 batches of 64"):
-            run_stage.run_one(run, tmp_path, data, deadline_s=60)
+            run_stage.run_one(run, DagRunFolder(tmp_path), data, deadline_s=60)
     meta = json.loads((tmp_path / run["key"] / "meta.json").read_text())
     assert meta["status"] == "failed" and "no speed would be measured" in meta["cause"]
     kept = json.loads((tmp_path / "attempts" / f"{run['key']}.1" / "meta.json").read_text())
@@ -31,22 +31,23 @@ def test_run_without_enough_data_fails_fast_and_a_retry_keeps_the_failed_attempt
 
 
 def test_parse_lists_runs_that_never_started(tmp_path):
-    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
-    pipeline.parse_all(tmp_path)
-    pipeline.join(tmp_path)
-    assert failed_runs(tmp_path) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
+    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, DagRunFolder(tmp_path),
+                    TARGETS)
+    pipeline.parse_all(DagRunFolder(tmp_path))
+    pipeline.join(DagRunFolder(tmp_path))
+    assert failed_runs(DagRunFolder(tmp_path)) == [{"key": "cpu1-bs32__local__r1", "status": "not run",
                                             "cause": "the run never started (an upstream task failed)"}]
 
 
 def test_parse_all_refuses_a_folder_that_is_not_a_benchmark_run(tmp_path):
     with pytest.raises(MxbenchError, match="has no request.json"):
-        pipeline.parse_all(tmp_path)
+        pipeline.parse_all(DagRunFolder(tmp_path))
 
 
 def test_missing_dataset_is_a_named_error(tmp_path):
     missing = tmp_path / "data" / "cifar.tar.gz"  # in the data folder: a path elsewhere is refused unread
     with pytest.raises(MxbenchError, match=f"data preparation failed: CIFAR-10 source {missing} does not exist"):
-        pipeline.prepare_data({"dataset": str(missing)}, tmp_path / "run", tmp_path / "data")
+        pipeline.prepare_data({"dataset": str(missing)}, DagRunFolder(tmp_path / "run"), tmp_path / "data")
 
 
 def test_variant_round_trips_through_the_run_dict():
@@ -80,8 +81,8 @@ def test_gpu_usage_of_a_run_from_its_telemetry_csv(tmp_path):
     (tmp_path / "gpu-rank0.csv").write_text(header + "".join(
         f"2026/12/02 10:00:0{i}.000, {g}, Tesla V100, {u} %, {m} MiB, 16160 MiB\n"
         for i, (g, u, m) in enumerate([(0, 90, 1455), (1, 80, 1466), (0, 70, 1460), (1, 100, 1470)])))
-    assert pipeline.gpu_usage(tmp_path) == {"gpu_util_pct": 85.0, "gpu_mem_mib": 1470.0}
-    assert pipeline.gpu_usage(tmp_path / "none") == {"gpu_util_pct": None, "gpu_mem_mib": None}
+    assert pipeline.gpu_usage(RunFolder(tmp_path)) == {"gpu_util_pct": 85.0, "gpu_mem_mib": 1470.0}
+    assert pipeline.gpu_usage(RunFolder(tmp_path / "none")) == {"gpu_util_pct": None, "gpu_mem_mib": None}
 
 
 def test_run_folders_of_different_dag_run_ids_never_collide(monkeypatch, tmp_path):
@@ -136,7 +137,7 @@ def test_an_old_folder_that_names_no_dag_is_neither_written_nor_served_for_a_dag
     for dag_id in ("mxbench_benchmark", "mxbench_regression"):
         assert report_file(dag_id, run_id) is None
         pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
-                        config.existing_dag_run_dir(dag_id, run_id), TARGETS, dag_id=dag_id)
+                        DagRunFolder(config.existing_dag_run_dir(dag_id, run_id)), TARGETS, dag_id=dag_id)
         assert (config.dag_run_dir(dag_id, run_id) / "request.json").is_file()
     assert sorted(p.relative_to(old) for p in old.rglob("*")) == before  # nothing written into it
     # a folder whose stored record names its DAG is that DAG's, and only that DAG's
@@ -151,22 +152,28 @@ def test_an_old_folder_that_names_no_dag_is_neither_written_nor_served_for_a_dag
 def test_credentials_in_a_dataset_url_never_reach_request_json(tmp_path):
     params = {"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"],
               "dataset": "https://alice:s3cret@example.invalid/cifar-10-python.tar.gz"}
-    pipeline.expand(params, tmp_path, TARGETS)
+    pipeline.expand(params, DagRunFolder(tmp_path), TARGETS)
     text = (tmp_path / "request.json").read_text()
     assert "s3cret" not in text and "alice" not in text
     assert "https://example.invalid/cifar-10-python.tar.gz" in text
 
 
 def test_a_failed_data_preparation_is_the_named_root_cause_of_every_run_not_run(tmp_path):
-    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
-                    tmp_path, TARGETS)
+    folder = DagRunFolder(tmp_path)
+    runs = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32", "cpu2w-bs32"]},
+                           folder, TARGETS)
     missing = tmp_path / "data" / "cifar.tar.gz"
     with pytest.raises(MxbenchError):
-        pipeline.prepare_data({"dataset": str(missing)}, tmp_path, tmp_path / "data")
-    pipeline.parse_all(tmp_path)
+        pipeline.prepare_data({"dataset": str(missing)}, folder, tmp_path / "data")
     cause = f"data preparation failed: CIFAR-10 source {missing} does not exist"
-    assert {f["cause"] for f in failed_runs(tmp_path)} == {f"the run never started: {cause}"}
-    assert failure_message(tmp_path) == f"{cause} (2 run(s) not run)"
+    # the run task's stage fails with it before any launcher is made
+    no_launcher = lambda name: pytest.fail("no launcher may be made without prepared data")  # noqa: E731
+    with pytest.raises(run_stage.RunFailed, match=re.escape(f"run {runs[0]['key']}: {cause}")):
+        run_stage.run_task(runs[0], folder, 60, launcher_for=no_launcher, task={})
+    assert not folder.run(runs[0]["key"]).path.exists()
+    pipeline.parse_all(folder)
+    assert {f["cause"] for f in failed_runs(folder)} == {f"the run never started: {cause}"}
+    assert failure_message(folder) == f"{cause} (2 run(s) not run)"
 
 
 def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
@@ -174,10 +181,11 @@ def test_a_failed_expansion_is_named_even_without_a_request(tmp_path):
 
     targets = {"local": Target("local", 1, 0)}
     with pytest.raises(VariantError):
-        pipeline.expand({"preset": "seed", "repeats": 1, "only_variants": ["8gpu-bs1024"]}, tmp_path, targets)
+        pipeline.expand({"preset": "seed", "repeats": 1, "only_variants": ["8gpu-bs1024"]}, DagRunFolder(tmp_path),
+                        targets)
     with pytest.raises(MxbenchError, match="^expanding the variants failed: variant 8gpu-bs1024 needs 8 GPUs"):
-        pipeline.parse_all(tmp_path)
-    assert failure_message(tmp_path).startswith("expanding the variants failed: variant 8gpu-bs1024")
+        pipeline.parse_all(DagRunFolder(tmp_path))
+    assert failure_message(DagRunFolder(tmp_path)).startswith("expanding the variants failed: variant 8gpu-bs1024")
 
 
 def test_task_timeout_is_the_run_deadline_plus_grace():
@@ -199,7 +207,8 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
         with pytest.raises(run_stage.RunFailed):
-            run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10}}, deadline_s=5)
+            run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10}},
+                              deadline_s=5)
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
@@ -211,17 +220,18 @@ def test_a_retry_first_reaps_what_a_killed_attempt_left_running(tmp_path):
 def test_parse_stops_what_an_interrupted_run_left_and_says_so(tmp_path):
     import subprocess
 
-    (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, tmp_path, TARGETS)
+    (run,) = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]},
+                             DagRunFolder(tmp_path), TARGETS)
     leftover = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         start = start_ticks(leftover.pid)
         write_json(tmp_path / run["key"] / "pids.json", {"worker-0": {"pid": leftover.pid, "start": start}})
         write_json(tmp_path / run["key"] / "meta.json", {"key": run["key"], "status": "running"})
-        pipeline.parse_all(tmp_path)
+        pipeline.parse_all(DagRunFolder(tmp_path))
         assert leftover.wait(timeout=5) == -9
     finally:
         leftover.kill()
-    (failure,) = failed_runs(tmp_path)
+    (failure,) = failed_runs(DagRunFolder(tmp_path))
     assert failure["cause"] == "the run was interrupted (its task died mid-run); killed 1 leftover process(es)"
 
 
@@ -232,18 +242,19 @@ def test_an_attempt_that_wakes_up_after_a_newer_one_took_over_leaves_its_record_
     newer = {"key": run["key"], "status": "running", "attempt": "newer"}
 
     class HungThenWoken:
-        def reap(self, run_dir):
+        def reap(self, run_folder):
             return []
 
-        def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
+        def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
             # while this attempt hung, a retry moved its folder to attempts/ and started afresh
-            run_dir.replace(tmp_path / "attempts-by-the-retry")
-            write_json(run_dir / "meta.json", newer)
+            run_folder.path.replace(tmp_path / "attempts-by-the-retry")
+            write_json(run_folder.meta, newer)
             return launchers.Launched([], [])
 
     monkeypatch.setattr(launchers, "get", lambda name: HungThenWoken())
     with pytest.raises(run_stage.RunFailed, match="a newer attempt took over its folder"):
-        run_stage.run_one(run, tmp_path, {"dir": str(tmp_path / "data"), "records": {"train": 10_000}}, deadline_s=5)
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": str(tmp_path / "data"), "records": {"train": 10_000}},
+                          deadline_s=5)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text()) == newer
 
 
@@ -261,20 +272,21 @@ def test_an_unreachable_launcher_fails_its_own_runs_with_the_cause_and_the_other
     assert unavailable == {"ssh": "the ssh target is unavailable: host mxbench_ssh_1 (127.0.0.1): cannot connect: "
                                   "Connection refused"}
     runs = pipeline.expand({"preset": "cpu-demo", "repeats": 1, "launchers": ["local", "ssh"],
-                            "only_variants": ["cpu1-bs32"]}, tmp_path, targets, unavailable)
+                            "only_variants": ["cpu1-bs32"]}, DagRunFolder(tmp_path), targets, unavailable)
     ssh_run = next(r for r in runs if r["launcher"] == "ssh")
     never_called = lambda name: pytest.fail("no launcher may be made for an unavailable target")  # noqa: E731
     with pytest.raises(run_stage.RunFailed, match="run cpu1-bs32__ssh__r1 failed: the ssh target is unavailable: "
                                                   "host mxbench_ssh_1 .*Connection refused"):
-        run_stage.run_one(ssh_run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, never_called)
+        run_stage.run_one(ssh_run, DagRunFolder(tmp_path), {"dir": "/nowhere", "records": {"train": 1000}}, 60,
+                          never_called)
     request = json.loads((tmp_path / "request.json").read_text())
     assert request["unavailable"] == unavailable and request["machine_sets"] == {"local": ["local", "ssh"]}
-    pipeline.parse_all(tmp_path)
-    pipeline.join(tmp_path)
+    pipeline.parse_all(DagRunFolder(tmp_path))
+    pipeline.join(DagRunFolder(tmp_path))
     from mxbench.report import provenance
 
-    assert any(n.startswith("UNAVAILABLE: the ssh target is unavailable") for n in provenance(tmp_path))
-    assert any(n.startswith("SHARED MACHINES: local and ssh") for n in provenance(tmp_path))
+    assert any(n.startswith("UNAVAILABLE: the ssh target is unavailable") for n in provenance(DagRunFolder(tmp_path)))
+    assert any(n.startswith("SHARED MACHINES: local and ssh") for n in provenance(DagRunFolder(tmp_path)))
 
 
 def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
@@ -284,16 +296,16 @@ def test_a_launcher_that_cannot_be_made_fails_the_run_with_the_reason(tmp_path):
         raise MxbenchError("ssh connection 'mxbench_ssh_1': The conn_id `mxbench_ssh_1` isn't defined")
 
     with pytest.raises(run_stage.RunFailed, match="isn't defined"):
-        run_stage.run_one(run, tmp_path, {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
+        run_stage.run_one(run, DagRunFolder(tmp_path), {"dir": "/nowhere", "records": {"train": 1000}}, 60, missing)
     assert json.loads((tmp_path / run["key"] / "meta.json").read_text())["status"] == "failed"
 
 
 def test_a_store_failure_fails_the_dag_run_though_every_run_measured(tmp_path):
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.md").write_text("# report")
-    assert failure_message(tmp_path) is None
+    assert failure_message(DagRunFolder(tmp_path)) is None
     write_json(tmp_path / "stored.json", {"error": "OperationalError: could not connect to server"})
-    assert failure_message(tmp_path) == ("storing the results in the results database failed: "
+    assert failure_message(DagRunFolder(tmp_path)) == ("storing the results in the results database failed: "
                                              "OperationalError: could not connect to server")
 
 
@@ -345,7 +357,7 @@ def test_every_stage_of_a_dag_run_begun_before_folders_were_keyed_by_dag_keeps_t
     run_id = "scheduled__2026-10-01T00:00:00+00:00"
     legacy = config.legacy_dag_run_dir(run_id)
     # expanded (and run) before the upgrade, under the old name; parsed after it, or cleared and rerun
-    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, legacy, TARGETS,
+    pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, DagRunFolder(legacy), TARGETS,
                     dag_id="mxbench_regression")
     dag_run = SimpleNamespace(dag_id="mxbench_regression")
     dag_tasks.parse_logs.function(params={"launchers": ["local"]}, run_id=run_id, dag_run=dag_run)
@@ -383,9 +395,9 @@ def test_a_run_whose_data_set_or_build_venv_was_pruned_since_fails_naming_what_t
     with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the prepared data {old_data} was pruned since prepare_data ran "
             "(MXBENCH_KEEP_DATA): clear prepare_data too")):
-        run_stage.run_one(run, tmp_path / "dag", {"dir": str(old_data), "records": {"train": 10_000}}, 60)
+        run_stage.run_one(run, DagRunFolder(tmp_path / "dag"), {"dir": str(old_data), "records": {"train": 10_000}}, 60)
     with pytest.raises(run_stage.RunFailed, match=re.escape(
             f"run {run['key']} failed: the MXNet build's training interpreter {old_venv / 'bin' / 'python'} "
             "was pruned since resolve_build ran (MXBENCH_KEEP_BUILDS): clear resolve_build too")):
-        run_stage.run_one(run, tmp_path / "dag", {"dir": str(new_data), "records": {"train": 10_000}}, 60)
+        run_stage.run_one(run, DagRunFolder(tmp_path / "dag"), {"dir": str(new_data), "records": {"train": 10_000}}, 60)
     assert not (tmp_path / "dag" / run["key"] / "plan.json").exists()  # nothing was started

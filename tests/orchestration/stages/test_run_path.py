@@ -13,6 +13,7 @@ import pytest
 
 from mxbench.builds import build_provenance
 from mxbench.results.parse import MAX_LINE, parse_run_logs
+from mxbench.run_folder import RunFolder
 from mxbench_train.events import format_event
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,7 +42,7 @@ import mxbench.airflow_glue.operators
 from mxbench import artifacts
 from mxbench.stages import run_stage
 from mxbench.launchers import Launched
-from mxbench.run_folder import read_json
+from mxbench.run_folder import DagRunFolder, read_json
 from mxbench.matrix.variants import Target, expand_runs
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event
@@ -56,11 +57,11 @@ class Trains:
     def __init__(self, fails):
         self.fails = fails
 
-    def reap(self, run_dir):
+    def reap(self, run_folder):
         return []
 
-    def execute(self, variant, data_dir, run_dir, deadline_s, build=None):
-        (Path(run_dir) / "rank0.log").write_text(
+    def execute(self, variant, data_dir, run_folder, deadline_s, build=None):
+        (run_folder.path / "rank0.log").write_text(
             format_event("run_start", rank=0, environment={{"mxnet_version": "1.9.1"}}) + "\\n")
         if self.fails:
             raise MxbenchError("role worker-0 was killed by SIGKILL (exit status 137)")
@@ -70,7 +71,7 @@ class Trains:
 for run, fails in zip(runs, (False, True)):
     with artifacts.run_folder("mxbench_probe", "manual__probe", run["key"], extra={{}}) as space:
         try:
-            result = run_stage.run_one(run, space.path, data, 60, launcher_for=lambda name: Trains(fails))
+            result = run_stage.run_one(run, DagRunFolder(space.path), data, 60, launcher_for=lambda name: Trains(fails))
         except run_stage.RunFailed as exc:
             result = {{"status": "failed", "cause": str(exc)}}
         meta = read_json(space.path / run["key"] / "meta.json")
@@ -82,7 +83,7 @@ print("heavy:", ",".join(m for m in ("pandas", "numpy") if m in sys.modules) or 
 def test_the_run_task_imports_no_pandas_and_no_numpy(tmp_path):
     imports = imports_of_the_run_task()
     # what run_in and kubernetes_launcher import; the probe below imports them all
-    assert "from mxbench.builds.build_provenance import build_here" in imports
+    assert "from mxbench import artifacts, config" in imports
     assert "from mxbench.stages import run_stage" in imports, imports
     probe = PROBE.format(imports="\n".join(imports))
     path = [str(REPO / "plugins"), str(REPO / "tasks"), os.environ.get("PYTHONPATH", "")]
@@ -160,13 +161,13 @@ def test_the_reported_version_is_what_the_log_parser_reads(tmp_path, events, lon
                       if e.get("event") == "run_start" and (e.get("environment") or {}).get("mxnet_version")), None)
         if start:
             parsed.append(str(start["environment"]["mxnet_version"])[:20])
-    assert build_provenance.reported_version(tmp_path) == (", ".join(sorted(set(parsed))) or None)
+    assert build_provenance.reported_version(RunFolder(tmp_path)) == (", ".join(sorted(set(parsed))) or None)
 
 
 def test_the_reported_version_reads_the_role_logs_where_there_are_no_rank_logs(tmp_path):
     (tmp_path / "roles").mkdir()
     (tmp_path / "roles" / "worker-0.log").write_text(log_lines({"rank": 0, "environment": {"mxnet_version": "1.9.1"}}))
     (tmp_path / "roles" / "worker-1.log").write_text(log_lines({"rank": 1, "environment": {"mxnet_version": "1.8.0"}}))
-    assert build_provenance.reported_version(tmp_path) == "1.8.0, 1.9.1"
-    assert build_provenance.reported_version(tmp_path / "roles") is None
+    assert build_provenance.reported_version(RunFolder(tmp_path)) == "1.8.0, 1.9.1"
+    assert build_provenance.reported_version(RunFolder(tmp_path / "roles")) is None
     assert build_provenance.MAX_LINE == MAX_LINE  # one line length for both readers

@@ -8,7 +8,7 @@ import pytest
 
 from mxbench.matrix.variants import Target, expand_runs
 from mxbench.results.metrics import launcher_ratios, summarise
-from mxbench.run_folder import write_json
+from mxbench.run_folder import DagRunFolder, write_json
 from mxbench.stages import pipeline, stop_rule
 from mxbench.stages.dag_run_failures import failed_runs
 from mxbench.stages.run_stage import record_skip
@@ -69,7 +69,7 @@ def rounds_after(runs, r):
 
 def skip_after(dag_dir, runs, r, why="skipped: not needed"):
     for run in rounds_after(runs, r):
-        record_skip(run, dag_dir, why)
+        record_skip(run, DagRunFolder(dag_dir), why)
 
 
 def test_runs_beyond_repeats_are_optional_up_to_the_budget():
@@ -84,29 +84,29 @@ def test_runs_beyond_repeats_are_optional_up_to_the_budget():
 def test_a_settled_variant_skips_its_optional_round_saying_why(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     first, second = round_of(runs, 7)
-    reason = stop_rule.skip_reason(first, dag_dir)
+    reason = stop_rule.skip_reason(first, DagRunFolder(dag_dir))
     assert reason.startswith("round 7 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 "
                              "rounds' spread gives ±")
     # both runs of a round decide alike, whatever ran meanwhile: only the first stage counts
     ran(dag_dir, first, 500.0, 1000.0)
-    assert stop_rule.skip_reason(second, dag_dir) == reason
+    assert stop_rule.skip_reason(second, DagRunFolder(dag_dir)) == reason
 
 
 def test_a_noisy_variant_runs_its_optional_round(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.08)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_a_round_that_cannot_be_paired_is_never_settled(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     write_json(dag_dir / runs[3]["key"] / "meta.json", {"status": "failed", "cause": "the trainer crashed"})
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_earlier_rounds_not_run_yet_mean_run_it(tmp_path):
     # dags test runs mapped instances in any order: round 7 may come before round 6 ran
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=5)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
 
 
 def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_path):
@@ -124,29 +124,29 @@ def test_earlier_rounds_are_fetched_from_the_artifact_store_when_not_here(tmp_pa
         for f in (store / key).iterdir():
             (into / key / f.name).write_bytes(f.read_bytes())
 
-    reason = stop_rule.skip_reason(round_of(runs, 7)[0], here, fetch_unit=fetch)
+    reason = stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(here), fetch_unit=fetch)
     assert reason and len(fetched) == 12 and not list(here.glob("cpu1-bs64__*"))
 
 
 def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
-        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
-    pipeline.parse_all(dag_dir)
+        record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     skipped = table[table["status"] == "skipped"]
     assert len(skipped) == 12 and skipped["cause"].str.contains("stopped after 6 rounds").all()
     summary = summarise(table)
     assert list(summary["runs_ok"]) == [6, 6] and list(summary["runs_failed"]) == [0, 0]
-    assert failed_runs(dag_dir) == []
-    pipeline.join(dag_dir)
+    assert failed_runs(DagRunFolder(dag_dir)) == []
+    pipeline.join(DagRunFolder(dag_dir))
     (row,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired")
     assert row["stopping"].startswith("stopped after 6 rounds: the first 6 rounds' spread gives ±")
     assert row["analysis"] == "paired, 6 rounds, two-stage (spread of the first 6), t test (normality check passed)"
     from mxbench.report import build_report
 
-    report = open(build_report(dag_dir)["markdown"]).read()
+    report = open(build_report(DagRunFolder(dag_dir))["markdown"]).read()
     verdicts = report.split("## Verdicts", 1)[1].split("## ", 1)[0]
     assert "6 rounds paired" in verdicts and "stopped after 6 rounds" in verdicts
     assert "__r7" not in report.split("## Failed runs", 1)[1].split("## ", 1)[0]
@@ -155,7 +155,7 @@ def test_a_skipped_round_is_no_run_in_the_tables_and_no_failure(tmp_path):
 def test_a_budget_spent_says_what_gap_the_rounds_could_detect(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.05, rounds=8)
     skip_after(dag_dir, runs, 8)
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.02))
     (stopping,) = ratios["stopping"]
     assert stopping.startswith("budget spent: 8 rounds give ±") and stopping.endswith("> ±1.0% (target gap 2%)")
@@ -183,10 +183,10 @@ def test_the_run_task_skips_a_settled_optional_round_and_runs_a_mandatory_one(tm
                "dag_run": SimpleNamespace(dag_id="mxbench_benchmark"), "run_id": "manual__1"}
     optional = round_of(runs, 7)[0]
     with pytest.raises(AirflowSkipException, match="round 7 of cpu1-bs64 skipped: ssh/local stopped after 6"):
-        RunVariantOperator(task_id="t", run=optional).run_in(dag_dir, context, {})
+        RunVariantOperator(task_id="t", run=optional).run_in(DagRunFolder(dag_dir), context, {})
     assert read_json(dag_dir / optional["key"] / "meta.json")["status"] == "skipped"
     # a round within repeats is never checked: it is reused as measured
-    RunVariantOperator(task_id="t", run=round_of(runs, 6)[0]).run_in(dag_dir, context, {})
+    RunVariantOperator(task_id="t", run=round_of(runs, 6)[0]).run_in(DagRunFolder(dag_dir), context, {})
     assert read_json(dag_dir / round_of(runs, 6)[0]["key"] / "meta.json")["reused"] is True
 
 
@@ -194,7 +194,7 @@ def test_rounds_in_the_same_order_every_time_are_not_paired(tmp_path):
     # a drift adds to the side that always runs second: DAG runs from before counterbalancing
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params={k: v for k, v in PARAMS.items()
                                                                    if k not in ("max_repeats", "target_gap")})
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     table = table.assign(started_at=[10.0 * r + (who == "ssh") for r, who in zip(table["repeat"], table["launcher"])])
     table = table.assign(ended_at=table["started_at"] + 0.5)
@@ -207,8 +207,8 @@ def test_a_round_with_one_run_skipped_is_left_out_not_the_pairing(tmp_path):
     first, second = round_of(runs, 7)
     ran(dag_dir, first, 1000.0, 1000.0)  # a retry let one run of round 7 start before its plan was known
     for run in (second, *rounds_after(runs, 7)):
-        record_skip(run, dag_dir, "skipped: settled")
-    pipeline.parse_all(dag_dir)
+        record_skip(run, DagRunFolder(dag_dir), "skipped: settled")
+    pipeline.parse_all(DagRunFolder(dag_dir))
     (row,) = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1)).to_dict("records")
     assert row["n"] == 6 and row["analysis"].startswith("paired, 6 rounds")
 
@@ -220,10 +220,10 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
 
     dag_dir, runs = dag_run(tmp_path / "run", 0.95, spread=0.002)
     for run in rounds_after(runs, 6):
-        record_skip(run, dag_dir, stop_rule.skip_reason(run, dag_dir))
-    pipeline.parse_all(dag_dir)
+        record_skip(run, DagRunFolder(dag_dir), stop_rule.skip_reason(run, DagRunFolder(dag_dir)))
+    pipeline.parse_all(DagRunFolder(dag_dir))
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual")
     with sa.create_engine(url).connect() as db:
         assert db.execute(sa.text("select state, runs_ok, runs_failed from dag_runs")).one() == ("ok", 12, 0)
         assert db.execute(sa.text("select count(*) from repeats where status = 'skipped'")).scalar() == 12
@@ -232,7 +232,7 @@ def test_a_dag_run_whose_unneeded_rounds_were_skipped_is_stored_as_ok(tmp_path):
 def test_a_pair_that_ran_more_rounds_than_it_needed_says_why(tmp_path):
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, rounds=7)
     skip_after(dag_dir, runs, 7)
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     ratios = launcher_ratios(pd.read_csv(dag_dir / "tables" / "runs.csv"), budget=(6, 8, 0.1))
     (stopping,) = ratios["stopping"]
     assert stopping.startswith("stopped after 6 rounds") and stopping.endswith(
@@ -255,11 +255,11 @@ def test_a_contended_round_of_the_first_stage_is_replaced_by_one_more(tmp_path):
     replaced."""
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002)
     contend(dag_dir, round_of(runs, 3)[1])
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
     # round 8 waits for round 7: until it ends, the first stage's quiet rounds are not all there
-    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir)) is None
     play(dag_dir, runs, [7], 0.95)
-    reason = stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir)
+    reason = stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir))
     assert reason.startswith("round 8 of cpu1-bs64 skipped: ssh/local stopped after 6 rounds: the first 6 rounds'")
     assert reason.endswith("; 1 contended round(s) replaced (3): 7 rounds in all")
 
@@ -271,9 +271,9 @@ def play(dag_dir, runs, rounds, ssh_over_local, contended=(), t0=500.0):
     ran_rounds = []
     for r in rounds:
         for i, run in enumerate(round_of(runs, r)):
-            reason = stop_rule.skip_reason(run, dag_dir)
+            reason = stop_rule.skip_reason(run, DagRunFolder(dag_dir))
             if reason:
-                record_skip(run, dag_dir, reason)
+                record_skip(run, DagRunFolder(dag_dir), reason)
                 continue
             ran(dag_dir, run, 1000.0 * (ssh_over_local if run["launcher"] == "ssh" else 1.0), t0 + 10 * r + i)
             if r in contended and run["launcher"] == "ssh":
@@ -294,14 +294,14 @@ def test_four_of_six_first_rounds_contended_are_replaced_from_their_own_budget(t
     for r in (1, 2, 3, 4):
         contend(dag_dir, round_of(runs, r)[r % 2])  # local's run in some rounds, ssh's in others
     assert play(dag_dir, runs, range(7, 13), 0.95) == [7, 8, 9, 10]
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert sorted(table.loc[table["contended"].fillna(False).astype(bool), "repeat"]) == [1, 2, 3, 4]
     skipped = table[table["status"] == "skipped"]
     assert sorted(skipped["repeat"]) == [11, 11, 12, 12]
     assert skipped["cause"].str.contains("4 contended round(s) replaced (1, 2, 3, 4): 10 rounds in all",
                                          regex=False).all()
-    pipeline.join(dag_dir)
+    pipeline.join(DagRunFolder(dag_dir))
     (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
     assert stop_budget(PARAMS) == (6, 8, 0.10, 4)
     assert line.n == 6 and line.ratio == pytest.approx(0.95, rel=0.01)
@@ -321,10 +321,10 @@ def test_with_a_replacement_budget_of_0_contended_rounds_are_judged_as_measured_
     assert max(run["round"] for run in runs) == 8
     for r in (1, 2, 3, 4):
         contend(dag_dir, round_of(runs, r)[1])
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None
     assert play(dag_dir, runs, range(7, 9), 0.95) == [7, 8]
-    pipeline.parse_all(dag_dir)
-    pipeline.join(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
+    pipeline.join(DagRunFolder(dag_dir))
     (line,) = pd.read_csv(dag_dir / "tables" / "ratios.csv").itertuples()
     assert line.n == 6  # the rounds the first 6 planned, contended ones in; 7 and 8 reported, not judged
     assert "4 of 8 rounds contended (other work on their hosts: rounds 1, 2, 3, 4), judged as measured" in line.verdict
@@ -340,7 +340,7 @@ def test_a_contended_round_is_left_out_of_the_verdict_and_said_so_when_it_was_re
     (dag_dir / slow["key"] / "rank0.log").write_text(speed_log(700.0) + quiet_host())
     contend(dag_dir, slow)
     skip_after(dag_dir, runs, 7, "settled")
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     assert table.loc[table["repeat"] == 3, "contended"].any()
     (line,) = launcher_ratios(table, budget=(6, 8, 0.10, 4)).itertuples()
@@ -354,7 +354,7 @@ def test_with_no_budget_left_a_contended_round_is_judged_as_measured_and_what_it
     params = {**PARAMS, "max_repeats": 6}
     dag_dir, runs = dag_run(tmp_path, 0.95, spread=0.002, params=params)
     contend(dag_dir, round_of(runs, 2)[0])
-    pipeline.parse_all(dag_dir)
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv")
     (line,) = launcher_ratios(table, budget=(6, 6, 0.10)).itertuples()
     assert line.n == 6  # never a silent drop
@@ -371,9 +371,9 @@ def test_a_contended_replacement_round_is_itself_replaced_within_the_budget(tmp_
     for t, run in enumerate(round_of(runs, 7)):
         ran(dag_dir, run, 1000.0 * (0.95 if run["launcher"] == "ssh" else 1.0), 500.0 + 10 * t)
     contend(dag_dir, round_of(runs, 7)[0])
-    assert stop_rule.skip_reason(round_of(runs, 8)[0], dag_dir) is None
+    assert stop_rule.skip_reason(round_of(runs, 8)[0], DagRunFolder(dag_dir)) is None
     play(dag_dir, runs, [8], 0.95)
-    assert stop_rule.skip_reason(round_of(runs, 9)[0], dag_dir).endswith(
+    assert stop_rule.skip_reason(round_of(runs, 9)[0], DagRunFolder(dag_dir)).endswith(
         "; 2 contended round(s) replaced (3, 7): 8 rounds in all")
 
 
@@ -392,17 +392,17 @@ def test_the_dag_runs_contention_thresholds_judge_the_stop_rule_and_the_tables_a
     log = dag_dir / hogged["key"] / "rank0.log"
     log.write_text(format_event("run_start", rank=0, environment=box) + "\n" + log.read_text())
     contend(dag_dir, hogged, foreign_cores=0.1)
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir).startswith("round 7 of cpu1-bs64 skipped")
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)).startswith("round 7 of cpu1-bs64 skipped")
 
     strict = contention.Thresholds(0.06, 0.01, "from 9 A/A runs on this hardware (1 calibration)")
     request = read_json(dag_dir / "request.json")
     # ssh's runs on this machine; local's would still be judged with the defaults
     table = {contention.table_key(fingerprint(box)[0], hogged["launcher"]): strict.as_dict()}
     write_json(dag_dir / "request.json", {**request, "contention_thresholds": table})
-    assert stop_rule.skip_reason(round_of(runs, 7)[0], dag_dir) is None  # round 3 is replaced
+    assert stop_rule.skip_reason(round_of(runs, 7)[0], DagRunFolder(dag_dir)) is None  # round 3 is replaced
     for run in runs[len(round_of(runs, 1)) * 6:]:
-        record_skip(run, dag_dir, "not run in this test")
-    pipeline.parse_all(dag_dir)
+        record_skip(run, DagRunFolder(dag_dir), "not run in this test")
+    pipeline.parse_all(DagRunFolder(dag_dir))
     table = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
     assert bool(table.loc[hogged["key"], "contended"]) and table.loc[hogged["key"], "contention"] == (
         "other processes used 0.10 cores")

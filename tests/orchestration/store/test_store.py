@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mxbench import cli, store
+from mxbench.run_folder import DagRunFolder
 from standins import postgres
 from support.stored_runs import (
     CPU_BOX,
@@ -60,7 +61,8 @@ def rows(url, table, **where):
 
 def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs(launchers=("local", "ssh")))
-    first = store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
+    first = store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1",
+                                 trigger="manual",
                                  build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
     assert first == {"dag_id": "mxbench_benchmark", "run_id": "manual__1", "repeats": 4, "fingerprint": CPU_FP,
                      "fingerprints": {"local": CPU_FP, "ssh": CPU_FP}, "trigger": "manual", "logical_date": None,
@@ -73,7 +75,7 @@ def test_record_twice_replaces_rather_than_duplicates(url, tmp_path):
     table = pd.read_csv(runs_csv)
     table.loc[0, "samples_per_sec"] = 150.0
     table.to_csv(runs_csv, index=False)
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
                          build={"package": "mxnet==1.9.1", "commit": None, "image": "mxbench:1.9.1"})
     assert {t: count(url, t) for t in counts} == counts
     (dag_run,) = rows(url, "dag_runs")
@@ -96,7 +98,8 @@ def test_failed_and_unstarted_runs_are_kept_and_siblings_lose_nothing(url, tmp_p
         (variant(), "local", 2, "failed", None, "worker-1 exited with status 137 (killed)"),
         (variant(), "local", 3, "ok", 99.0, None)]
     dag_dir = make_dag_dir(tmp_path, "run1", runs, unparsed={"cpu2-bs32__local__r3"})
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="scheduled__1", trigger="scheduled",
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="scheduled__1",
+                         trigger="scheduled",
                          logical_date=T0, data_interval=(T0 - timedelta(days=1), T0))
     by_key = {r["run_key"]: r for r in rows(url, "repeats")}
     assert by_key["cpu2-bs32__local__r1"]["status"] == "ok"
@@ -121,7 +124,8 @@ def test_each_repeat_records_what_it_ran_on_and_the_dag_run_the_image_its_pods_u
     table = pd.read_csv(runs_csv)
     table.loc[table["status"] == "failed", ["mxnet_reported", "runtime"]] = None
     table.to_csv(runs_csv, index=False)
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id="scheduled__1", trigger="scheduled",
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_regression", run_id="scheduled__1",
+                         trigger="scheduled",
                          build={"package": "mxnet==1.9.0", "commit": None, "image": IMAGE_190})
     by_run = {(r["launcher"], r["repeat"]): (r["mxnet_asked"], r["mxnet_reported"], r["runtime"])
               for r in rows(url, "repeats")}
@@ -138,7 +142,8 @@ def test_each_repeat_records_what_it_ran_on_and_the_dag_run_the_image_its_pods_u
 def test_a_local_only_dag_run_records_no_image_whatever_its_build_names(url, tmp_path):
     ran = {"local": {"mxnet_asked": "mxnet==1.9.0", "mxnet_reported": "1.9.0", "runtime": VENV_190}}
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs(), ran=ran)
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id="scheduled__1", trigger="scheduled",
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_regression", run_id="scheduled__1",
+                         trigger="scheduled",
                          build={"package": "mxnet==1.9.0", "commit": None, "image": IMAGE_190})
     (dag_run,) = rows(url, "dag_runs")
     assert dag_run["image"] is None and dag_run["mxnet_package"] == "mxnet==1.9.0"
@@ -148,7 +153,7 @@ def test_a_local_only_dag_run_records_no_image_whatever_its_build_names(url, tmp
 def test_a_trigger_outside_the_three_is_refused(url, tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs())
     with pytest.raises(store.StoreError, match="trigger must be one of"):
-        store.record_dag_run(url, dag_dir, dag_id="d", run_id="r", trigger="sometimes")
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="d", run_id="r", trigger="sometimes")
 
 
 def test_fingerprint_is_the_hardware_not_the_host():
@@ -262,7 +267,7 @@ def test_history_and_the_step_finder_group_by_what_ran_not_by_what_was_asked(url
         dag_dir = make_dag_dir(tmp_path, f"day{day}", ok_runs(speeds=(mean, mean * 1.01, mean * 0.99)),
                                started=T0 + timedelta(days=day), environment={**CPU_BOX, "mxnet_version": reported},
                                ran=ran)
-        store.record_dag_run(url, dag_dir, dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_regression", run_id=f"scheduled__day{day}",
                              trigger="scheduled", logical_date=T0 + timedelta(days=day),
                              build={"package": "mxnet==1.9.0", "commit": None})
     history = store.history(url, "cpu2-bs32", launcher="local").assign(when=lambda h: h["measured_at"])
@@ -296,11 +301,12 @@ def record_series(url, tmp_path):
         if day == 7:  # this day measured only the other variant
             runs = ok_runs(other, speeds=(51.0,))
         dag_dir = make_dag_dir(tmp_path, f"day{day}", runs, started=T0 + timedelta(days=day))
-        store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id=f"scheduled__day{day}",
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id=f"scheduled__day{day}",
                              trigger="scheduled", logical_date=T0 + timedelta(days=day))
     elsewhere = make_dag_dir(tmp_path, "elsewhere", ok_runs(speeds=(999.0,)), environment=OTHER_CPU_BOX,
                              started=T0 + timedelta(days=5, hours=1))
-    store.record_dag_run(url, elsewhere, dag_id="mxbench_benchmark", run_id="manual__elsewhere", trigger="manual")
+    store.record_dag_run(url, DagRunFolder(elsewhere), dag_id="mxbench_benchmark", run_id="manual__elsewhere",
+                         trigger="manual")
 
 
 def test_baseline_is_the_last_runs_of_the_same_machine(url, tmp_path, monkeypatch):
@@ -338,7 +344,7 @@ def test_history_is_in_time_order(url, tmp_path):
 def test_history_of_some_dags(url, tmp_path):
     for dag_id, name in (("mxbench_benchmark", "cpu1-bench"), ("mxbench_regression", "cpu1-nightly")):
         folder = make_dag_dir(tmp_path, dag_id, ok_runs(variant(name)))
-        store.record_dag_run(url, folder, dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
+        store.record_dag_run(url, DagRunFolder(folder), dag_id=dag_id, run_id=f"manual__{dag_id}", trigger="manual")
     assert set(store.history(url, dag_ids=["mxbench_regression"])["variant"]) == {"cpu1-nightly"}
     assert set(store.history(url)["dag_id"]) == {"mxbench_benchmark", "mxbench_regression"}
     assert store.read_history(url).equals(store.history(url))
@@ -358,10 +364,11 @@ def test_read_sizes_gives_each_dag_runs_variants_and_its_depth_override(url, tmp
     assert not (tmp_path / "none").exists()
     assert store.read_sizes(url).empty  # a database without tables yet: never made by a reader
     four = variant("cpu4-bs32", workers=4)
-    store.record_dag_run(url, make_dag_dir(tmp_path, "plain", ok_runs() + ok_runs(four)), dag_id="mxbench_benchmark",
+    store.record_dag_run(url, DagRunFolder(make_dag_dir(tmp_path, "plain", ok_runs() + ok_runs(four))),
+                         dag_id="mxbench_benchmark",
                          run_id="plain", trigger="manual")
-    store.record_dag_run(url, make_dag_dir(tmp_path, "deeper", ok_runs(), started=T0 + timedelta(days=1),
-                                           params={"preset": "cpu-demo", "num_layers": 20}),
+    store.record_dag_run(url, DagRunFolder(make_dag_dir(tmp_path, "deeper", ok_runs(), started=T0 + timedelta(days=1),
+                                           params={"preset": "cpu-demo", "num_layers": 20})),
                          dag_id="mxbench_benchmark", run_id="deeper", trigger="manual")
     sizes = store.read_sizes(url).sort_values(["run_id", "variant"]).reset_index(drop=True)
     assert list(zip(sizes["run_id"], sizes["variant"])) == [("deeper", "cpu2-bs32"), ("plain", "cpu2-bs32"),
@@ -437,7 +444,7 @@ def test_a_folder_imported_and_then_recorded_by_the_dag_is_one_dag_run(url, tmp_
     dag_dir = make_dag_dir(tmp_path / "runs", "scheduled__2026-01-01-1a2b3c4d", ok_runs())
     (imported,) = store.import_runs(url, [dag_dir])
     assert imported["run_id"] == "scheduled__2026-01-01-1a2b3c4d"
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="scheduled__2026-01-01",
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="scheduled__2026-01-01",
                          trigger="scheduled", logical_date=T0)
     assert [r["run_id"] for r in rows(url, "dag_runs")] == ["scheduled__2026-01-01"]
     assert count(url, "repeats") == 2
@@ -454,11 +461,12 @@ SHARED_ID = "scheduled__2026-11-08T00:00:00+00:00"  # the regression DAG's; a ma
 def test_two_dags_with_one_run_id_are_two_dag_runs(url, tmp_path, monkeypatch):
     monkeypatch.setenv("MXBENCH_BASELINE_DAGS", "mxbench_regression,mxbench_benchmark")
     nightly = make_dag_dir(tmp_path, "nightly", ok_runs(speeds=(100.0, 101.0)))
-    store.record_dag_run(url, nightly, dag_id="mxbench_regression", run_id=SHARED_ID, trigger="scheduled",
+    store.record_dag_run(url, DagRunFolder(nightly), dag_id="mxbench_regression", run_id=SHARED_ID, trigger="scheduled",
                          logical_date=T0)
     manual = make_dag_dir(tmp_path, "manual", ok_runs(speeds=(300.0,)), started=T0 + timedelta(hours=1))
-    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
-    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")  # a retry
+    store.record_dag_run(url, DagRunFolder(manual), dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
+    store.record_dag_run(url, DagRunFolder(manual), dag_id="mxbench_benchmark", run_id=SHARED_ID,
+                         trigger="manual")  # a retry
 
     by_dag = {r["dag_id"]: r for r in rows(url, "dag_runs")}
     assert set(by_dag) == {"mxbench_regression", "mxbench_benchmark"}  # the manual run deleted nothing
@@ -511,7 +519,7 @@ def test_upgrade_a_0002_database_keeps_every_row_under_the_dag_that_wrote_it(url
         ("mxbench_regression", SHARED_ID, 100.0, "local"), ("mxbench_regression", SHARED_ID, 101.0, "local")]
     # new rows after the copied ones get new ids (PostgreSQL's sequence went on past them)
     manual = make_dag_dir(tmp_path, "manual-2", ok_runs(speeds=(300.0,)))
-    store.record_dag_run(url, manual, dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
+    store.record_dag_run(url, DagRunFolder(manual), dag_id="mxbench_benchmark", run_id=SHARED_ID, trigger="manual")
     assert len(rows(url, "dag_runs")) == 3 and count(url, "repeats") == 4
     assert len({r["id"] for r in rows(url, "repeats")}) == 4
     # deleting a DAG run still takes its repeats with it (the foreign key over both columns)
@@ -521,7 +529,7 @@ def test_upgrade_a_0002_database_keeps_every_row_under_the_dag_that_wrote_it(url
 
 
 def test_downgrade_to_0002_keeps_the_rows(url, tmp_path):
-    store.record_dag_run(url, make_dag_dir(tmp_path, "run1", ok_runs()), dag_id="mxbench_regression",
+    store.record_dag_run(url, DagRunFolder(make_dag_dir(tmp_path, "run1", ok_runs())), dag_id="mxbench_regression",
                          run_id=SHARED_ID, trigger="scheduled")
     with store.engine(url).begin() as connection:
         command.downgrade(store.alembic_config(connection), "0002")
@@ -554,7 +562,7 @@ BAD_URLS = [f"u:{SECRET}@db.example/results",  # no scheme: SQLAlchemy cannot pa
 def test_no_store_error_quotes_a_password(bad, tmp_path):
     dag_dir = make_dag_dir(tmp_path, "run1", ok_runs())
     calls = [lambda: store.migrate(bad), lambda: store.history(bad, "cpu2-bs32"), lambda: store.read_history(bad),
-             lambda: store.record_dag_run(bad, dag_dir, dag_id="d", run_id="r", trigger="manual")]
+             lambda: store.record_dag_run(bad, DagRunFolder(dag_dir), dag_id="d", run_id="r", trigger="manual")]
     for call in calls:
         with pytest.raises(store.StoreError) as raised:
             call()
@@ -586,8 +594,8 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     monkeypatch.setenv("MXBENCH_RESULTS_URL", BAD_URLS[0])
     dag_dir = config.dag_run_dir("mxbench_benchmark", "manual__1")
     make_dag_dir(dag_dir.parent, dag_dir.name, ok_runs())
-    pipeline.join(dag_dir)
-    build_report(dag_dir)  # the report task, which runs beside store_results
+    pipeline.join(DagRunFolder(dag_dir))
+    build_report(DagRunFolder(dag_dir))  # the report task, which runs beside store_results
     dag_run = SimpleNamespace(dag_id="mxbench_benchmark", run_type="manual", logical_date=None,
                               data_interval_start=None, data_interval_end=None)
     with pytest.raises(store.StoreError) as raised:
@@ -597,7 +605,7 @@ def test_the_store_task_writes_no_password_to_stored_json_its_log_or_the_dag_fai
     stored = (dag_dir / "stored.json").read_text()
     assert "not a database URL" in stored and "not a database URL" in log
     assert SECRET not in stored and SECRET not in log
-    failure = dag_run_failures.failure_message(dag_dir)  # what check_runs fails the DAG run with
+    failure = dag_run_failures.failure_message(DagRunFolder(dag_dir))  # what check_runs fails the DAG run with
     assert "storing the results in the results database failed" in failure and SECRET not in failure
 
 
@@ -652,7 +660,7 @@ def test_a_bisects_probes_of_old_builds_are_never_a_baseline(url, tmp_path):
     for day, (dag_id, speed) in enumerate([("mxbench_regression", 100.0), ("mxbench_regression", 100.0),
                                            ("mxbench_bisect", 200.0), ("mxbench_bisect", 200.0)]):
         dag_dir = make_dag_dir(tmp_path, f"d{day}", ok_runs(speeds=(speed, speed)), started=T0 + timedelta(days=day))
-        store.record_dag_run(url, dag_dir, dag_id=dag_id, run_id=f"run{day}", trigger="manual",
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id=dag_id, run_id=f"run{day}", trigger="manual",
                              logical_date=T0 + timedelta(days=day))
     baseline = store.baseline(url, "cpu2-bs32", "local", CPU_FP, before=T0 + timedelta(days=9), setup=SETUP)
     assert set(baseline["run_id"]) == {"run0", "run1"} and set(baseline["samples_per_sec"]) == {100.0}
@@ -668,9 +676,11 @@ def test_a_runs_interference_is_stored_and_the_history_page_counts_contended_dag
     table = pd.read_csv(runs_csv).assign(cpu_pressure=[0.4, 0.1], steal=[0.0, 0.01], foreign_cores=[0.9, 0.02],
                                          contended=[True, False])
     table.to_csv(runs_csv, index=False)
-    store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual", build={})
+    store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id="manual__1", trigger="manual",
+                         build={})
     old = make_dag_dir(tmp_path, "old", ok_runs())
-    store.record_dag_run(url, old, dag_id="mxbench_benchmark", run_id="manual__0", trigger="manual", build={})
+    store.record_dag_run(url, DagRunFolder(old), dag_id="mxbench_benchmark", run_id="manual__0", trigger="manual",
+                         build={})
     stored = {(r["dag_run"], r["repeat"]): r for r in rows(url, "repeats")}
     assert stored["manual__1", 1]["contended"] == 1 and stored["manual__1", 1]["foreign_cores"] == 0.9
     assert stored["manual__1", 2]["contended"] == 0 and stored["manual__1", 2]["steal"] == 0.01
@@ -696,7 +706,8 @@ def test_the_contention_thresholds_come_from_each_machines_latest_aa_calibration
                                environment=environment, started=T0 + timedelta(days=day))
         runs_csv = dag_dir / "tables" / "runs.csv"
         pd.read_csv(runs_csv).assign(foreign_cores=foreign, steal=steal).to_csv(runs_csv, index=False)
-        store.record_dag_run(url, dag_dir, dag_id="mxbench_benchmark", run_id=name, trigger="manual", build={},
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id="mxbench_benchmark", run_id=name, trigger="manual",
+                             build={},
                              logical_date=T0 + timedelta(days=day))
 
     rng = np.random.default_rng(7)
@@ -769,7 +780,7 @@ def test_only_trusted_quiet_calibrations_feed_the_thresholds_a_regression_run_is
         runs_csv = dag_dir / "tables" / "runs.csv"
         pd.read_csv(runs_csv).assign(foreign_cores=foreign, steal=steal, contended=contended, run_pressure=pressure,
                                      canary_s=canary).to_csv(runs_csv, index=False)
-        store.record_dag_run(url, dag_dir, dag_id=dag_id, run_id=name, trigger="manual", build={},
+        store.record_dag_run(url, DagRunFolder(dag_dir), dag_id=dag_id, run_id=name, trigger="manual", build={},
                              logical_date=T0 + timedelta(days=day))
 
     for day in range(2):  # two quiet calibrations of the operators' DAG
@@ -781,10 +792,10 @@ def test_only_trusted_quiet_calibrations_feed_the_thresholds_a_regression_run_is
 
     def judged(dag_dir):
         dag_dir.mkdir()
-        pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, dag_dir,
+        pipeline.expand({"preset": "cpu-demo", "repeats": 1, "only_variants": ["cpu1-bs32"]}, DagRunFolder(dag_dir),
                         {"local": Target("local", 1, 0)}, dag_id="mxbench_regression",
                         contention=pipeline.contention_thresholds(url))
-        return contention.thresholds_for(pipeline.contention_table(dag_dir), CPU_BOX, "local")
+        return contention.thresholds_for(pipeline.contention_table(DagRunFolder(dag_dir)), CPU_BOX, "local")
 
     monkeypatch.delenv("MXBENCH_CALIBRATION_DAGS", raising=False)
     trusted = judged(tmp_path / "regression")

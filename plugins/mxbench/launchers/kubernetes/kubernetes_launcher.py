@@ -36,7 +36,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mxbench.builds.record import RunBuild
@@ -181,7 +180,7 @@ class KubernetesLauncher:
         """Nothing to make: the build's image is the registry's business (docker/train.Dockerfile
         takes the MXNet package as a build argument)."""
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+    def execute(self, variant: Variant, data_dir, run_folder: RunFolder, deadline_s: float,
                 build: Optional[RunBuild] = None) -> Launched:
         """Run the variant's plan as pods on the first ``variant.hosts`` nodes, in ``build``'s image.
         ``kubernetes.json`` in the run folder names the pods, nodes and image and times each step."""
@@ -190,9 +189,8 @@ class KubernetesLauncher:
         if problem:  # expand_variants refuses it first
             raise MxbenchError(problem)
         settings = replace(self.settings, image=image_for(self.settings, build))
-        run_dir = Path(run_dir)
-        run, attempt = run_label(run_dir), uuid.uuid4().hex[:6]
-        steps = StepTimes(RunFolder(run_dir).step_times("kubernetes"))
+        run, attempt = run_label(run_folder), uuid.uuid4().hex[:6]
+        steps = StepTimes(run_folder.step_times("kubernetes"))
         host_network = variant.host_network or settings.host_network
         if host_network and not settings.allow_host_network:  # expand_variants refuses it first
             raise MxbenchError(f"variant {variant.id} runs its pods on the host network, which kubernetes connection "
@@ -206,7 +204,7 @@ class KubernetesLauncher:
                           cores_per_host=self.cores_per_node(variant, nodes),
                           split_host_gpus=False)  # a pod sees only its own GPUs, as 0..k-1
             plan = plan_roles(job)
-        write_plan(run_dir, plan)
+        write_plan(run_folder, plan)
         steps.record.update(namespace=settings.namespace, image=settings.image, run_label=run, attempt=attempt,
                             nodes=[n.name for n in nodes], host_network=host_network)
         pods = RunPods(self.client, settings.namespace, run, attempt, self.pod_manager, self.should_stop)
@@ -215,10 +213,10 @@ class KubernetesLauncher:
         scheduler_ip, handles = {}, []
 
         def start(role: Role, log_path):
-            body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_dir.name,
+            body = role_pod(self.base_pod, role, run=run, attempt=attempt, run_key=run_folder.path.name,
                             settings=settings, gpus=variant.gpus_per_worker if role.kind == "worker" else 0,
                             host_network=host_network, scheduler_ip=scheduler_ip.get("ip"), deadline_s=deadline_s)
-            handle = RolePod(pods, role, body, log_path, run_dir, settings.startup_timeout_s,
+            handle = RolePod(pods, role, body, log_path, run_folder, settings.startup_timeout_s,
                              echo=role.kind == "worker")
             handles.append(handle)
             if role.kind == "scheduler":  # the others need its address
@@ -228,7 +226,7 @@ class KubernetesLauncher:
 
         try:
             with steps("roles_s"):
-                results = run_plan(plan, run_dir, deadline_s=deadline - time.monotonic(), start=start)
+                results = run_plan(plan, run_folder.path, deadline_s=deadline - time.monotonic(), start=start)
         except BaseException:
             with steps("cleanup_s"):  # whatever run_plan could not stop: a pod that failed to start, say
                 try:
@@ -243,7 +241,7 @@ class KubernetesLauncher:
             raise MxbenchError("; ".join(refused))
         return Launched(plan, results, {"image": settings.image})
 
-    def reap(self, run_dir) -> List:
+    def reap(self, run_folder: RunFolder) -> List:
         """Delete every pod an earlier attempt of this run left; [(pod, 0)] deleted."""
-        names = delete_run_pods(self.client, self.settings.namespace, f"mxbench.io/run={run_label(run_dir)}")
+        names = delete_run_pods(self.client, self.settings.namespace, f"mxbench.io/run={run_label(run_folder)}")
         return [(name, 0) for name in names]

@@ -17,6 +17,7 @@ from typing import Dict, Optional, Sequence
 
 from mxbench.builds.mxnet_builds import image_names_commit
 from mxbench.builds.record import RunBuild
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.role_plan import Role
 
@@ -193,11 +194,11 @@ def image_allowed(image: str, patterns: Sequence[str]) -> bool:
 
 # --- pods: pure ------------------------------------------------------------------------------
 
-def run_label(run_dir) -> str:
+def run_label(run_folder: RunFolder) -> str:
     """The ``mxbench.io/run`` label value of one run of one DAG run: a hash of its folder (not
     Airflow's run id), the same on every attempt."""
-    run_dir = Path(run_dir)
-    return hashlib.sha256(f"{run_dir.parent.name}/{run_dir.name}".encode()).hexdigest()[:16]
+    path = run_folder.path
+    return hashlib.sha256(f"{path.parent.name}/{path.name}".encode()).hexdigest()[:16]
 
 
 def label_value(text: str) -> str:

@@ -140,9 +140,9 @@ class RolePod:
     A pod must be scheduled within ``startup_timeout_s`` and, once scheduled, run within as much
     again (an image pull), as the KubernetesPodOperator's schedule and startup timeouts do."""
 
-    def __init__(self, pods: RunPods, role: Role, body: dict, log_path: Path, run_dir: Path,
+    def __init__(self, pods: RunPods, role: Role, body: dict, log_path: Path, run_folder: RunFolder,
                  startup_timeout_s: float, echo: bool = False):
-        self.pods, self.role, self.log_path, self.run_dir = pods, role, Path(log_path), Path(run_dir)
+        self.pods, self.role, self.log_path, self.run_folder = pods, role, Path(log_path), run_folder
         self.name = body["metadata"]["name"]
         self.pid = None  # nothing local: the pod is found by name and label
         self.startup_timeout_s = startup_timeout_s
@@ -321,7 +321,7 @@ class RolePod:
             return
         if data:
             try:
-                unpack(data, self.run_dir, keep=LOCAL_ONLY | {RunFolder.ROLES})
+                unpack(data, self.run_folder.path, keep=LOCAL_ONLY | {RunFolder.ROLES})
             except BundleError as exc:
                 self.outputs_refused = f"role {self.role.name}: the outputs of pod {self.name}: {exc}"
                 print(f"mxbench: {self.outputs_refused}", file=sys.stderr)

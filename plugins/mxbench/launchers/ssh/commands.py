@@ -16,6 +16,7 @@ from typing import Callable, Dict, Optional
 
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import LOCAL_ONLY
+from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
 from mxbench_train.role_plan import Role
 
@@ -208,12 +209,12 @@ def role_command(host: SshHost, role: Role, remote_run_dir: str, isolation: str 
 # set-up commands run isolated like the roles (isolation_flag): the login folder they start in
 # must not shadow mxbench_train
 
-def setup_command(host: SshHost, run_dir: Path, isolation: str = "-P", build: Optional[RunBuild] = None) -> str:
+def setup_command(host: SshHost, run_folder: RunFolder, isolation: str = "-P", build: Optional[RunBuild] = None) -> str:
     """The work folder made and checked, and a fresh folder for this host's part of the run in it
     (mxbench_train.host_workdir): one JSON line, {workdir, run_dir, python}; with ``build``, also
     its venv there, found (``build``: host_build's answer), in the same command."""
     return shlex.join([host.python, isolation, "-m", "mxbench_train.host_workdir", "--workdir", host.workdir,
-                       "--dag-run", Path(run_dir).parent.name, "--run", Path(run_dir).name, "--host", host.conn_id,
+                       "--dag-run", run_folder.path.parent.name, "--run", run_folder.path.name, "--host", host.conn_id,
                        *(["--build-json", build_json(build)] if build else [])])
 
 

@@ -251,23 +251,22 @@ class SshLauncher:
         self._isolation[(host.conn_id, python)] = self._flag(host)
         return python
 
-    def execute(self, variant: Variant, data_dir, run_dir, deadline_s: float,
+    def execute(self, variant: Variant, data_dir, run_folder: RunFolder, deadline_s: float,
                 build: Optional[RunBuild] = None) -> Launched:
         """Run the variant's plan on the first ``variant.hosts`` hosts, with ``build``'s
         interpreter on each. ``ssh.json`` in the run folder says how long each step took, which
         interpreter each host ran and which hosts the data was copied to."""
-        run_dir = Path(run_dir)
         hosts = self.hosts[:variant.hosts]
         remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
-        steps, ran, interrupted = StepTimes(RunFolder(run_dir).step_times("ssh")), False, False
+        steps, ran, interrupted = StepTimes(run_folder.step_times("ssh")), False, False
         try:
             with steps("setup_s"):  # connect, checked folders, the build, cores and a port: all hosts at once
-                ready = self._on_each(hosts, lambda h: self._setup(h, run_dir, remote, build, steps))
+                ready = self._on_each(hosts, lambda h: self._setup(h, run_folder, remote, build, steps))
             # ~ resolved there, and the build's interpreter
             hosts = [replace(h, workdir=ready[h.conn_id]["workdir"], python=ready[h.conn_id]["build_python"])
                      for h in hosts]
             steps.record["pythons"] = {h.conn_id: h.python for h in hosts}
-            RunFolder(run_dir).remote.write_text(json.dumps(
+            run_folder.remote.write_text(json.dumps(
                 [{"conn_id": h.conn_id, "address": h.address, "run_dir": remote[h.conn_id]} for h in hosts], indent=1))
             probes = {conn_id: r["probe"] for conn_id, r in ready.items()}
             with steps("data_s"):
@@ -277,7 +276,7 @@ class SshLauncher:
                           port=probes[hosts[0].conn_id]["port"],
                           cores_per_host=cores_per_host({c: (p["cores"], p.get("machine")) for c, p in probes.items()}))
             plan = plan_roles(job)
-            write_plan(run_dir, plan)
+            write_plan(run_folder, plan)
             by_address = {h.address: h for h in hosts}
 
             def start(role, log_path):
@@ -286,7 +285,7 @@ class SshLauncher:
                 return RemoteRole(self._client(host), host, role, command, log_path, echo=role.kind == "worker")
 
             with steps("roles_s"):
-                results = run_plan(plan, run_dir, deadline_s=deadline_s, start=start)
+                results = run_plan(plan, run_folder.path, deadline_s=deadline_s, start=start)
             ran = True
         except LaunchInterrupted:
             interrupted = True  # the task is being killed: no time to fetch, Airflow SIGKILLs soon
@@ -296,7 +295,7 @@ class SshLauncher:
                 if not interrupted:
                     # a failed run's rank logs tell why: bring back what there is, keep the first error
                     with steps("fetch_s"):
-                        self._fetch(hosts, remote, run_dir, run_ok=ran)
+                        self._fetch(hosts, remote, run_folder, run_ok=ran)
             except Exception:
                 if ran:
                     raise
@@ -306,7 +305,7 @@ class SshLauncher:
         return Launched(plan, results, {"python": hosts[0].python},
                         link_bits=min(rates) if len(hosts) > 1 and all(rates) else None)
 
-    def _setup(self, host: SshHost, run_dir: Path, remote: Dict[str, str], build: Optional[RunBuild] = None,
+    def _setup(self, host: SshHost, run_folder: RunFolder, remote: Dict[str, str], build: Optional[RunBuild] = None,
                steps: Optional[StepTimes] = None) -> dict:
         """The host's work folder checked and a fresh folder for its part of the run made (recorded
         in ``remote``), the build's venv found in the same command (expand_variants made it), then
@@ -319,7 +318,7 @@ class SshLauncher:
         venv_build = build if build is not None and not host.python_for(build) else None
         what = "preparing the run folder" + (f" and finding the venv of {build} (expand_variants makes it: clear "
                                              "that task to make it again)" if venv_build else "")
-        folders = self._probe(host, setup_command(host, run_dir, flag, venv_build), what, schema=answers.WORK_FOLDER)
+        folders = self._probe(host, setup_command(host, run_folder, flag, venv_build), what, schema=answers.WORK_FOLDER)
         remote[host.conn_id] = folders["run_dir"]
         if venv_build:
             python = self._venv_python(host, folders.get("build"), what)
@@ -360,7 +359,7 @@ class SshLauncher:
         # different workdirs share one command line
         return posixpath.join("..", "..", "..", "..", "data", data_dir.name), copied
 
-    def _fetch(self, hosts, remote, run_dir: Path, run_ok: bool = True):
+    def _fetch(self, hosts, remote, run_folder: RunFolder, run_ok: bool = True):
         """Every host's rank logs and telemetry (a host that fails does not stop the others), then
         the run's folder there is removed, unless the run failed and the connection keeps failed
         runs (mxbench_keep_failed_runs). A folder that could not be fetched whole stays; one whose
@@ -370,7 +369,7 @@ class SshLauncher:
             if host.conn_id not in remote:
                 continue  # it never got a run folder
             try:
-                self._fetch_host(host, remote[host.conn_id], run_dir, budget)
+                self._fetch_host(host, remote[host.conn_id], run_folder, budget)
             except MxbenchError as exc:
                 errors.append(exc)
                 if not getattr(exc, "whole", False):
@@ -380,7 +379,7 @@ class SshLauncher:
         if errors:
             raise errors[0]
 
-    def _fetch_host(self, host: SshHost, remote_dir: str, run_dir: Path, budget: ByteBudget) -> None:
+    def _fetch_host(self, host: SshHost, remote_dir: str, run_folder: RunFolder, budget: ByteBudget) -> None:
         """One host's files of the run. A link that goes down meanwhile (the host does not answer a
         new connection) is waited for: the fetch starts again on a new connection while the link
         comes back within FETCH_RETRY_S, skipping the files it brought already (each one lands
@@ -390,7 +389,7 @@ class SshLauncher:
         while True:
             try:
                 with self._sftp(host, "fetching the run's logs") as sftp:
-                    return fetch_outputs(sftp, remote_dir, run_dir, str(host), budget, done)
+                    return fetch_outputs(sftp, remote_dir, run_folder, str(host), budget, done)
             except FetchProblems:
                 raise
             except MxbenchError as exc:  # a reconnection refused while the link is still down counts too
@@ -443,10 +442,10 @@ class SshLauncher:
             if sftp is not None:
                 sftp.close()
 
-    def reap(self, run_dir) -> List:
+    def reap(self, run_folder: RunFolder) -> List:
         """Kill what an earlier attempt of this run left on its hosts; [(role@conn, pid)] hit."""
         try:
-            recorded = json.loads(RunFolder(run_dir).remote.read_text())
+            recorded = json.loads(run_folder.remote.read_text())
         except (OSError, ValueError):
             return []  # that attempt never got to a host
         by_conn = {h.conn_id: h for h in self.hosts}
@@ -455,7 +454,7 @@ class SshLauncher:
             for entry in recorded:
                 host = by_conn.get(entry["conn_id"])
                 if host is None:
-                    print(f"mxbench: cannot reap run {Path(run_dir).name} on {entry['conn_id']}: not among this "
+                    print(f"mxbench: cannot reap run {run_folder.path.name} on {entry['conn_id']}: not among this "
                           "run's ssh connections", file=sys.stderr)
                     continue
                 try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench.launchers.ssh.commands import DATA_FILES, SshHost, output_name_ok
-from mxbench.run_folder import sha256_of
+from mxbench.run_folder import RunFolder, sha256_of
 from mxbench_train.errors import MxbenchError
 
 MANIFEST = "MANIFEST.json"  # on a host: what was copied, by checksum
@@ -161,7 +161,7 @@ class FetchProblems(MxbenchError):
         self.whole = whole
 
 
-def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
+def fetch_outputs(sftp, remote_dir: str, run_folder: RunFolder, where: str = "the host",
                   budget: Optional[ByteBudget] = None, done: Optional[set] = None):
     """Bring the rank logs and telemetry back (plain files only: not ``pids/``).
 
@@ -207,7 +207,8 @@ def fetch_outputs(sftp, remote_dir: str, run_dir: Path, where: str = "the host",
             continue
         limit = min(file_max, budget.left - FETCH_FILE_OVERHEAD)
         try:
-            written, cut = _fetch_file(sftp, posixpath.join(remote_dir, name), run_dir / name, limit, entry.st_size)
+            written, cut = _fetch_file(sftp, posixpath.join(remote_dir, name), run_folder.path / name, limit,
+                                       entry.st_size)
         except FileExistsError:
             problems.append(f"refused {shown}: the run folder has a file of that name already")
             continue
