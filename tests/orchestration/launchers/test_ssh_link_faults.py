@@ -85,7 +85,7 @@ def test_a_link_throttled_to_a_trickle_mid_run_ends_the_run_naming_host_and_link
     thrower.start()
     try:
         with pytest.raises(RoleFailed) as failed:
-            launcher(params).execute(LONG, cifar_rec, run_dir, deadline_s=600)
+            launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=600)
         ended = time.monotonic()
     finally:
         thrower.join()
@@ -133,7 +133,7 @@ def test_the_fetch_survives_a_link_that_drops_and_returns(netns_ssh_hosts, monke
     dropper = threading.Thread(target=drop_and_return)
     dropper.start()
     try:
-        ssh._fetch([host], {host.conn_id: str(remote)}, run_dir)
+        ssh._fetch([host], {host.conn_id: str(remote)}, RunFolder(run_dir))
     finally:
         dropper.join()
         network.set_link(1, up=True)

@@ -9,7 +9,7 @@ import pytest
 from mxbench import cli
 from mxbench.matrix.variants import Target, expand_runs
 from mxbench.report import scaling_tables
-from mxbench.run_folder import read_json, write_json
+from mxbench.run_folder import DagRunFolder, read_json, write_json
 from mxbench.stages import pipeline
 from mxbench_train.events import format_event
 
@@ -67,7 +67,7 @@ def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_byte
         if linked:  # as run_stage records the launcher's link_bits: runs across hosts only
             meta["link_bits"] = rate_bits
         write_json(run_dir / "meta.json", meta)
-    pipeline.parse_all(folder)
+    pipeline.parse_all(DagRunFolder(folder))
     return folder
 
 
