@@ -31,6 +31,7 @@ import warnings
 import pandas as pd
 import pytest
 
+from conftest import QUIET_WAIT_S
 from mxbench.stats.outcomes import BORDERLINE, CANT_TELL, FASTER, SLOWER, UNDECIDABLE, WITHIN_BAND
 from standins.airflow_stack import AirflowStack, StackError
 
@@ -40,7 +41,7 @@ DAG = "mxbench_benchmark"
 VARIANT = "cpu1-bs64"
 # the A/A calibration of one launcher: arms local and local-b, one run of each per round; tiny training
 BASE = {"preset": "aa-calibration", "only_variants": [VARIANT], "launchers": ["local"], "epochs": 2,
-        "synthetic_images": 500, "quiet_wait_s": 2,
+        "synthetic_images": 500, "quiet_wait_s": QUIET_WAIT_S,
         # the widest target gap: the quiet first stage plans no round beyond repeats (unless its spread
         # is over ~20%), so the only rounds beyond it are the ones that replace contended rounds
         "target_gap": 0.5}

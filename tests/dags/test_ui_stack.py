@@ -139,7 +139,8 @@ def team_stack(tmp_path_factory):
     stack.airflow("db", "migrate")
     for team in ("bench", "rivals"):  # a bundle's team must exist before the bundle is synced
         stack.airflow("teams", "create", team)
-    stack.prepare()
+    # the rest of prepare(): the DB is migrated already, and no task runs here to need the pools
+    stack.airflow("dags", "reserialize")
     with stack.stopped_at_end():
         stack.start(["api-server"])
         yield stack
@@ -261,10 +262,12 @@ def test_a_person_without_access_sees_no_report(stack, finished_run, browser):
     assert not browser.find_elements(By.TAG_NAME, "img")
 
 
-# The trigger form as a person fills it in: a small matrix with a budget of rounds beyond Repeats.
+# The trigger form as a person fills it in: a small matrix with a budget of rounds beyond Repeats, and
+# the tests' short quiet check (the form's 60 s default made each round wait a minute beside the stack)
 FORM_CHOICES = {"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "launchers": ["local"],
                 "notes": ["trigger form test"], "repeats": 2, "max_repeats": 3, "contended_replacements": 0,
-                "target_gap": 0.1, "run_timeout_minutes": 30, "epochs": 1, "synthetic_images": 500}
+                "target_gap": 0.1, "run_timeout_minutes": 30, "epochs": 1, "synthetic_images": 500,
+                "quiet_wait_s": QUIET_WAIT_S}
 
 
 def trigger_form(browser, stack):
@@ -310,7 +313,7 @@ def dag_runs(stack, admin) -> int:
 
 
 def test_the_trigger_form_starts_the_run_it_shows(stack, admin, browser):
-    """Preset, variant, launcher, repeats and the new budget fields, chosen in the form: the DAG
+    """Preset, variant, launcher, repeats, the budget fields and the quiet check, chosen in the form: the DAG
     run's conf holds exactly those (and the other params' defaults), and the run task is mapped
     over one run per round, the rounds beyond Repeats optional."""
     from selenium.webdriver.common.by import By
@@ -338,6 +341,8 @@ def test_the_trigger_form_starts_the_run_it_shows(stack, admin, browser):
     type_into(dialog.find_element(By.NAME, "element_epochs"), str(FORM_CHOICES["epochs"]))
     form_section(browser, dialog, "Data")
     type_into(dialog.find_element(By.NAME, "element_synthetic_images"), str(FORM_CHOICES["synthetic_images"]))
+    form_section(browser, dialog, "Machines")
+    type_into(dialog.find_element(By.NAME, "element_quiet_wait_s"), str(FORM_CHOICES["quiet_wait_s"]))
     form_section(browser, dialog, "Advanced Options")
     type_into(dialog.find_element(By.NAME, "dagRunId"), run_id)
     form_section(browser, dialog, "What to run")
