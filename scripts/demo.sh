@@ -3,8 +3,8 @@
 # Airflow scheduler (scripts/demo_stack.py: api-server, dag-processor, scheduler, stopped at the
 # end): cpu-demo's 2-host variant with synthetic CIFAR-format data, on the local launcher, over SSH
 # to two sshd hosts (network namespaces joined by a 1 Gbit/s link, loopback addresses where
-# namespaces cannot be made), and as Kubernetes pods on the local Kubernetes stand-in (both started
-# here, stopped at the end), in counterbalanced rounds, and print the report's verdicts (ssh/local,
+# namespaces cannot be made), and as Kubernetes pods on the local Kubernetes stand-in (two node
+# namespaces with a VXLAN pod network between them; both started here, stopped at the end), in counterbalanced rounds, and print the report's verdicts (ssh/local,
 # k8s/local, k8s/ssh) and where the report is, on disk and in the Airflow UI.
 #   scripts/demo.sh
 #   scripts/demo.sh '{"dataset": "/data/cifar-10-python.tar.gz"}'   # any trigger-form params
@@ -45,8 +45,12 @@ fi
 [[ -z $skipped ]] || echo "mxbench: $skipped"
 # The Kubernetes leg's cluster: the local Kubernetes stand-in (a loopback API server that runs
 # each pod as a process; no Kubernetes can run here), as the Airflow connection mxbench_kubernetes.
+# Its two nodes are network namespaces joined by a link of the ssh hosts' rate, each pod a namespace
+# of its own, pods of different nodes talking through a VXLAN overlay (as flannel's vxlan backend);
+# where namespaces cannot be made, the pods share the machine's stack, and the report says why.
 k8s_skipped=""
-if kubeconfig=$(python -m standins.kube start --root "$MXBENCH_HOME/kube" 2>>"$log"); then
+if kubeconfig=$(python -m standins.kube start --root "$MXBENCH_HOME/kube" \
+    --link-rate "${MXBENCH_DEMO_LINK_RATE:-1gbit}" 2>>"$log"); then
   AIRFLOW_CONN_MXBENCH_KUBERNETES=$(python - "$kubeconfig" "$PWD/.venv/train/bin/python" "$MXBENCH_HOME/data" <<'PY'
 import json, sys
 kubeconfig, python, data = sys.argv[1:]
@@ -56,7 +60,8 @@ print(json.dumps({"conn_type": "kubernetes", "extra": {
 PY
 )
   export AIRFLOW_CONN_MXBENCH_KUBERNETES
-  echo "mxbench: kubernetes leg: the local Kubernetes stand-in (pods are processes here), stopped when the demo ends"
+  echo "mxbench: kubernetes leg: the local Kubernetes stand-in (pods are processes here), stopped when the demo ends;" \
+    "pod network: $(sed -n 's/^kube stand-in: pod network: //p' "$MXBENCH_HOME/kube/standin.log" | tail -n 1)"
 else
   k8s_skipped="kubernetes leg skipped: the local Kubernetes stand-in did not start (see $log)"
   echo "mxbench: $k8s_skipped"

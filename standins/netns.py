@@ -12,11 +12,13 @@ What is simplified: one machine's CPUs and memory serve every "host"; the link h
 delay or loss (this kernel has no ``netem``); the bridge is an ideal switch.
 
 Everything is named with a prefix unique to this process and network (``mxb-<pid>-<n>``, root link
-``mxb<pid>-<n>``) and removed by ``Network.remove()`` (also a context manager, and registered with
-atexit unless ``detach``). A process killed by a signal runs no atexit: the next ``make()`` sweeps
-the networks whose process is gone (``sweep_orphans``). A detached network (``mxbd-<pid>-<n>``,
-meant to outlive its maker, like the demo's hosts) is never swept: its ``stop`` removes it.
-Stdlib only; every ``ip``/``tc`` call is an argv, never a shell.
+``mxb<pid>-<n>``; namespaces others make under it, like the Kubernetes stand-in's pods'
+``<prefix>-pod<k>``, belong to the network too) and removed by ``Network.remove()`` (also a
+context manager, and registered with atexit unless ``detach``). A process killed by a signal runs
+no atexit: the next ``make()`` sweeps the networks whose process is gone (``sweep_orphans``). A
+detached network (``mxbd-<pid>-<n>``, meant to outlive its maker, like the demo's hosts) is never
+swept: its ``stop`` removes it.
+Stdlib only; every ``ip``/``tc``/``bridge`` call is an argv (``run``), never a shell.
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def rate_bits(rate: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """One ip/tc/bridge call (an argv, never a shell); RuntimeError with its message when it fails."""
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
                           stdin=subprocess.DEVNULL)
     if check and done.returncode != 0:
@@ -69,9 +72,9 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def _free_subnet(start: int) -> ipaddress.IPv4Network:
+def free_subnet(start: int) -> ipaddress.IPv4Network:
     """A /24 of the benchmarking range that no route of this namespace covers yet."""
-    routes = _run("ip", "-4", "-o", "route", "show", "table", "all").stdout.split("\n")
+    routes = run("ip", "-4", "-o", "route", "show", "table", "all").stdout.split("\n")
     used = []
     for line in routes:
         word = line.split(" ", 1)[0]
@@ -88,14 +91,27 @@ def _free_subnet(start: int) -> ipaddress.IPv4Network:
     raise RuntimeError(f"every /24 of {BENCHMARK_RANGE} is routed here already")
 
 
+def kill_processes(namespace: str) -> None:
+    """SIGKILL whatever still runs in ``namespace`` (it would keep the namespace and its devices alive)."""
+    for pid in run("ip", "netns", "pids", namespace, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _namespaces() -> list[str]:
+    return [line.split()[0] for line in run("ip", "netns", "list").stdout.splitlines() if line.strip()]
+
+
 def _burst(bits: float) -> str:
     """tbf's bucket: 1 ms at the rate, at least a 64 KiB GSO packet, so the bucket never caps it."""
     return str(max(int(bits / 8 / 1000), 65536))
 
 
 def _shape(namespace: str, dev: str, rate: str, burst: str) -> None:
-    _run("tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
-         "latency", "20ms")
+    run("tc", "-n", namespace, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+        "latency", "20ms")
 
 
 @dataclass
@@ -118,7 +134,10 @@ class Network:
 
     @property
     def namespaces(self) -> list[str]:
-        return [self.switch] + [self.namespace(i) for i in range(self.count)]
+        """The switch's and the hosts' namespaces, and any other made under this network's prefix
+        (a pod's, standins.kube.network): every one of them goes with the network."""
+        own = [self.switch] + [self.namespace(i) for i in range(self.count)]
+        return own + [n for n in _namespaces() if n.startswith(self.prefix + "-") and n not in own]
 
     @property
     def root_address(self) -> str:
@@ -159,33 +178,28 @@ class Network:
 
     def sent(self, i: int) -> int:
         """Bytes host i has sent into the bridge so far (its switch port's received bytes)."""
-        shown = _run("ip", "-n", self.switch, "-j", "-s", "link", "show", f"host{i + 1}").stdout
+        shown = run("ip", "-n", self.switch, "-j", "-s", "link", "show", f"host{i + 1}").stdout
         return int(json.loads(shown)[0]["stats64"]["rx"]["bytes"])
 
     def set_link(self, i: int, up: bool) -> None:
         """Take host i's link down (its switch port) or bring it back."""
-        _run("ip", "-n", self.switch, "link", "set", f"host{i + 1}", "up" if up else "down")
+        run("ip", "-n", self.switch, "link", "set", f"host{i + 1}", "up" if up else "down")
 
     def existing(self) -> list[str]:
         """What of this network is still there: its namespaces and its root link."""
-        names = [line.split()[0] for line in _run("ip", "netns", "list").stdout.splitlines() if line.strip()]
-        left = [n for n in names if n in self.namespaces]
-        if _run("ip", "link", "show", "dev", self.root_link, check=False).returncode == 0:
+        left = [n for n in _namespaces() if n in self.namespaces]
+        if run("ip", "link", "show", "dev", self.root_link, check=False).returncode == 0:
             left.append(self.root_link)
         return left
 
     def remove(self, deadline_s: float = 5.0) -> None:
         """Kill what still runs in the namespaces, delete them and the root link; idempotent."""
-        for ns in self.namespaces:
-            pids = _run("ip", "netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-        _run("ip", "link", "del", "dev", self.root_link, check=False)
-        for ns in self.namespaces:
-            _run("ip", "netns", "delete", ns, check=False)
+        namespaces = self.namespaces
+        for ns in namespaces:
+            kill_processes(ns)
+        run("ip", "link", "del", "dev", self.root_link, check=False)
+        for ns in namespaces:
+            run("ip", "netns", "delete", ns, check=False)
         # the kernel frees the devices of a deleted namespace a moment later
         end = time.monotonic() + deadline_s
         while self.existing() and time.monotonic() < end:
@@ -199,7 +213,7 @@ class Network:
 
 
 # what a network made without ``detach`` is called: the pid is that of the process it dies with
-_OWNED_NAMESPACE = re.compile(r"^mxb-(\d+)-\d+-(switch|host\d+)$")
+_OWNED_NAMESPACE = re.compile(r"^mxb-(\d+)-\d+-(switch|host\d+|pod\d+)$")
 _OWNED_ROOT_LINK = re.compile(r"^mxb(\d+)-\d+$")
 
 
@@ -211,23 +225,18 @@ def sweep_orphans() -> list[str]:
     """Remove the namespaces and root links of networks whose making process is gone (killed by a
     signal, so its atexit never ran); never a detached network's. Returns what it removed."""
     removed = []
-    names = [line.split()[0] for line in _run("ip", "netns", "list").stdout.splitlines() if line.strip()]
-    for ns in names:
+    for ns in _namespaces():
         m = _OWNED_NAMESPACE.match(ns)
         if m and not _alive(int(m.group(1))):
-            for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            _run("ip", "netns", "delete", ns, check=False)
+            kill_processes(ns)
+            run("ip", "netns", "delete", ns, check=False)
             removed.append(ns)
-    for line in _run("ip", "-o", "link", "show").stdout.splitlines():
+    for line in run("ip", "-o", "link", "show").stdout.splitlines():
         parts = line.split(":")
         link = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
         m = _OWNED_ROOT_LINK.match(link)
         if m and not _alive(int(m.group(1))):
-            _run("ip", "link", "del", "dev", link, check=False)
+            run("ip", "link", "del", "dev", link, check=False)
             removed.append(link)
     return removed
 
@@ -242,27 +251,27 @@ def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
     sweep_orphans()  # before choosing a subnet: an orphan's route would keep its /24 taken
     n = next(_count)
     pid = os.getpid()
-    subnet = _free_subnet(pid * 7 + n)
+    subnet = free_subnet(pid * 7 + n)
     kind = "mxbd" if detach else "mxb"  # a detached network outlives this pid: never an orphan
     net = Network(f"{kind}-{pid}-{n}", f"{kind}{pid}-{n}", str(subnet), rate, count)
     burst = _burst(bits)
     try:
         sw = net.switch
-        _run("ip", "netns", "add", sw)
-        _run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", sw, "link", "set", "br0", "up")
-        _run("ip", "link", "add", "name", net.root_link, "type", "veth", "peer", "name", "client", "netns", sw)
-        _run("ip", "-n", sw, "link", "set", "client", "master", "br0", "up")
-        _run("ip", "addr", "add", f"{net.root_address}/{subnet.prefixlen}", "dev", net.root_link)
-        _run("ip", "link", "set", net.root_link, "up")
+        run("ip", "netns", "add", sw)
+        run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        run("ip", "-n", sw, "link", "set", "br0", "up")
+        run("ip", "link", "add", "name", net.root_link, "type", "veth", "peer", "name", "client", "netns", sw)
+        run("ip", "-n", sw, "link", "set", "client", "master", "br0", "up")
+        run("ip", "addr", "add", f"{net.root_address}/{subnet.prefixlen}", "dev", net.root_link)
+        run("ip", "link", "set", net.root_link, "up")
         for i, address in enumerate(net.addresses):
             ns, port = net.namespace(i), f"host{i + 1}"
-            _run("ip", "netns", "add", ns)
-            _run("ip", "link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", sw)
-            _run("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
-            _run("ip", "-n", ns, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", "eth0")
-            _run("ip", "-n", ns, "link", "set", "eth0", "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            run("ip", "netns", "add", ns)
+            run("ip", "link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", sw)
+            run("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
+            run("ip", "-n", ns, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", "eth0")
+            run("ip", "-n", ns, "link", "set", "eth0", "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
             for where, dev in ((ns, "eth0"), (sw, port)):  # the host's sending and its receiving
                 _shape(where, dev, rate, burst)
     except BaseException:

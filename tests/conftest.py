@@ -147,16 +147,20 @@ def netns_ssh_hosts(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kube_standin(tmp_path_factory):
     """The loopback Kubernetes API server stand-in (standins.kube): two nodes
-    that are this machine, every manifest strictly validated; stopped at teardown with no pod
-    process left."""
+    that are this machine, each a network namespace, with a VXLAN overlay between them (the pod
+    network), every manifest strictly validated; stopped at teardown with no pod process and
+    nothing of its network left."""
+    from standins import netns
     from standins.kube import start
 
     with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True) as standin:
+        assert standin.network["kind"] == "vxlan", standin.network  # root with iproute2: this machine and CI
         yield standin
     # every pod's processes, the roles' own children included, ended with the stand-in (their
     # command lines hold the pods' folders under its root)
     left = [pid for pid in processes_mentioning(str(standin.root)) if is_running(pid)]
     assert not left, f"pod processes outlived the stand-in: {left}"
+    assert not netns.Network.from_json(standin.network["underlay"]).existing()  # its pods' namespaces too
 
 
 def processes_mentioning(text: str):

@@ -3,7 +3,7 @@
 It lets the Kubernetes launcher, Airflow's KubernetesPodOperator and the ``kubernetes`` Python
 client run unmodified on a machine without a cluster: it speaks the real Kubernetes HTTP API
 (JSON, plain HTTP on 127.0.0.1, any bearer token accepted) and runs every pod's container as an
-ordinary local process.
+ordinary local process, in the pod's network namespace.
 
 What is real
   * The wire protocol of the endpoints served: ``/version``, ``/api``, ``/api/v1``, ``/apis``;
@@ -28,10 +28,16 @@ What is real
   * Scheduling honours ``spec.nodeSelector``, ``spec.nodeName`` and ``nvidia.com/gpu`` (any
     extended resource asked for as a limit is counted against the node's allocatable, which has
     only ``nvidia.com/gpu``). Among the nodes that fit, the one with fewest pods wins (spreading).
-  * Each stand-in picks its own network 127.<k>.0.0/16 at random (so that two on one machine do
-    not collide): node i is 127.<k>.0.<i>, and each pod gets its own loopback address
-    127.<k>.<1 + n // 250>.<n % 250 + 1>, which it can bind (Linux routes all of 127/8 to lo);
-    ``hostNetwork: true`` pods get their node's address. ``$(VAR)`` expansion and
+  * The pod network (``network``), as a cluster with flannel's vxlan backend has it: each node is a
+    network namespace (``standins.netns``: the nodes joined by a link shaped with ``tbf``, to
+    ``--link-rate``), each pod a namespace of its own with a veth into its node's bridge and an
+    address of its node's pod subnet (``spec.podCIDR``), node-to-node pod traffic through a VXLAN
+    device per node; ``hostNetwork: true`` pods run in their node's namespace, with its address.
+    The nodes carry flannel's annotations, and ``standin.mxbench/pod-network`` says which pod network
+    the stand-in made. Where namespaces cannot be made (not root, no ``ip``/``nsenter``), or with
+    ``--pod-network none``, every pod runs on the machine's own stack with a loopback address of
+    its own (127.<k>.x.y, <k> at random; nodes 127.<k>.0.<i>), and the annotation and the log say
+    why. ``<root>/network.json`` records what was made. ``$(VAR)`` expansion and
     ``valueFrom.fieldRef`` / ``resourceFieldRef`` follow Kubernetes.
 
 What is simplified (and how it shows)
@@ -61,21 +67,24 @@ What is simplified (and how it shows)
   * ``requiredDuringScheduling`` pod (anti-)affinity, node affinity, taints and tolerations are
     accepted in manifests and ignored by the scheduler. No preemption, no QoS enforcement
     (limits are not enforced on the process), no ``watch``, no exec/attach/port-forward.
-  * Processes that leave their process group (setsid/daemonise) escape the container clean-up.
+  * Processes that leave their process group (setsid/daemonise) escape the container clean-up,
+    unless the pod has a network namespace of its own: removing it kills what still runs in it.
   * Events and logs live in memory for the life of the stand-in (logs: while the pod exists).
 
 For tests, each started container's pid is exposed in the annotation ``standin.mxbench/pid``
 and appended to ``<root>/pids.log``.
 
 Use: ``python -m standins.kube start --root DIR [--nodes N] [--gpus-per-node K]
-[--port P] [--no-validate]`` (detaches; writes DIR/kubeconfig, DIR/port, DIR/standin.pid and
+[--port P] [--no-validate] [--pod-network vxlan|none] [--link-rate 1gbit]``
+(detaches; writes DIR/kubeconfig, DIR/port, DIR/standin.pid and
 prints the kubeconfig path), ``serve`` (same, foreground), ``stop --root DIR``, ``check --root DIR``.
 From Python: ``with start(root) as standin: ... standin.kubeconfig ...``. Standard library only,
 except ``kubernetes_validate`` when validation is on (and ``mxbench_train.localhost``, stdlib only).
 
 Modules: ``api`` (Status errors, quantities, patches, selectors), ``validation`` (what the API
 server checks and defaults in a pod), ``objects`` (the object store: pods, events, status),
-``scheduler`` (the nodes and the control loop), ``kubelet`` (containers as processes), ``cluster``
+``scheduler`` (the nodes and the control loop), ``kubelet`` (containers as processes), ``network``
+(the pod network: namespaces and the VXLAN overlay, or the machine's own stack), ``cluster``
 (the three wired together), ``server`` (the HTTP API), ``lifecycle`` (serve, start, stop),
 ``__main__`` (the CLI).
 """

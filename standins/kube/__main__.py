@@ -6,6 +6,7 @@ from pathlib import Path
 import standins.kube
 
 from .lifecycle import _stop_cli, answers, serve, spawn
+from .network import DEFAULT_LINK_RATE
 
 
 def main(argv=None):
@@ -18,16 +19,24 @@ def main(argv=None):
         command.add_argument("--gpus-per-node", type=int, default=0)
         command.add_argument("--port", type=int, default=0)
         command.add_argument("--no-validate", dest="validate", action="store_false")
+        command.add_argument("--pod-network", choices=("vxlan", "none"), default="vxlan",
+                             help="vxlan: nodes and pods in network namespaces with a VXLAN overlay (falls back "
+                                  "to none, saying why, where namespaces cannot be made); none: every pod on "
+                                  "this machine's own stack")
+        command.add_argument("--link-rate", default=DEFAULT_LINK_RATE,
+                             help="the rate of each node's link, each way (tbf), e.g. 1gbit")
         command.add_argument("--verbose", action="store_true")
     for name in ("stop", "check"):
         commands.add_parser(name).add_argument("--root", required=True, type=Path)
     args = parser.parse_args(argv)
     if args.command == "serve":
-        serve(args.root, args.nodes, args.gpus_per_node, args.port, args.validate, args.verbose)
+        serve(args.root, args.nodes, args.gpus_per_node, args.port, args.validate, args.verbose, args.pod_network,
+              args.link_rate)
         return 0
     if args.command == "start":
         try:
-            spawn(args.root, args.nodes, args.gpus_per_node, args.validate, args.port)
+            spawn(args.root, args.nodes, args.gpus_per_node, args.validate, args.port, pod_network=args.pod_network,
+                  link_rate=args.link_rate)
         except RuntimeError as error:
             print(f"kube stand-in failed to start: {error}", file=sys.stderr)
             return 1

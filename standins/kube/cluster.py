@@ -1,10 +1,12 @@
 """The stand-in cluster: its object store, scheduler and kubelet, wired together, and stopping them."""
-import random
+import json
 import signal
+import sys
 import time
 from pathlib import Path
 
 from .kubelet import Kubelet
+from .network import DEFAULT_LINK_RATE, pod_network
 from .objects import ObjectStore
 from .scheduler import Scheduler, make_nodes
 
@@ -12,21 +14,21 @@ STOP_GRACE_SECONDS = 3  # grace given to pods when the stand-in itself stops
 
 
 class Cluster:
-    """The stand-in's state (the object store, whose one lock guards everything) and its
-    scheduler and kubelet."""
+    """The stand-in's state (the object store, whose one lock guards everything), its pod network
+    (written to ``<root>/network.json``), scheduler and kubelet."""
 
-    def __init__(self, root, nodes=2, gpus_per_node=0, validate=True):
+    def __init__(self, root, nodes=2, gpus_per_node=0, validate=True, pod_network_kind="vxlan",
+                 link_rate=DEFAULT_LINK_RATE):
         self.root = Path(root)
         self.store = ObjectStore(self.root, validate)
-        # this stand-in's own 127.<network>.0.0/16, picked at random: two stand-ins on one machine (a
-        # demo beside the tests) would otherwise hand out the same pod IPs, and their schedulers
-        # bind the same address and port
-        network = random.SystemRandom().randint(16, 254)
-        self.nodes = make_nodes(nodes, gpus_per_node, self.root, network)
-        self.kubelet = Kubelet(self.store, self.root)
         if validate:
             import kubernetes_validate  # noqa: F401  (fail at start, not at the first pod)
-        self.scheduler = Scheduler(self.store, self.kubelet, self.nodes, network)
+        self.network = pod_network(nodes, pod_network_kind, link_rate)
+        (self.root / "network.json").write_text(json.dumps(self.network.to_json()) + "\n")
+        print(f"kube stand-in: pod network: {self.network.describe()}", file=sys.stderr, flush=True)
+        self.nodes = make_nodes(nodes, gpus_per_node, self.root, self.network)
+        self.kubelet = Kubelet(self.store, self.root, self.network)
+        self.scheduler = Scheduler(self.store, self.kubelet, self.nodes, self.network)
         self.scheduler.start()
 
     def shutdown(self, grace=STOP_GRACE_SECONDS):
@@ -46,3 +48,4 @@ class Cluster:
                 pod.signal_container(signal.SIGKILL, 0)
         for runner in runners:
             runner.join(10)
+        self.network.remove()

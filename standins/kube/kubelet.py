@@ -8,10 +8,16 @@ no cgroup namespace (the pod sees its full cgroup path, not ``/``), no resource 
 where this host cannot make cgroups (not root, no v2 mount) the pod stays in the kubelet's own and
 is told so (``MXBENCH_CGROUP_UNAVAILABLE``, which a real kubelet never sets): it reads the host-wide
 PSI then, and says why.
+
+Each pod's processes run in the pod's network namespace, or its node's for ``hostNetwork``
+(``network``: made before the process starts, removed once the container ended), entered with
+``nsenter --net`` (which execs the command: the pid is the command's). The command is looked up on
+the container's PATH first, so a missing one is still a StartError, as with a container runtime.
 """
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -84,9 +90,10 @@ def image_folder(image):
 class Kubelet:
     """Runs the containers of the pods the scheduler bound; one runner thread per pod."""
 
-    def __init__(self, store, root):
+    def __init__(self, store, root, network):
         self.store = store
         self.root = Path(root)
+        self.network = network
         self.runners = []
 
     def start(self, pod):
@@ -97,7 +104,13 @@ class Kubelet:
         runner.start()
 
     def _run_container(self, pod):
-        """The kubelet's part for one pod: start the process, record its output, report its end."""
+        """The kubelet's part for one pod: its network, the process, its output, its end."""
+        try:
+            self._start_container(pod)
+        finally:
+            self.network.leave(pod)
+
+    def _start_container(self, pod):
         with self.store.lock:
             if pod.deleting or pod.deadline_exceeded or self.store.stopping:
                 return self._finish(pod, None, "ContainerCannotRun", "the pod was stopped before it started")
@@ -109,16 +122,29 @@ class Kubelet:
                 return self.store.touch(pod)
             self.store.record_event(pod, "Pulled", f'Container image "{pod.container.get("image", "")}" '
                                                    f'already present on machine', container=True)
+        try:
+            enter = self.network.enter(pod, pod.node, pod.obj["spec"].get("hostNetwork", False))
+        except (RuntimeError, subprocess.SubprocessError) as error:  # an ip call failed or hung
+            with self.store.lock:
+                message = f"failed to set up the pod's network: {error}"
+                self.store.record_event(pod, "FailedCreatePodSandBox", message, "Warning")
+                return self._finish(pod, 128, "StartError", message)
         cgroup = RoleCgroup.make(f"pod-{pod.name}")
         if cgroup.folder is None:  # no cgroup here: the pod would read the kubelet's as its own
             env.update(cgroup.env())
         try:
-            self._run_process(pod, argv, env, cwd, cgroup)
+            self._run_process(pod, argv, env, cwd, cgroup, enter)
         finally:
             cgroup.remove()
 
-    def _run_process(self, pod, argv, env, cwd, cgroup):
+    def _run_process(self, pod, argv, env, cwd, cgroup, enter):
         try:
+            if enter:  # nsenter would only exit 127 on a command it cannot find: look it up as exec would
+                program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+                program = os.path.join(cwd, program) if program else None
+                if program is None or not os.access(program, os.X_OK):
+                    raise FileNotFoundError(2, os.strerror(2), argv[0])
+                argv = enter + [program] + argv[1:]
             proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=entering(cgroup))

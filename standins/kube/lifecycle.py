@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .api import GIT_VERSION, TOKEN
 from .cluster import Cluster
+from .network import DEFAULT_LINK_RATE
 from .server import Handler, Server, discovery
 
 
@@ -22,11 +23,12 @@ def kubeconfig_text(port):
             f"current-context: standin\nusers:\n- name: standin\n  user:\n    token: {TOKEN}\n")
 
 
-def serve(root, nodes=2, gpus_per_node=0, port=0, validate=True, verbose=False):
-    """Run in the foreground until SIGTERM/SIGINT; then stop every pod and exit."""
+def serve(root, nodes=2, gpus_per_node=0, port=0, validate=True, verbose=False, pod_network="vxlan",
+          link_rate=DEFAULT_LINK_RATE):
+    """Run in the foreground until SIGTERM/SIGINT; then stop every pod, remove the pod network and exit."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(root, nodes, gpus_per_node, validate)
+    cluster = Cluster(root, nodes, gpus_per_node, validate, pod_network, link_rate)
     server = Server(("127.0.0.1", port), Handler)
     server.cluster, server.verbose = cluster, verbose
     port = server.server_address[1]
@@ -66,6 +68,11 @@ class StandIn:
         self.kubeconfig = self.root / "kubeconfig"
 
     @property
+    def network(self):
+        """The pod network it made (``network.json``: kind "vxlan" or "none", and what each has)."""
+        return json.loads((self.root / "network.json").read_text())
+
+    @property
     def pid(self):
         return self.process.pid
 
@@ -92,13 +99,15 @@ class StandIn:
         self.stop()
 
 
-def spawn(root, nodes=2, gpus_per_node=0, validate=True, port=0, timeout=30):
+def spawn(root, nodes=2, gpus_per_node=0, validate=True, port=0, timeout=30, pod_network="vxlan",
+          link_rate=DEFAULT_LINK_RATE):
     """Start ``serve`` detached (own session, log in ROOT/standin.log); the Popen and its port."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     (root / "port").unlink(missing_ok=True)
     argv = [sys.executable, "-m", "standins.kube", "serve", "--root", str(root), "--nodes", str(nodes),
-            "--gpus-per-node", str(gpus_per_node), "--port", str(port)] + ([] if validate else ["--no-validate"])
+            "--gpus-per-node", str(gpus_per_node), "--port", str(port), "--pod-network", pod_network,
+            "--link-rate", link_rate] + ([] if validate else ["--no-validate"])
     with open(root / "standin.log", "ab") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -117,9 +126,9 @@ def spawn(root, nodes=2, gpus_per_node=0, validate=True, port=0, timeout=30):
     raise RuntimeError(f"kube stand-in did not answer within {timeout}s; see {root / 'standin.log'}")
 
 
-def start(root, nodes=2, gpus_per_node=0, validate=True, port=0):
+def start(root, nodes=2, gpus_per_node=0, validate=True, port=0, pod_network="vxlan", link_rate=DEFAULT_LINK_RATE):
     """Start a stand-in serving from ROOT; a StandIn (use as a context manager, or call .stop())."""
-    process, bound = spawn(root, nodes, gpus_per_node, validate, port)
+    process, bound = spawn(root, nodes, gpus_per_node, validate, port, pod_network=pod_network, link_rate=link_rate)
     return StandIn(root, process, bound)
 
 

@@ -1,4 +1,5 @@
-"""The stand-in's nodes (each one this whole machine) and its scheduler: binds pending pods to a
+"""The stand-in's nodes (each one this whole machine, with its own network stack where the pod
+network has namespaces: ``network``) and its scheduler: binds pending pods to a
 node that fits, hands them to the kubelet, and enforces deadlines and grace periods."""
 import os
 import re
@@ -26,6 +27,8 @@ def memory_kib():
 
 
 def make_nodes(count, gpus_per_node, root, network):
+    """The Node objects; ``network`` (``network.pod_network``) gives their addresses, pod subnets and
+    the annotations that say which pod network they have."""
     cpus, mem = str(os.cpu_count() or 1), f"{memory_kib()}Ki"
     disk = f"{shutil.disk_usage(root).total // 1024}Ki"
     mid = localhost.machine_id()
@@ -35,16 +38,16 @@ def make_nodes(count, gpus_per_node, root, network):
         os_image = "Linux"
     nodes = []
     for i in range(1, count + 1):
-        name, ip = f"standin-node-{i}", f"127.{network}.0.{i}"
+        name, ip = f"standin-node-{i}", network.node_ips[i - 1]
         resources = {"cpu": cpus, "memory": mem, "pods": "110", "ephemeral-storage": disk, GPU: str(gpus_per_node)}
         nodes.append({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1",
-                         "creationTimestamp": rfc3339(),
+                         "creationTimestamp": rfc3339(), "annotations": network.annotations(i - 1),
                          "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                     "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                                     "beta.kubernetes.io/arch": "amd64"}},
-            "spec": {"podCIDR": f"127.{network}.0.0/16"},
+            "spec": {"podCIDR": network.pod_cidr(i - 1), "podCIDRs": [network.pod_cidr(i - 1)]},
             "status": {
                 "capacity": dict(resources), "allocatable": dict(resources),
                 "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
@@ -74,8 +77,7 @@ class Scheduler:
     def __init__(self, store, kubelet, nodes, network):
         self.store, self.kubelet = store, kubelet
         self.nodes = nodes
-        self.network = network  # this stand-in's 127.<network>.0.0/16
-        self.pod_counter = 0
+        self.network = network  # network.pod_network: hands out the pod IPs
         self.control = threading.Thread(target=self._control_loop, name="standin-control", daemon=True)
 
     def start(self):
@@ -100,11 +102,7 @@ class Scheduler:
                     self.store.touch(pod)
                 continue
             pod.node, pod.bound_at, pod.unschedulable = node, time.time(), None
-            if pod.obj["spec"].get("hostNetwork"):
-                pod.ip = node_ip(node)
-            else:
-                pod.ip = f"127.{self.network}.{1 + self.pod_counter // 250}.{self.pod_counter % 250 + 1}"
-                self.pod_counter += 1
+            pod.ip = node_ip(node) if pod.obj["spec"].get("hostNetwork") else self.network.assign(pod, node)
             pod.obj["spec"]["nodeName"] = node["metadata"]["name"]
             self.store.record_event(pod, "Scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to "
                                                       f"{node['metadata']['name']}", component="default-scheduler")

@@ -26,6 +26,42 @@ def network_namespace() -> Optional[str]:
         return None
 
 
+SIOCGIFMTU, SIOCETHTOOL, ETHTOOL_GDRVINFO = 0x8921, 0x8946, 3
+
+
+def interfaces() -> List[dict]:
+    """This process's network interfaces, ``lo`` aside: {"name", "driver" (veth, vxlan, bridge, a
+    NIC's driver: ethtool's GDRVINFO), "mtu"}, None where the kernel does not say. Read from
+    /proc/net/dev and ioctls on a socket, both the reading process's network namespace's; not
+    /sys/class/net, which shows the namespace that mounted /sys (a pod entered with nsenter --net
+    would read its node's)."""
+    import array
+    import fcntl
+    import struct
+
+    try:
+        with open("/proc/net/dev") as f:
+            names = sorted(line.split(":", 1)[0].strip() for line in f.readlines()[2:])
+    except OSError:
+        return []
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in (n for n in names if n != "lo"):
+            key = name.encode()[:15]
+            try:  # struct ifreq: the name, then ifr_mtu
+                mtu = struct.unpack_from("i", fcntl.ioctl(s, SIOCGIFMTU, struct.pack("16si20x", key, 0)), 16)[0]
+            except OSError:
+                mtu = None
+            info = array.array("B", struct.pack("I", ETHTOOL_GDRVINFO) + bytes(192))  # struct ethtool_drvinfo
+            try:  # struct ifreq: the name, then ifr_data pointing at it
+                fcntl.ioctl(s, SIOCETHTOOL, struct.pack("16sP16x", key, info.buffer_info()[0]))
+                driver = info.tobytes()[4:36].split(b"\0")[0].decode(errors="replace") or None
+            except OSError:
+                driver = None
+            found.append({"name": name, "driver": driver, "mtu": mtu})
+    return found
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now at ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -13,9 +13,12 @@ kubelet report it). Stdlib only.
 import base64
 import hashlib
 import io
+import json
 import os
 import posixpath
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from .host_watch import POD_ENV
+from .localhost import interfaces, network_namespace
 
 BEGIN = "=== mxbench outputs v1 begin ==="
 END = "=== mxbench outputs v1 end sha256="
@@ -31,6 +35,7 @@ END = "=== mxbench outputs v1 end sha256="
 # at 10 MiB by default (the API serves only the current file); past this the block says what it left out
 MAX_BYTES = 4 * 1024 * 1024
 LINE = 76
+NETWORK_READINGS = "pod-network"  # the folder of each pod's reading of its own network
 
 
 def run_role(outputs: str, argv: Sequence[str]) -> int:
@@ -39,6 +44,7 @@ def run_role(outputs: str, argv: Sequence[str]) -> int:
     The role stays in this process group: whatever stops the container's processes (the
     kubelet, or the stand-in, which signals the container's group) stops the role too."""
     Path(outputs).mkdir(parents=True, exist_ok=True)
+    write_network_reading(Path(outputs))
     try:
         # the role's host watch must know it sees only the pod's processes, not its node's
         child = subprocess.Popen(list(argv), env={**os.environ, POD_ENV: "1"})
@@ -58,6 +64,17 @@ def run_role(outputs: str, argv: Sequence[str]) -> int:
     sys.stdout.flush()
     print_bundle(outputs)
     return 128 - code if code < 0 else code
+
+
+def write_network_reading(outputs: Path) -> None:
+    """What this pod reads of its own network: its network namespace and interfaces (``localhost``),
+    as ``pod-network/<HOSTNAME>.json`` of its outputs (HOSTNAME: the pod's name, its node's under
+    hostNetwork), for the report to say which pod network the run used."""
+    reading = {"netns": network_namespace(), "interfaces": interfaces()}
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", os.environ.get("HOSTNAME") or socket.gethostname())
+    folder = outputs / NETWORK_READINGS
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(reading) + "\n")
 
 
 def print_bundle(folder: str, out=None) -> None:

@@ -5,6 +5,7 @@ network and hostNetwork), side by side with ssh in one DAG run; a role pod that 
 a pod that never schedules; the task killed by SIGTERM; the task SIGKILLed, then retried; an
 image and a hostNetwork variant the connection does not allow, refused before any pod exists.
 """
+import ipaddress
 import json
 import os
 import re
@@ -32,10 +33,25 @@ def k8s_env(standin, **pod):
     return {"AIRFLOW_CONN_MXBENCH_KUBERNETES": json.dumps(kubernetes_connection(standin, **pod))}
 
 
+VXLAN_SENT = {}  # bytes each node sent into the pod network's overlay: "before" and "after" the DAG run
+
+
+def vxlan_sent(standin):
+    network, sent = standin.network, []
+    for ns in network["node_namespaces"]:
+        shown = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", network["vxlan_device"]],
+                               capture_output=True, text=True, check=True).stdout
+        sent.append(int(json.loads(shown)[0]["stats64"]["tx"]["bytes"]))
+    return sent
+
+
 @pytest.fixture(scope="module")
 def k8s_dag_run(airflow_db, ssh_hosts, kube_standin):
     env = {**ssh_hosts.airflow_env(mxbench_python=train_python()), **k8s_env(kube_standin, allow_host_network=True)}
-    return run_dag(CONF, env)
+    VXLAN_SENT["before"] = vxlan_sent(kube_standin)
+    done = run_dag(CONF, env)
+    VXLAN_SENT["after"] = vxlan_sent(kube_standin)
+    return done
 
 
 def test_every_run_measures_and_the_dag_run_succeeds(k8s_dag_run, kube_standin):
@@ -46,6 +62,22 @@ def test_every_run_measures_and_the_dag_run_succeeds(k8s_dag_run, kube_standin):
     assert (runs["samples_per_sec"] > 0).all()
     assert run.state == "success"
     assert pods_left(kube_standin) == []  # every pod of every run deleted
+
+
+def test_the_report_says_which_pod_network_the_runs_used(k8s_dag_run):
+    """The nodes' word (the stand-in's annotation) and the pods' own reading (their namespaces and
+    interfaces): pods on the overlay, hostNetwork pods on their node's stack."""
+    from mxbench.report import notes
+
+    _, dag_dir = k8s_dag_run
+    details = [c.detail for c in notes.conditions(dag_dir)]
+    assert any(d.startswith("KUBERNETES TARGET: pod network vxlan overlay between 2 nodes: each pod a network "
+                            "namespace with a veth (MTU 1450) into its node's bridge") for d in details), details
+    (read,) = [d for d in details if d.startswith("POD NETWORK")]
+    assert "cpu1-bs64: pod network: 1 network namespace(s), each with eth0 (veth, MTU 1450)" in read
+    assert "cpu2h-bs64: pod network: 5 network namespace(s), each with eth0 (veth, MTU 1450)" in read
+    assert ("cpu2h-bs64-hostnet: host network: 2 network namespace(s), each with cni0 (bridge, MTU 1450), "
+            "eth0 (veth, MTU 1500), flannel.1 (vxlan, MTU 1450)") in read
 
 
 def test_a_single_worker_variant_is_one_pod(k8s_dag_run):
@@ -66,14 +98,19 @@ def test_dist_sync_roles_are_pods_on_two_nodes_wired_by_pod_ip(k8s_dag_run, kube
             "worker-0": "standin-node-1", "worker-1": "standin-node-2"}
         record = json.loads((run_dir / "kubernetes.json").read_text())
         assert record["host_network"] is host_network and record["nodes"] == ["standin-node-1", "standin-node-2"]
-        # the scheduler's own pod IP (pod network) or its node's (hostNetwork), bound by ps-lite itself
-        # its node's address under hostNetwork, else a pod IP of its own
-        node_1 = core_api(kube_standin).read_node("standin-node-1").status.addresses[0].address
-        assert (record["scheduler_ip"] == node_1) is host_network
-        assert record["scheduler_ip"].startswith("127.") and record["scheduler_ip"] != "127.0.0.1"
+        # the scheduler's own pod IP, in node 1's pod subnet (pod network), or its node's address
+        # (hostNetwork), bound by ps-lite itself
+        node_1 = core_api(kube_standin).read_node("standin-node-1")
+        assert (record["scheduler_ip"] == node_1.status.addresses[0].address) is host_network
+        in_pod_subnet = ipaddress.ip_address(record["scheduler_ip"]) in ipaddress.ip_network(node_1.spec.pod_cidr)
+        assert in_pod_subnet is not host_network
         assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log"]
         worker_log = (run_dir / "roles" / "worker-0.log").read_text()
         assert "Speed:" in worker_log and "mxbench outputs" not in worker_log
+    # the two nodes' pods pushed and pulled through the VXLAN overlay (2 epochs of ResNet gradients:
+    # far more than 1 MB each way)
+    sent = [after - before for before, after in zip(VXLAN_SENT["before"], VXLAN_SENT["after"])]
+    assert all(n > 1 << 20 for n in sent), sent
     manifests = [json.loads(line) for line in (Path(kube_standin.root) / "manifests.jsonl").read_text().splitlines()]
     pods = [m for m in manifests if m.get("kind") == "Pod"]
     assert len(pods) >= 2 * (1 + 5 + 5)

@@ -1,8 +1,13 @@
 """The loopback Kubernetes stand-in (standins.kube), driven by the real
-``kubernetes`` client and, once, by Airflow's KubernetesPodOperator."""
+``kubernetes`` client and, once, by Airflow's KubernetesPodOperator. Its pod network: pods in
+namespaces of their own on two node namespaces joined by a VXLAN overlay (as root here), the node's
+stack for hostNetwork, and processes on the machine's own stack where namespaces cannot be made."""
+import ipaddress
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -13,6 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from mxbench_train.localhost import is_running as alive
+from standins import netns
 from standins.kube import PID_ANNOTATION, start
 
 pytestmark = pytest.mark.slow  # the stand-in serving the real operator and client
@@ -29,6 +35,25 @@ def _running_standin(root, **options):
         assert standin.process.returncode == 0, (root / "standin.log").read_text()
         left = [pid for pid in standin.started_pids() if alive(pid)]
         assert not left, f"pod processes left behind: {left}"
+        assert not network_left(standin.network), "the pod network outlived the stand-in"
+
+
+def network_left(network):
+    """What of a stand-in's pod network is still there: namespaces (nodes', pods'), the root link."""
+    return netns.Network.from_json(network["underlay"]).existing() if network["kind"] == "vxlan" else []
+
+
+def pod_namespaces(network):
+    prefix = network["underlay"]["prefix"] + "-pod"
+    return [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                                       check=True).stdout.splitlines() if line.startswith(prefix)]
+
+
+def vxlan_sent(network, node):
+    """Bytes node (0-based) has sent into the overlay (its flannel.1's transmitted bytes)."""
+    shown = subprocess.run(["ip", "-n", network["node_namespaces"][node], "-j", "-s", "link", "show",
+                            network["vxlan_device"]], capture_output=True, text=True, check=True).stdout
+    return int(json.loads(shown)[0]["stats64"]["tx"]["bytes"])
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +123,17 @@ def test_version_nodes_and_unknown_paths(standin, api):
     nodes = api.list_node().items
     assert [n.metadata.name for n in nodes] == ["standin-node-1", "standin-node-2"]
     machine = Path("/etc/machine-id").read_text().strip()
-    network = nodes[0].status.addresses[0].address.split(".")[1]  # each stand-in's own 127.<k>/16
-    assert 16 <= int(network) <= 254
+    network = standin.network
+    assert network["kind"] == "vxlan", network  # root with iproute2: this machine and CI
     for i, node in enumerate(nodes, 1):
         assert node.metadata.labels["kubernetes.io/hostname"] == node.metadata.name
-        assert {(a.type, a.address) for a in node.status.addresses} == {("InternalIP", f"127.{network}.0.{i}"),
+        assert {(a.type, a.address) for a in node.status.addresses} == {("InternalIP", network["node_ips"][i - 1]),
                                                                       ("Hostname", node.metadata.name)}
+        said = node.metadata.annotations["standin.mxbench/pod-network"]
+        assert said.startswith("vxlan overlay between 2 nodes: ")
+        assert node.metadata.annotations["flannel.alpha.coreos.com/backend-type"] == "vxlan"  # as flanneld's
+        assert node.spec.pod_cidr == network["pod_subnets"][i - 1]
+        assert ipaddress.ip_network(node.spec.pod_cidr).subnet_of(netns.BENCHMARK_RANGE)
         assert node.status.allocatable["cpu"] == str(os.cpu_count())
         assert node.status.capacity["nvidia.com/gpu"] == "0"
         assert node.status.node_info.machine_id == machine  # one machine behind every node
@@ -136,7 +166,8 @@ def test_pod_runs_with_its_env_and_own_bindable_ip(api):
         assert (terminated.exit_code, terminated.reason) == (0, "Completed")
         ip = done.status.pod_ip
         node_ips = {n.status.addresses[0].address for n in api.list_node().items}
-        assert re.fullmatch(r"127\.\d+\.\d+\.\d+", ip) and ip not in node_ips
+        node = api.read_node(done.spec.node_name)
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(node.spec.pod_cidr) and ip not in node_ips
         assert done.status.host_ip in node_ips
         assert log_of(api, name) == f"bound {ip}\nname {name} arg {name}-x\nto stderr\n"
         ips.add(ip)
@@ -340,148 +371,132 @@ def test_host_network_pod_gets_the_node_ip(api):
     api.delete_namespaced_pod("host-net", "default")
 
 
-def test_volume_paths_are_translated(api, tmp_path):
-    (tmp_path / "in.txt").write_text("from the host\n")
-    code = ("import os, sys\n"
-            "text = open(sys.argv[1]).read()\n"
-            "open(sys.argv[2], 'w').write(text.upper())\n"
-            "open(os.environ['REPORT'], 'w').write(os.getcwd())\n"
-            "print(os.path.exists('/dev/shm'), sys.argv[2] != '/work/out/x')\n")
-    manifest = pod("volumes", code, args=["/data/in.txt", "/work/out/x"],
-                   env=[{"name": "REPORT", "value": "/data/cwd.txt"}],
-                   volumes=[{"name": "out", "emptyDir": {}},
-                            {"name": "data", "hostPath": {"path": str(tmp_path), "type": "Directory"}},
-                            {"name": "shm", "emptyDir": {"medium": "Memory"}}])
-    container = manifest["spec"]["containers"][0]
-    container["workingDir"] = "/work/out"
-    container["volumeMounts"] = [{"name": "out", "mountPath": "/work/out"}, {"name": "data", "mountPath": "/data"},
-                                 {"name": "shm", "mountPath": "/dev/shm"}]
-    api.create_namespaced_pod("default", manifest)
-    done = wait_phase(api, "volumes", "Succeeded", "Failed")
-    assert done.status.phase == "Succeeded", log_of(api, "volumes")
-    assert log_of(api, "volumes") == "True True\n"
-    empty_dir = Path((tmp_path / "cwd.txt").read_text())  # the working dir is the emptyDir folder
-    assert empty_dir.name == "out" and (empty_dir / "x").read_text() == "FROM THE HOST\n"
-    api.delete_namespaced_pod("volumes", "default")
-    wait_gone(api, "volumes")
-    deadline = time.monotonic() + 5
-    while empty_dir.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not empty_dir.exists()  # an emptyDir goes with its pod
+def test_a_host_network_pod_is_on_its_nodes_stack_and_a_pod_on_its_own(standin, api):
+    """What a pod reads of its own network (mxbench_train.localhost, as ``pod-role`` records it for
+    the report): a hostNetwork pod its node's bridge, VXLAN device and link; a pod only its own
+    eth0, a veth with the overlay's MTU, 50 below the node link's 1500 (VXLAN's header), as flannel's
+    vxlan backend sets it."""
+    from mxbench.launchers.kubernetes.pods import pod_network_read
+    from mxbench_train.localhost import network_namespace
 
-
-
-def fake_python(folder, marker):
-    """FOLDER/bin/python: a shell script printing MARKER and the first entry of its PATH."""
-    program = folder / "bin" / "python"
-    program.parent.mkdir(parents=True)
-    program.write_text(f'#!/bin/sh\necho "{marker}, PATH starts with ${{PATH%%:*}}"\n')
-    program.chmod(0o755)
-    return program
-
-
-def test_an_image_that_is_a_local_folder_provides_the_programs(tmp_path, monkeypatch):
-    image, host = tmp_path / "image", tmp_path / "host"
-    fake_python(image, "image python")
-    fake_python(host, "stand-in python")
-    # the stand-in inherits this PATH: a `python` of its own, whatever this machine has
-    monkeypatch.setenv("PATH", os.pathsep.join([str(host / "bin"), os.environ["PATH"]]))
-    for standin in _running_standin(tmp_path / "root"):
-        api = client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
-        images = {"folder-image": str(image), "registry-image": "registry/mxbench-train:1.9.0",
-                  "missing-folder-image": str(tmp_path / "no-such-image"), "relative-image": "image"}
-        for name, image_name in images.items():
-            manifest = pod(name, "")
-            manifest["spec"]["containers"][0] |= {"image": image_name, "command": ["python", "-c", "print(1)"]}
-            api.create_namespaced_pod("default", manifest)
-        logs = {}
-        for name in images:
-            done = wait_phase(api, name, "Succeeded", "Failed")
-            assert done.status.phase == "Succeeded", log_of(api, name)
-            logs[name] = log_of(api, name)
-        assert logs == {"folder-image": f"image python, PATH starts with {image / 'bin'}\n",
-                        "registry-image": f"stand-in python, PATH starts with {host / 'bin'}\n",
-                        "missing-folder-image": f"stand-in python, PATH starts with {host / 'bin'}\n",
-                        "relative-image": f"stand-in python, PATH starts with {host / 'bin'}\n"}
-
-KPO_DAG = """
-import pendulum
-from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.sdk import DAG
-
-with DAG("standin_kpo", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-    KubernetesPodOperator(
-        task_id="hello", name="kpo-hello", namespace="default", image="standin",
-        cmds=[{python!r}, "-c", "print('hello from the stand-in', flush=True)"],
-        labels={{"test": "kpo"}}, config_file={kubeconfig!r}, in_cluster=False,
-        get_logs=True, on_finish_action="delete_pod", startup_timeout_seconds=30)
-"""
-
-
-def test_kubernetes_pod_operator_runs_a_pod(airflow_db, standin, api, capfd, tmp_path):
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    # dag.test() runs only DAGs serialized in the metadata DB: parse the DAG from a file and store it.
-    dag_file = tmp_path / "standin_kpo.py"
-    dag_file.write_text(KPO_DAG.format(python=PY, kubeconfig=str(standin.kubeconfig)))
-    bag = DagBag(dag_folder=str(dag_file))
-    assert not bag.import_errors, bag.import_errors
-    DagBundlesManager().sync_bundles_to_db()
-    sync_bag_to_db(bag, "dags-folder", None)
-    run = bag.dags["standin_kpo"].test()
-    assert run.state == "success"
-    assert "[base] hello from the stand-in" in capfd.readouterr().out  # the task log, via structlog
-    created = [json.loads(line) for line in (standin.root / "manifests.jsonl").open()]
-    names = [m["metadata"]["name"] for m in created if m["metadata"].get("labels", {}).get("test") == "kpo"]
-    assert len(names) == 1 and names[0].startswith("kpo-hello")
-    wait_gone(api, names[0], timeout=10)  # on_finish_action="delete_pod"
-
-
-def _cgroups_of_mount():
-    from mxbench_train import cgroup
-
-    mount = cgroup.v2_mount()
-    return {p.name for p in mount.iterdir() if p.name.startswith(cgroup.PREFIX)} if mount else set()
-
-
-def test_each_pod_runs_in_a_cgroup_of_its_own_and_feels_a_busy_node(api):
-    """As a real kubelet: each pod's processes in a cgroup of their own, removed when it ends. A pod
-    whose two processes compute while two busy loops run outside it on this 2-core node reads its
-    own cgroup's pressure (it cannot see the node's processes), and the results side marks its run
-    contended by it."""
-    import subprocess
-
-    from mxbench.results import contention
-
-    before = _cgroups_of_mount()
-    show = "print(open('/proc/self/cgroup').read().splitlines()[-1])"
-    for name in ("cg-a", "cg-b"):
-        api.create_namespaced_pod("default", pod(name, show))
-    seen = {}
-    for name in ("cg-a", "cg-b"):
+    network = standin.network
+    assert network["kind"] == "vxlan", network  # root with iproute2: this machine and CI
+    read = ("import json\nfrom mxbench_train.localhost import interfaces, network_namespace\n"
+            "print(json.dumps({'netns': network_namespace(), 'interfaces': interfaces()}))")
+    api.create_namespaced_pod("default", pod("ifs-host", read, hostNetwork=True))
+    api.create_namespaced_pod("default", pod("ifs-pod", read))
+    readings = {}
+    for name in ("ifs-host", "ifs-pod"):
         assert wait_phase(api, name, "Succeeded", "Failed").status.phase == "Succeeded", log_of(api, name)
-        seen[name] = log_of(api, name).strip()
-    assert seen["cg-a"] != seen["cg-b"]
-    assert all(re.fullmatch(rf"0::/mxbench-pod-{name}-\d+-[0-9a-f]{{8}}", line) for name, line in seen.items()), seen
-    busy = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
-    watch = ("import json, subprocess, sys, time\nfrom mxbench_train import host_watch\n"
-             f"child = subprocess.Popen([sys.executable, '-c', {busy.format(s=4)!r}])\n"
-             "w = host_watch.HostWatch().start()\nend = time.time() + 3\nwhile time.time() < end: pass\n"
-             "found = w.stop()\nchild.kill()\nprint(json.dumps(found))")
-    hogs = [subprocess.Popen([PY, "-c", busy.format(s=60)]) for _ in range(2)]
-    try:
-        api.create_namespaced_pod("default", pod("cg-hogged", watch, env=[{"name": "MXBENCH_IN_POD", "value": "1"}]))
-        done = wait_phase(api, "cg-hogged", "Succeeded", "Failed", timeout=60)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-    assert done.status.phase == "Succeeded", log_of(api, "cg-hogged")
-    found = json.loads(log_of(api, "cg-hogged").strip().splitlines()[-1])
-    assert found["pressure_source"] == "the pod's own cgroup" and "foreign_cpu_s" not in found
-    row = contention.summarise([{"event": "run_end", "host": found}])
-    assert row["contended"] is True and "its own cgroup waited for a CPU" in row["contention"], found
-    for name in ("cg-a", "cg-b", "cg-hogged"):
+        readings[name] = json.loads(log_of(api, name))
         api.delete_namespaced_pod(name, "default")
-    assert _cgroups_of_mount() - before == set()
+    assert readings["ifs-host"]["interfaces"] == [{"name": "cni0", "driver": "bridge", "mtu": 1450},
+                                                  {"name": "eth0", "driver": "veth", "mtu": 1500},
+                                                  {"name": "flannel.1", "driver": "vxlan", "mtu": 1450}]
+    assert readings["ifs-pod"]["interfaces"] == [{"name": "eth0", "driver": "veth", "mtu": 1450}]
+    assert network["mtu"] == 1450
+    ours = network_namespace()
+    assert ours not in {r["netns"] for r in readings.values()}
+    assert pod_network_read(list(readings.values()), ours) == (
+        "host network: 1 network namespace(s), each with cni0 (bridge, MTU 1450), eth0 (veth, MTU 1500), "
+        "flannel.1 (vxlan, MTU 1450); pod network: 1 network namespace(s), each with eth0 (veth, MTU 1450)")
+
+
+def test_pods_on_two_nodes_talk_over_the_vxlan_overlay_and_reach_the_machine(standin, api):
+    """A pod on node 2 sends 2 MB to a pod on node 1: their addresses are in the two nodes' subnets,
+    and the bytes cross node 2's VXLAN device. Each pod reaches the machine's own namespace too."""
+    import socket
+
+    network = standin.network
+    assert network["kind"] == "vxlan", network
+    machine = netns.Network.from_json(network["underlay"]).root_address
+    with socket.create_server((machine, 0)) as listener:
+        listen = ("import os, socket\ns = socket.create_server((os.environ['IP'], 7000))\n"
+                  "print('listening', flush=True)\nc, _ = s.accept()\nn = 0\n"
+                  "while (chunk := c.recv(65536)):\n    n += len(chunk)\nprint('got', n)\n")
+        send = ("import socket, sys\nc = socket.create_connection((sys.argv[1], 7000), timeout=20)\n"
+                "c.sendall(bytes(2 << 20))\nc.close()\n"
+                f"socket.create_connection(({machine!r}, {listener.getsockname()[1]}), timeout=20).sendall(b'hi')\n")
+        env = [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        api.create_namespaced_pod("default", pod("vx-listen", listen, env=env,
+                                                 nodeSelector={"kubernetes.io/hostname": "standin-node-1"}))
+        server = wait_for(api, "vx-listen", lambda p: "listening" in (log_of(api, "vx-listen") if p.status.phase ==
+                                                                      "Running" else ""), what="listening")
+        before = vxlan_sent(network, 1)
+        api.create_namespaced_pod("default", pod("vx-send", send, args=[server.status.pod_ip],
+                                                 nodeSelector={"kubernetes.io/hostname": "standin-node-2"}))
+        listener.settimeout(20)
+        conn, (peer, _) = listener.accept()
+        assert conn.recv(2) == b"hi"
+        conn.close()
+    sender = wait_phase(api, "vx-send", "Succeeded", "Failed")
+    assert sender.status.phase == "Succeeded", log_of(api, "vx-send")
+    assert wait_phase(api, "vx-listen", "Succeeded", "Failed").status.phase == "Succeeded"
+    assert log_of(api, "vx-listen").endswith(f"got {2 << 20}\n")
+    assert peer == sender.status.pod_ip  # the machine sees the pod's own address: no NAT
+    subnets = [ipaddress.ip_network(s) for s in network["pod_subnets"]]
+    assert ipaddress.ip_address(server.status.pod_ip) in subnets[0]
+    assert ipaddress.ip_address(sender.status.pod_ip) in subnets[1]
+    assert vxlan_sent(network, 1) - before >= 2 << 20  # the payload, encapsulated
+    for name in ("vx-listen", "vx-send"):
+        api.delete_namespaced_pod(name, "default")
+
+
+def test_a_failed_pod_leaves_neither_its_namespace_nor_a_process(tmp_path):
+    for standin in _running_standin(tmp_path / "root"):
+        network = standin.network
+        assert network["kind"] == "vxlan", network
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+        # a pod that fails, and one whose child leaves its process group and would outlive it
+        api.create_namespaced_pod("default", pod("fails", "import sys; sys.exit(3)"))
+        escape = "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', 'import time; " \
+                 "time.sleep(60)'], start_new_session=True).pid); sys.exit(1)"
+        api.create_namespaced_pod("default", pod("escapes", escape))
+        for name in ("fails", "escapes"):
+            assert wait_phase(api, name, "Failed").status.container_statuses[0].state.terminated.exit_code in (1, 3)
+        deadline = time.monotonic() + 10
+        while pod_namespaces(network) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pod_namespaces(network) == []
+        escaped = int(log_of(api, "escapes"))
+        assert not alive(escaped)  # it left the pod's process group, not its cgroup nor its namespace
+
+
+def test_a_killed_standins_network_and_pods_are_swept_by_the_next_network_made(tmp_path):
+    standin = start(tmp_path / "root")
+    try:
+        network = standin.network
+        assert network["kind"] == "vxlan", network
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+        api.create_namespaced_pod("default", pod("sleeps", "import time; time.sleep(60)"))
+        wait_phase(api, "sleeps", "Running")
+        assert len(pod_namespaces(network)) == 1
+        standin.process.send_signal(signal.SIGKILL)  # no atexit, no clean-up: orphans
+        standin.process.wait()
+        assert network_left(network)
+        netns.sweep_orphans()  # what the next netns.make() does first
+        assert network_left(network) == []
+        assert not [pid for pid in standin.started_pids() if alive(pid)]  # killed with their namespace
+    finally:
+        standin.stop()
+
+
+def test_with_pod_network_none_or_no_ip_pods_share_the_machines_stack_and_it_says_why(tmp_path, monkeypatch):
+    code = "import os, socket; socket.socket().bind((os.environ['IP'], 0)); print(os.environ['IP'])"
+    env = [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    for standin in _running_standin(tmp_path / "asked", pod_network="none"):
+        assert standin.network["kind"] == "none" and standin.network["why"] == "as asked: --pod-network none"
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(standin.kubeconfig)))
+        assert api.read_node("standin-node-1").metadata.annotations["standin.mxbench/pod-network"] == \
+            "none: pods on the machine's own stack (as asked: --pod-network none)"
+        api.create_namespaced_pod("default", pod("one-stack", code, env=env))
+        done = wait_phase(api, "one-stack", "Succeeded", "Failed")
+        assert done.status.phase == "Succeeded", log_of(api, "one-stack")
+        assert re.fullmatch(r"127\.\d+\.\d+\.\d+", done.status.pod_ip)
+        assert log_of(api, "one-stack") == done.status.pod_ip + "\n"
+    # no `ip` on PATH (the stand-in and its pods' python run by absolute paths): it falls back, saying why
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for standin in _running_standin(tmp_path / "no-ip"):
+        assert standin.network["why"] == "namespaces unavailable: no `ip` on PATH: install iproute2"
+        assert "kube stand-in: pod network: none: pods on the machine's own stack (namespaces unavailable: " \
+               "no `ip` on PATH" in (standin.root / "standin.log").read_text()

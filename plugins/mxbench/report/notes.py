@@ -78,6 +78,9 @@ def conditions(folder: DagRunFolder) -> List[Condition]:
             f"ONE MACHINE: the {join_names(one_machine)} {plural(one_machine, 'launcher')} ran multi-host "
             "variants on this one machine, each host a loopback address (127.0.0.1, 127.0.0.2, ...): the "
             "hosts shared its cores and no network was crossed."))
+    pod_network = pod_network_condition(request, folder)
+    if pod_network:
+        found.append(pod_network)
     no_gpu = [name for name, target in targets.items() if not target.get("gpus_per_host")]
     if no_gpu:
         found.append(Condition(
@@ -85,6 +88,27 @@ def conditions(folder: DagRunFolder) -> List[Condition]:
             f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
             "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, not MXNet."))
     return found
+
+
+def pod_network_condition(request: dict, folder: DagRunFolder) -> Optional[Condition]:
+    """Which network the Kubernetes runs' pods ran on, as they read it themselves (their network
+    namespace and interfaces: the launcher's ``pod_network`` in each run's kubernetes.json); one
+    part per reading, naming its variants. None without a reading."""
+    variants: Dict[str, List[str]] = {}
+    for run in request.get("runs", []):
+        if run.get("launcher") == "kubernetes":
+            line = (read_json(folder.run(run["key"]).step_times("kubernetes"), {}) or {}).get("pod_network")
+            if isinstance(line, str):
+                variants.setdefault(line, [])
+                if run["variant"]["id"] not in variants[line]:
+                    variants[line].append(run["variant"]["id"])
+    if not variants:
+        return None
+    kinds = "; ".join(f"{line.split(':')[0]} ({', '.join(ids)})" for line, ids in variants.items())
+    return Condition(shorten(f"Pod network, as the pods read it: {kinds}"),
+                     "POD NETWORK, as the Kubernetes runs' pods read it (their network namespace, and each "
+                     "interface's driver and MTU, from inside the pod): "
+                     + "; ".join(f"{', '.join(ids)}: {line}" for line, ids in variants.items()) + ".")
 
 
 def quiet_condition(runs: pd.DataFrame, request: dict, folder: DagRunFolder) -> Optional[Condition]:

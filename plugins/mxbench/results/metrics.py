@@ -290,7 +290,8 @@ def _ratio_rows(runs: pd.DataFrame, ok: pd.DataFrame, pairs: List[tuple], budget
                 note = {REPLACED: f"{named} left out of the verdict and replaced by later rounds, within the budget",
                         LEFT_OUT: f"{named} left out of the verdict; the replacement budget ran out before later "
                                   f"rounds replaced them all, so it rests on the {len(rounds or [])} quiet rounds"
-                        }.get(handling or AS_MEASURED) or contended_note(every_run, launcher, ref_name, rounds, contended, target_gap)
+                        }.get(handling or AS_MEASURED)
+                note = note or contended_note(every_run, launcher, ref_name, rounds, contended, target_gap)
                 result = {**result, "verdict": f"{result['verdict']}. {note}"}
             rows.append({"variant": variant, "launcher": launcher, "reference": ref_name, **result,
                          "contended_rounds": contended_text(contended, handling) if contended else None,

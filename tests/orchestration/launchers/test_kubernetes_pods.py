@@ -5,6 +5,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from mxbench.launchers.kubernetes.pods import (
     DATA_MOUNT,
     RUN_DIR,
     pod_data_dir,
+    pod_network_of,
+    pod_network_read,
     pod_settings,
     pod_template,
     role_pod,
@@ -30,6 +33,7 @@ from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, VariantError, expand_runs, preset
 from mxbench.results.metrics import kubernetes_gap
 from mxbench.run_folder import DagRunFolder
+from mxbench_train import localhost
 from mxbench_train.errors import MxbenchError
 from mxbench_train.pod_outputs import (
     BEGIN,
@@ -181,13 +185,17 @@ def test_pod_role_prints_its_outputs_and_passes_the_exit_code_on(tmp_path):
     script = (f"import pathlib; pathlib.Path({str(out)!r}, 'rank0.log').write_text('Epoch[0] ok\\n'); "
               "print('hi'); exit(3)")
     done = subprocess.run([sys.executable, "-m", "mxbench_train", "pod-role", "--outputs", str(out), "--",
-                           sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+                           sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOSTNAME": "mxb-pod-x"})
     assert done.returncode == 3
     kept, data, skipped = read_log(done.stdout.splitlines())
     assert kept == ["hi"] and skipped == []
     dest = tmp_path / "back"
-    assert unpack(data, dest) == ["rank0.log"]
+    assert sorted(unpack(data, dest)) == ["pod-network/mxb-pod-x.json", "rank0.log"]
     assert (dest / "rank0.log").read_text() == "Epoch[0] ok\n"
+    # what the pod read of its own network, for the report (here: this process's namespace)
+    reading = json.loads((dest / "pod-network" / "mxb-pod-x.json").read_text())
+    assert reading == {"netns": localhost.network_namespace(), "interfaces": localhost.interfaces()}
     with pytest.raises(BundleError, match="cut off"):
         read_log(done.stdout.splitlines()[:-1])
     tampered = done.stdout.splitlines()
@@ -487,3 +495,28 @@ def test_the_gap_splits_into_container_and_network_parts():
     assert by_part.loc["network", "outcome"] == "slower"
     assert by_part.loc["network", "ratio"] == pytest.approx(90.2 / 99.9, rel=1e-3)
     assert kubernetes_gap(runs_frame({("v", "ssh"): ssh, ("v", "kubernetes"): pod_net})).empty  # no twin ran
+
+
+def test_the_pod_network_is_what_the_nodes_annotations_say_and_what_the_pods_read():
+    """A node's annotations: the stand-in's own line, else flannel's backend; the pods' readings of
+    their own network (untrusted: a malformed one is passed over, names cut short) in one line per stack."""
+    said = "vxlan overlay between 2 nodes: each pod a network namespace ..."
+    flannel = "flannel.alpha.coreos.com/backend-type"
+    assert pod_network_of({"standin.mxbench/pod-network": said, flannel: "x"}, 2) == said
+    assert pod_network_of({flannel: "vxlan"}, 3) == \
+        "vxlan overlay between 3 nodes: flannel's vxlan backend (the nodes' annotations)"
+    assert pod_network_of({}, 2) is None
+    veth = [{"name": "eth0", "driver": "veth", "mtu": 1450}]
+    node = [{"name": "cni0", "driver": "bridge", "mtu": 1450}, {"name": "flannel.1", "driver": "vxlan", "mtu": 1450}]
+    readings = [{"netns": "net:[1]", "interfaces": veth}, {"netns": "net:[2]", "interfaces": veth},
+                {"netns": "net:[3]", "interfaces": node}, {"netns": 7, "interfaces": veth}, "junk",
+                {"netns": "net:[4]", "interfaces": [{"name": None}]},
+                {"netns": "net:[5]", "interfaces": [{"name": "x" * 99, "driver": "d\n" * 50, "mtu": 1}]}]
+    line = pod_network_read(readings, "net:[9]")
+    assert line.startswith("pod network: 2 network namespace(s), each with eth0 (veth, MTU 1450); host network: "
+                           "1 network namespace(s), each with cni0 (bridge, MTU 1450), flannel.1 (vxlan, MTU 1450); "
+                           f"pod network: 1 network namespace(s), each with {'x' * 15} (")
+    assert len(line) < 400 and "\n" not in line
+    assert pod_network_read([{"netns": "net:[9]", "interfaces": []}], "net:[9]") == \
+        "none: the machine's own stack, the Airflow task's: 1 network namespace(s), each with lo only"
+    assert pod_network_read([], "net:[9]") is None

@@ -258,3 +258,24 @@ def test_only_a_line_shown_inside_the_band_reads_within_the_band_everywhere(band
     assert verdicts == {"cpu1-bs64": "within the band", "cpu2h-bs64": "can&#x27;t tell"}
     wide_row = svg[svg.index("data-variant='cpu2h-bs64'"):]
     assert answer.COLOURS["within the band"] not in wide_row[:wide_row.index("</g>")]  # not green
+
+
+def test_the_conditions_say_which_pod_network_the_pods_read_they_ran_on(tmp_path):
+    """The Kubernetes runs' pods read their own network (namespace, interfaces' drivers and MTUs);
+    the launcher records one line per run (kubernetes.json), the conditions box names each reading
+    with its variants: the pod network over the overlay, the node's stack for hostNetwork."""
+    from mxbench.run_folder import write_json
+
+    pod_net, host_net = variant("cpu2h-bs64"), variant("cpu2h-bs64-hostnet")
+    dag_dir = make_dag_dir(tmp_path, "pods", ok_runs(pod_net, ("kubernetes",)) + ok_runs(host_net, ("kubernetes",)))
+    readings = {"cpu2h-bs64": "pod network: 5 network namespace(s), each with eth0 (veth, MTU 1450)",
+                "cpu2h-bs64-hostnet": "host network: 2 network namespace(s), each with cni0 (bridge, MTU 1450), "
+                                      "eth0 (veth, MTU 1500), flannel.1 (vxlan, MTU 1450)"}
+    for v, line in readings.items():
+        for r in (1, 2):
+            write_json(dag_dir / f"{v}__kubernetes__r{r}" / "kubernetes.json", {"setup_s": 0.1, "pod_network": line})
+    (line,) = [c for c in notes.conditions(dag_dir) if c.short.startswith("Pod network")]
+    assert line.short == "Pod network, as the pods read it: pod network (cpu2h-bs64); host network (cpu2h-bs64-hostnet)"
+    assert line.detail == ("POD NETWORK, as the Kubernetes runs' pods read it (their network namespace, and each "
+                           f"interface's driver and MTU, from inside the pod): cpu2h-bs64: {readings['cpu2h-bs64']}; "
+                           f"cpu2h-bs64-hostnet: {readings['cpu2h-bs64-hostnet']}.")

@@ -32,6 +32,7 @@ Pod settings and manifests are pure (``pods``): configuration (the Kubernetes
 connection's extra ``mxbench_pod``), checked against ``SETTINGS_SCHEMA``; see docs/launchers.md. With an
 MXNet build under test, every pod of a run runs the build's image (``image_for``).
 """
+import json
 import sys
 import time
 import uuid
@@ -49,6 +50,8 @@ from mxbench.launchers.kubernetes.pods import (
     api_error,
     image_for,
     pod_data_dir,
+    pod_network_of,
+    pod_network_read,
     pod_template,
     role_pod,
     run_label,
@@ -58,13 +61,26 @@ from mxbench.matrix.jobs import job_for
 from mxbench.matrix.variants import Target, Variant
 from mxbench.run_folder import RunFolder
 from mxbench_train.errors import MxbenchError
+from mxbench_train.localhost import network_namespace
 from mxbench_train.plan_runner import run_plan
+from mxbench_train.pod_outputs import NETWORK_READINGS
 from mxbench_train.role_plan import Role, plan_roles
 
 STANDIN_MARK = "mxbench-standin"  # in the stand-in API server's /version
 
 
 # --- the launcher ----------------------------------------------------------------------------
+
+def network_readings(run_folder: RunFolder) -> List[dict]:
+    """The pods' readings of their own network, as unpacked from their outputs (within its caps)."""
+    readings = []
+    for path in sorted((run_folder.path / NETWORK_READINGS).glob("*.json")):
+        try:
+            readings.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return readings
+
 
 @dataclass(frozen=True)
 class Node:
@@ -73,6 +89,7 @@ class Node:
     cores: int
     gpus: int
     machine: str
+    pod_network: Optional[str] = None  # what its annotations say of the pod network (pods.pod_network_of)
 
 
 class KubernetesLauncher:
@@ -117,7 +134,8 @@ class KubernetesLauncher:
         return [Node(n.metadata.name, (n.metadata.labels or {}).get("kubernetes.io/hostname", n.metadata.name),
                      _quantity_int((n.status.allocatable or {}).get("cpu", "1")),
                      _quantity_int((n.status.allocatable or {}).get(self.settings.gpu_resource, "0")),
-                     (n.status.node_info.machine_id if n.status.node_info else "") or n.metadata.name)
+                     (n.status.node_info.machine_id if n.status.node_info else "") or n.metadata.name,
+                     pod_network_of(n.metadata.annotations or {}, len(found)))
                 for n in found]
 
     def cores_per_node(self, variant: Variant, nodes: Sequence[Node]) -> int:
@@ -147,10 +165,12 @@ class KubernetesLauncher:
             notes.append("the Kubernetes cluster is the local Kubernetes stand-in (the package standins/kube, run as "
                          "python -m standins.kube): "
                          "the real operator and client talk to a loopback API server that runs each pod as a "
-                         "process on this machine, with no container runtime, image or overlay network: its "
-                         "k8s/ssh gap is the launch path's, not Docker's or the pod network's")
+                         "process on this machine (in a network namespace of its own where it has a pod "
+                         "network), with no container runtime or image: its k8s/ssh gap is the launch path's "
+                         "and the pod network's, not Docker's")
         if here:
             notes.append(f"the nodes {', '.join(here)} are the machine Airflow runs on: they share its cores")
+        notes += [f"pod network {network}" for network in dict.fromkeys(n.pod_network for n in nodes if n.pod_network)]
         return Target(self.name, hosts=len(nodes), gpus_per_host=min(n.gpus for n in nodes),
                       on_this_machine=bool(here), notes=tuple(notes), stand_in=stand_in,
                       host_network=self.settings.allow_host_network)
@@ -234,6 +254,7 @@ class KubernetesLauncher:
                 except MxbenchError as exc:  # the run's own error matters more; the pods' deadline stops them
                     print(f"mxbench: {exc}; activeDeadlineSeconds stops them", file=sys.stderr)
             raise
+        steps.record["pod_network"] = pod_network_read(network_readings(run_folder), network_namespace())
         with steps("cleanup_s"):
             pods.delete_all()
         refused = [h.outputs_refused for h in handles if h.outputs_refused]

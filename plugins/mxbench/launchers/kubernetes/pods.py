@@ -11,6 +11,7 @@ import hashlib
 import json
 import posixpath
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -323,6 +324,49 @@ def failure_of(pod):
             why = reason or (terminated.reason if terminated.reason not in (None, "Error", "Completed") else "")
             return code if code else 1, why
     return 1, reason or "the pod failed before its container ran"
+
+
+STANDIN_POD_NETWORK = "standin.mxbench/pod-network"  # the stand-in says which pod network it made
+FLANNEL_BACKEND = "flannel.alpha.coreos.com/backend-type"  # flanneld's, on every node it runs on
+
+
+def pod_network_of(annotations: Dict[str, str], nodes: int) -> Optional[str]:
+    """What a node's annotations say of the pod network, as "<kind>: <how>" ("vxlan overlay between
+    2 nodes: ..."), None when they say nothing: the stand-in's own annotation, else flannel's."""
+    said = annotations.get(STANDIN_POD_NETWORK)
+    if said:
+        return said
+    backend = annotations.get(FLANNEL_BACKEND)
+    return f"{backend} overlay between {nodes} nodes: flannel's {backend} backend (the nodes' annotations)" \
+        if backend else None
+
+
+def pod_network_read(readings: Sequence, ours: Optional[str]) -> Optional[str]:
+    """One line of what a run's pods read of their own network (``mxbench_train pod-role`` writes each
+    pod's ``pod-network/<name>.json``: its network namespace and interfaces), per network stack seen:
+    "pod network" (namespaces of their own), "host network" (a stack holding the overlay's VXLAN
+    device: the node's) or "none" (the namespace ``ours``, the Airflow task's: the machine's own
+    stack), then its interfaces, driver and MTU. The pods wrote it: only well-formed readings count,
+    and names are cut short; None without any."""
+    stacks: Dict[str, str] = {}
+    for reading in readings:
+        if not isinstance(reading, dict):
+            continue
+        netns, ifs = reading.get("netns"), reading.get("interfaces")
+        if not isinstance(netns, str) or not isinstance(ifs, list) or \
+                not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in ifs):
+            continue
+        stacks[netns[:40]] = ", ".join(f"{_printable(i['name'], 15)} ({_printable(i.get('driver'), 16)}, "
+                                       f"MTU {_printable(i.get('mtu'), 6)})" for i in ifs[:8]) or "lo only"
+    seen = Counter((("none: the machine's own stack, the Airflow task's" if netns == ours
+                     else "host network" if "(vxlan," in interfaces else "pod network"), interfaces)
+                   for netns, interfaces in stacks.items())
+    return "; ".join(f"{kind}: {count} network namespace(s), each with {interfaces}"
+                     for (kind, interfaces), count in seen.items()) or None
+
+
+def _printable(value, width: int) -> str:
+    return re.sub(r"[^ -~]", "?", str(value))[:width]
 
 
 def _tolerated(taint, tolerations) -> bool:
