@@ -27,22 +27,30 @@ from mxbench_train.plan_runner import RoleFailed
 pytestmark = pytest.mark.slow  # MXNet jobs over two real sshd hosts in namespaces
 
 
+def once_training(run_dir, act):
+    """A started thread that calls ``act`` once worker-1 has logged a speed line (or after 120 s),
+    and a dict whose "at" is when it did (time.monotonic)."""
+    done = {}
+
+    def wait_then_act():
+        end = time.monotonic() + 120
+        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
+            time.sleep(0.2)
+        done["at"] = time.monotonic()
+        act()
+
+    thread = threading.Thread(target=wait_then_act)
+    thread.start()
+    return thread, done
+
+
 def test_a_link_taken_down_mid_run_ends_the_run_naming_host_and_link(netns_ssh_hosts, monkeypatch, cifar_rec, tmp_path):
     fleet, network = netns_ssh_hosts
     keep = {"mxbench_keep_failed_runs": True}
     params = use_hosts(monkeypatch, fleet, (keep, keep))
     run_dir = run_dir_for(tmp_path)
-    cut = {}
-
-    def cut_host2():
-        end = time.monotonic() + 120
-        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
-            time.sleep(0.2)
-        cut["at"] = time.monotonic()
-        network.set_link(1, up=False)  # host 2's switch port: silence both ways, no RST
-
-    cutter = threading.Thread(target=cut_host2)
-    cutter.start()
+    # host 2's switch port: silence both ways, no RST
+    cutter, cut = once_training(run_dir, lambda: network.set_link(1, up=False))
     try:
         with pytest.raises(RoleFailed) as failed:
             launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=600)
@@ -72,17 +80,7 @@ def test_a_link_throttled_to_a_trickle_mid_run_ends_the_run_naming_host_and_link
     fleet, network = netns_ssh_hosts
     params = use_hosts(monkeypatch, fleet)
     run_dir = run_dir_for(tmp_path)
-    throttled = {}
-
-    def throttle_host2():
-        end = time.monotonic() + 120
-        while time.monotonic() < end and "Speed:" not in _read(run_dir / "roles" / "worker-1.log"):
-            time.sleep(0.2)
-        throttled["at"] = time.monotonic()
-        network.set_rate("8kbit", host=1)
-
-    thrower = threading.Thread(target=throttle_host2)
-    thrower.start()
+    thrower, throttled = once_training(run_dir, lambda: network.set_rate("8kbit", host=1))
     try:
         with pytest.raises(RoleFailed) as failed:
             launcher(params).execute(LONG, cifar_rec, RunFolder(run_dir), deadline_s=600)
