@@ -68,9 +68,10 @@ def test_the_report_says_which_pod_network_the_runs_used(k8s_dag_run):
     """The nodes' word (the stand-in's annotation) and the pods' own reading (their namespaces and
     interfaces): pods on the overlay, hostNetwork pods on their node's stack."""
     from mxbench.report import notes
+    from mxbench.run_folder import DagRunFolder
 
     _, dag_dir = k8s_dag_run
-    details = [c.detail for c in notes.conditions(dag_dir)]
+    details = [c.detail for c in notes.conditions(DagRunFolder(dag_dir))]
     assert any(d.startswith("KUBERNETES TARGET: pod network vxlan overlay between 2 nodes: each pod a network "
                             "namespace with a veth (MTU 1450) into its node's bridge") for d in details), details
     (read,) = [d for d in details if d.startswith("POD NETWORK")]

@@ -274,7 +274,7 @@ def test_the_conditions_say_which_pod_network_the_pods_read_they_ran_on(tmp_path
     for v, line in readings.items():
         for r in (1, 2):
             write_json(dag_dir / f"{v}__kubernetes__r{r}" / "kubernetes.json", {"setup_s": 0.1, "pod_network": line})
-    (line,) = [c for c in notes.conditions(dag_dir) if c.short.startswith("Pod network")]
+    (line,) = [c for c in notes.conditions(DagRunFolder(dag_dir)) if c.short.startswith("Pod network")]
     assert line.short == "Pod network, as the pods read it: pod network (cpu2h-bs64); host network (cpu2h-bs64-hostnet)"
     assert line.detail == ("POD NETWORK, as the Kubernetes runs' pods read it (their network namespace, and each "
                            f"interface's driver and MTU, from inside the pod): cpu2h-bs64: {readings['cpu2h-bs64']}; "
