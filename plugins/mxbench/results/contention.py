@@ -101,11 +101,11 @@ class Thresholds:
         before the own cgroup's pressure and the canary: their defaults)."""
         if not isinstance(found, Mapping):
             return DEFAULTS
-        foreign, steal = _number(found.get("foreign_cores")), _number(found.get("steal"))
+        foreign, steal = reported_number(found.get("foreign_cores")), reported_number(found.get("steal"))
         if foreign is None or steal is None or foreign <= 0 or steal <= 0:
             return DEFAULTS
-        pressure, canary = _number(found.get("run_pressure")), _number(found.get("canary_s"))
-        host, excess = _number(found.get("host_pressure")), _number(found.get("own_excess"))
+        pressure, canary = reported_number(found.get("run_pressure")), reported_number(found.get("canary_s"))
+        host, excess = reported_number(found.get("host_pressure")), reported_number(found.get("own_excess"))
         aa_pressure = pressure is not None and pressure > 0 and "own_excess" in found and excess is None
         return cls(foreign, steal, str(found.get("source") or "the results store"),
                    pressure if pressure is not None and pressure > 0 else RUN_PRESSURE,
@@ -144,7 +144,7 @@ def _capped_level(runs: List[Mapping], key: str, factor: float, bounds, default)
     of the one over all runs and those over the runs of all calibrations but one, each left out in
     turn (the default where none is left), so one noisy calibration cannot raise it; a quiet one may
     lower it."""
-    values = [(str(r.get("dag_run")), v) for r in runs if (v := _number(r.get(key))) is not None]
+    values = [(str(r.get("dag_run")), v) for r in runs if (v := reported_number(r.get(key))) is not None]
     level = _level([v for _, v in values], bounds, factor)
     if level is None:
         return None, len(values)
@@ -204,7 +204,7 @@ def thresholds_for(table: Optional[Mapping], machine: Optional[Mapping], launche
     return Thresholds.from_dict(table.get(table_key(kind, launcher)))
 
 
-def _number(value) -> Optional[float]:
+def reported_number(value) -> Optional[float]:
     """A finite number a host reported, else None: what a host sends back is not trusted."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -212,13 +212,13 @@ def _number(value) -> Optional[float]:
 
 
 def _worst(values: Iterable) -> Optional[float]:
-    found = [v for v in map(_number, values) if v is not None]
+    found = [v for v in map(reported_number, values) if v is not None]
     return max(found) if found else None
 
 
 def _per_second(seconds, wall) -> Optional[float]:
     """Cores' worth of ``seconds`` of CPU over ``wall`` seconds; None when either is no number."""
-    seconds, wall = _number(seconds), _number(wall)
+    seconds, wall = reported_number(seconds), reported_number(wall)
     return seconds / wall if seconds is not None and wall else None
 
 
@@ -246,7 +246,7 @@ def run_machine(events: Iterable[dict]) -> Optional[dict]:
 def explained_pressure(threads, cpus) -> Optional[float]:
     """The share of time one of the run's own ``threads`` waits for one of ``cpus`` cores with no one
     else on the host (all busy: ``1 - cpus / threads``, 0 where they fit); None where either is unknown."""
-    threads, cpus = _number(threads), _number(cpus)
+    threads, cpus = reported_number(threads), reported_number(cpus)
     if not threads or not cpus:
         return None
     return max(0.0, 1.0 - cpus / threads)
@@ -256,7 +256,7 @@ def own_waiting(reading: Mapping, thresholds: Thresholds = DEFAULTS) -> Optional
     """Why a host reading's own cgroup waited more than its run explains, None when it did not: beyond
     the A/A level where there is one, else beyond what the run's own threads explain by ``own_excess``
     (by ``run_pressure`` where the reading does not say its threads)."""
-    pressure = _number(reading.get("run_pressure"))
+    pressure = reported_number(reading.get("run_pressure"))
     if pressure is None:
         return None
     explained = explained_pressure(reading.get("run_threads"), reading.get("cpus"))
@@ -273,7 +273,7 @@ def own_waiting(reading: Mapping, thresholds: Thresholds = DEFAULTS) -> Optional
 
 def canary_times(readings: Iterable[Mapping]) -> List[float]:
     """Every canary time the run's workers took (each one's before and after), seconds."""
-    return [v for r in readings if isinstance(r.get("canary_s"), list) for v in map(_number, r["canary_s"])
+    return [v for r in readings if isinstance(r.get("canary_s"), list) for v in map(reported_number, r["canary_s"])
             if v is not None and v > 0]
 
 
@@ -299,7 +299,7 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         return {**dict.fromkeys(COLUMNS), "contended": None,
                 "interference_unread": "no worker reported its host (a trainer from before mxbench read hosts)"}
     foreign = [_per_second(r.get("foreign_cpu_s"), r.get("wall_s")) for r in readings]
-    own = [_number(r.get("run_pressure")) for r in readings]
+    own = [reported_number(r.get("run_pressure")) for r in readings]
     gpu_foreign = sum(len(r["gpu_foreign_processes"]) for r in readings
                       if isinstance(r.get("gpu_foreign_processes"), list))
     worst_foreign, worst_steal, worst_own = _worst(foreign), _worst(r.get("steal") for r in readings), _worst(own)
@@ -320,7 +320,7 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         reasons.append(f"steal {worst_steal:.0%}")
     if gpu_foreign:
         reasons.append(f"{gpu_foreign} other process(es) on its GPUs")
-    by_pressure = sorted(readings, key=lambda r: -(_number(r.get("run_pressure")) or 0.0))
+    by_pressure = sorted(readings, key=lambda r: -(reported_number(r.get("run_pressure")) or 0.0))
     waited = next((why for r in by_pressure if (why := own_waiting(r, thresholds))), None)
     if waited:  # the host that waited most, of those beyond their level
         reasons.append(waited)
@@ -329,7 +329,8 @@ def summarise(events: Iterable[dict], thresholds: Thresholds = DEFAULTS) -> dict
         reasons.append(slow)
     # where a host read neither the other processes nor its own cgroup, its host-wide PSI is all there is,
     # judged where the hardware's A/A runs give it a level
-    unseen = [_number(r.get("cpu_pressure")) for r, f, o in zip(readings, foreign, own) if f is None and o is None]
+    unseen = [reported_number(r.get("cpu_pressure"))
+              for r, f, o in zip(readings, foreign, own) if f is None and o is None]
     judged = thresholds.host_pressure is not None and all(p is not None for p in unseen)
     worst_unseen = _worst(unseen)
     if judged and worst_unseen is not None and worst_unseen >= (thresholds.host_pressure or 0.0):

@@ -84,8 +84,8 @@ def link_bytes_per_step(events) -> Optional[float]:
     its ``run_start``'s ``batch_size``); None where no worker read it. A host's word: a value that is
     no count is passed over."""
     def count(value) -> Optional[float]:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-        return float(value) if ok else None
+        number = contention.reported_number(value)
+        return number if number is not None and number >= 0 else None
 
     batch = {e.get("rank"): count(e.get("batch_size")) for e in events if e.get("event") == "run_start"}
     per_step = []
