@@ -117,7 +117,7 @@ def run_task_round(store, dag_dir: Path, key: str, run_id: str):
     started = time.perf_counter()
     with artifacts.run_folder(DAG_ID, run_id, key, extra=task, store=store) as space:
         fetched = time.perf_counter()
-        scratch = space.path
+        scratch = space.folder.path
         shutil.copytree(dag_dir / key, scratch / key)
         ending = time.perf_counter()
     published = time.perf_counter()

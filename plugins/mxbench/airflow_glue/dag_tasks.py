@@ -11,8 +11,7 @@ folder holding what the task reads, fetched first, and what it wrote published a
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
+from typing import ContextManager
 
 from airflow.sdk import task, task_group
 
@@ -21,14 +20,12 @@ from mxbench.matrix.variants import machine_sets
 from mxbench.run_folder import DagRunFolder, RunFolder
 
 
-@contextmanager
-def dag_folder(dag_run, run_id: str, task: str, **scope) -> Iterator[DagRunFolder]:
+def dag_folder(dag_run, run_id: str, task: str, **scope) -> ContextManager[DagRunFolder]:
     """The DAG run's folder for this task, built once here and handed to the stages: what it reads
     (``scope``: see ``artifacts.dag_run``) there, what it writes published when it ends."""
     from mxbench import artifacts
 
-    with artifacts.dag_run(dag_run.dag_id, run_id, task, **scope) as path:
-        yield DagRunFolder(path)
+    return artifacts.dag_run(dag_run.dag_id, run_id, task, **scope)
 
 
 RUN_FILES_READ = (RunFolder.METRICS, RunFolder.NOTICES, RunFolder.META)  # what report and store read of each run

@@ -47,14 +47,12 @@ class RunVariantOperator(BaseOperator):
 
     def execute(self, context):
         from mxbench import artifacts
-        from mxbench.run_folder import DagRunFolder, RunFolder
 
         ti = context["ti"]
         # who ran this try: with several workers, a lost one's run is retried on another
         task = {"worker": getattr(ti, "hostname", None), "try_number": getattr(ti, "try_number", None)}
         with artifacts.run_folder(context["dag_run"].dag_id, context["run_id"], self.run["key"], extra=task) as space:
-            aside = None if space.aside is None else RunFolder(space.aside)
-            self.run_in(DagRunFolder(space.path), context, task, aside=aside)
+            self.run_in(space.folder, context, task, aside=space.aside)
 
     def run_in(self, dag_folder, context, task: dict, aside=None) -> None:
         """Hand the run over to its stage (``run_stage.run_task``) with what only Airflow knows: the

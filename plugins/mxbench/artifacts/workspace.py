@@ -13,7 +13,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from mxbench import config
 from mxbench.artifacts.object_store import Store, files_under
-from mxbench.run_folder import DagRunFolder, sha256_of
+from mxbench.run_folder import DagRunFolder, RunFolder, sha256_of
 from mxbench_train import json_input
 from mxbench_train.errors import MxbenchError
 from mxbench_train.redaction import redact
@@ -132,7 +132,7 @@ def dag_run_name(dag_id: str, run_id: str) -> str:
 @contextlib.contextmanager
 def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), all_units: bool = False,
             unit_files: Optional[Sequence[str]] = None, tables: bool = False, report_files: Sequence[str] = (),
-            store: Optional[Store] = None) -> Iterator[Path]:
+            store: Optional[Store] = None) -> Iterator[DagRunFolder]:
     """The DAG run's folder for one task on this worker. With the default store, the folder itself
     (``config.existing_dag_run_dir``). Otherwise a scratch folder: the DAG run's own files (and
     ``tables``), the units ``units`` (or every run's, ``all_units``; only the files named
@@ -141,7 +141,7 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
     task's scratch stays when its publish fails: nothing is lost)."""
     store = store or Store()
     if store.is_home:
-        yield config.existing_dag_run_dir(dag_id, run_id)
+        yield DagRunFolder(config.existing_dag_run_dir(dag_id, run_id))
         return
     name = dag_run_name(dag_id, run_id)
     # named as the DAG run's own folder: the report's title and messages name it
@@ -168,7 +168,7 @@ def dag_run(dag_id: str, run_id: str, task: str, *, units: Sequence[str] = (), a
         raise MxbenchError(f"fetching DAG run {run_id} from the artifact store {store.shown} failed: "
                            f"{type(exc).__name__}: {redact(str(exc))}") from None
     with published(space, f"DAG run {run_id}: {task}", keep=False):
-        yield scratch
+        yield DagRunFolder(scratch)
     for found in leftovers:  # published now, as interrupted: nothing to find here any more
         shutil.rmtree(found.parent, ignore_errors=True)
 
@@ -182,20 +182,20 @@ def run_scratch(name: str, key: str) -> Path:
 @contextlib.contextmanager
 def run_folder(dag_id: str, run_id: str, key: str, extra: Optional[dict] = None,
                store: Optional[Store] = None, every_s: float = 15.0) -> Iterator["RunSpace"]:
-    """The DAG run's folder for run task ``key`` (``RunSpace.path``): with the default store, the
+    """The DAG run's folder for run task ``key`` (``RunSpace.folder``): with the default store, the
     folder itself. Otherwise the run's fixed scratch folder, with the run's unit (earlier
     attempts too) fetched whole; published every ``every_s`` seconds while the task runs (so that
     a retry elsewhere finds what a lost try started, and reaps it) and when it ends, succeeded or
     failed, with ``extra`` (the task's worker and try) in its manifest."""
     store = store or Store()
     if store.is_home:
-        yield RunSpace(config.existing_dag_run_dir(dag_id, run_id))
+        yield RunSpace(DagRunFolder(config.existing_dag_run_dir(dag_id, run_id)))
         return
     name = dag_run_name(dag_id, run_id)
     scratch = run_scratch(name, key)
     scratch.mkdir(parents=True, exist_ok=True)
     space = Workspace(store, name, scratch)
-    run = RunSpace(scratch)
+    run = RunSpace(DagRunFolder(scratch))
     extra = {key: extra or {}}
     try:
         space.fetch_dag_files()
@@ -210,14 +210,15 @@ def run_folder(dag_id: str, run_id: str, key: str, extra: Optional[dict] = None,
 
 
 class RunSpace:
-    """A run task's folder of the DAG run (``path``), and ``aside``: what a try killed on this
+    """A run task's folder of the DAG run (``folder``), and ``aside``: what a try killed on this
     worker left there and a later try's publish superseded (to reap before the run starts)."""
 
-    def __init__(self, path: Path):
-        self.path, self.aside = Path(path), None
+    def __init__(self, folder: DagRunFolder):
+        self.folder: DagRunFolder = folder
+        self.aside: Optional[RunFolder] = None
 
 
-def _leftover_first(space: Workspace, key: str) -> Optional[Path]:
+def _leftover_first(space: Workspace, key: str) -> Optional[RunFolder]:
     """Settle what an earlier try on this worker left in the run's fixed scratch folder (killed
     before it could publish, or its publish failed) against what the store has. Ours is newer
     (a higher try number): it is the run's folder, and the store's is replaced by it (its older
@@ -240,7 +241,7 @@ def _leftover_first(space: Workspace, key: str) -> Optional[Path]:
     (space.path / key).replace(aside)
     print(f"mxbench: run {key}: try {ours} on this worker did not publish and try {manifest.get('try_number')} "
           f"did: ours is kept as {aside.name}")
-    return aside
+    return RunFolder(aside)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,8 @@ def test_default_store_is_this_machines_home(tmp_path, monkeypatch):
     monkeypatch.delenv("MXBENCH_ARTIFACTS", raising=False)
     store = artifacts.Store()
     assert store.is_home and store.url == f"file://{tmp_path}"
-    with artifacts.dag_run("mxbench_benchmark", "r1", "report") as folder:
+    with artifacts.dag_run("mxbench_benchmark", "r1", "report") as dag_folder:
+        folder = dag_folder.path
         assert folder == config.dag_run_dir("mxbench_benchmark", "r1")  # worked in place: nothing copied
     assert not (tmp_path / "scratch").exists()
 
@@ -83,24 +84,27 @@ def test_a_scheme_without_its_provider_is_named(monkeypatch):
 
 
 def test_a_task_works_in_scratch_and_publishes_what_it_wrote(store, tmp_path):
-    with artifacts.dag_run("d", "r", "expand_variants", store=store) as folder:
+    with artifacts.dag_run("d", "r", "expand_variants", store=store) as dag_folder:
+        folder = dag_folder.path
         assert folder.name == config.dag_run_dir("d", "r").name  # as the DAG run's folder is called
         assert config.home() / "scratch" in folder.parents
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}, {"key": "b"}]}))
     with artifacts.run_folder("d", "r", "a", extra={"worker": "w1"}, store=store) as space:
-        folder = space.path
+        folder = space.folder.path
         assert json.loads((folder / "request.json").read_text())["runs"][0]["key"] == "a"
         make_files(folder, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
     assert not (config.home() / "scratch").exists() or not any((config.home() / "scratch").iterdir())
     name = f"runs/{artifacts.dag_run_name('d', 'r')}"
     assert store.manifest(name, "a")["worker"] == "w1"
     # a later task reads both the run (all of it, or some files) and writes tables
-    with artifacts.dag_run("d", "r", "parse_logs", all_units=True, store=store) as folder:
+    with artifacts.dag_run("d", "r", "parse_logs", all_units=True, store=store) as dag_folder:
+        folder = dag_folder.path
         assert (folder / "a/rank0.log").read_text() == "log" and not (folder / "b").exists()
         make_files(folder, {"tables/runs.csv": "key\na\n", "a/metrics.json": "{}"})
     assert set(store.manifest(name, "a")["files"]) == {"a/meta.json", "a/rank0.log", "a/metrics.json"}
     with artifacts.dag_run("d", "r", "report", tables=True, all_units=True, unit_files=["meta.json"],
-                           store=store) as folder:
+                           store=store) as dag_folder:
+        folder = dag_folder.path
         assert (folder / "tables/runs.csv").read_text() == "key\na\n"
         assert (folder / "a/meta.json").is_file() and not (folder / "a/rank0.log").exists()
         make_files(folder, {"report/report.html": "<p>report</p>", "report/report.md": "# r"})
@@ -111,21 +115,25 @@ def test_a_task_works_in_scratch_and_publishes_what_it_wrote(store, tmp_path):
 
 def test_a_failed_task_still_publishes_and_raises_its_own_error(store):
     with pytest.raises(RuntimeError, match="the stage broke"):
-        with artifacts.dag_run("d", "r2", "expand_variants", store=store) as folder:
+        with artifacts.dag_run("d", "r2", "expand_variants", store=store) as dag_folder:
+            folder = dag_folder.path
             (folder / "stages.json").write_text('{"expand": "expanding the variants failed: x"}')
             raise RuntimeError("the stage broke")
-    with artifacts.dag_run("d", "r2", "parse_logs", store=store) as folder:
+    with artifacts.dag_run("d", "r2", "parse_logs", store=store) as dag_folder:
+        folder = dag_folder.path
         assert "expanding the variants failed" in (folder / "stages.json").read_text()
 
 
 def test_a_run_killed_before_it_published_is_found_on_its_worker(store):
     """Its task was SIGKILLed: nothing in the store, but its scratch on this worker says it ran;
     parsing takes it from there (and publishes it), so that it is reaped and named."""
-    with artifacts.dag_run("d", "r3", "expand_variants", store=store) as folder:
+    with artifacts.dag_run("d", "r3", "expand_variants", store=store) as dag_folder:
+        folder = dag_folder.path
         (folder / "request.json").write_text(json.dumps({"runs": [{"key": "a"}]}))
     killed = artifacts.run_scratch(artifacts.dag_run_name("d", "r3"), "a")
     make_files(killed, {"a/meta.json": '{"status": "running"}', "a/pids.json": "[]"})
-    with artifacts.dag_run("d", "r3", "parse_logs", all_units=True, store=store) as folder:
+    with artifacts.dag_run("d", "r3", "parse_logs", all_units=True, store=store) as dag_folder:
+        folder = dag_folder.path
         assert json.loads((folder / "a/meta.json").read_text())["status"] == "running"
     assert "a/pids.json" in store.manifest(f"runs/{artifacts.dag_run_name('d', 'r3')}", "a")["files"]
 
@@ -193,10 +201,11 @@ def test_a_run_folder_from_another_machine_never_signals_pids_here(tmp_path):
 def test_mxbench_fetch_copies_a_published_dag_run_out(store, tmp_path, capsys):
     from mxbench.cli import main
 
-    with artifacts.dag_run("d", "r9", "expand_variants", store=store) as folder:
+    with artifacts.dag_run("d", "r9", "expand_variants", store=store) as dag_folder:
+        folder = dag_folder.path
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}, {"key": "b"}]}))
     with artifacts.run_folder("d", "r9", "a", store=store) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "ok"}'})
     assert main(["fetch", "d", "r9", "--to", str(tmp_path / "copy")]) == 0
     out = capsys.readouterr().out
     copy = tmp_path / "copy" / artifacts.dag_run_name("d", "r9")
@@ -207,21 +216,25 @@ def test_mxbench_fetch_copies_a_published_dag_run_out(store, tmp_path, capsys):
 
 
 def test_a_task_that_read_part_of_a_run_keeps_the_rest_when_it_writes_there(store):
-    with artifacts.dag_run("d", "r5", "expand_variants", store=store) as folder:
+    with artifacts.dag_run("d", "r5", "expand_variants", store=store) as dag_folder:
+        folder = dag_folder.path
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": "a"}]}))
     with artifacts.run_folder("d", "r5", "a", store=store) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "log"})
     with artifacts.dag_run("d", "r5", "store_results", all_units=True, unit_files=["meta.json"],
-                           store=store) as folder:
+                           store=store) as dag_folder:
+        folder = dag_folder.path
         make_files(folder, {"a/meta.json": '{"status": "ok", "stored": true}', "a/extra.json": "{}"})
-    with artifacts.dag_run("d", "r5", "parse_logs", all_units=True, store=store) as folder:
+    with artifacts.dag_run("d", "r5", "parse_logs", all_units=True, store=store) as dag_folder:
+        folder = dag_folder.path
         assert (folder / "a/rank0.log").read_text() == "log"  # kept, though that task never had it
         assert json.loads((folder / "a/meta.json").read_text())["stored"] is True
         assert (folder / "a/extra.json").is_file()
 
 
 def expanded(store, run_id: str, keys=("a",)) -> str:
-    with artifacts.dag_run("d", run_id, "expand_variants", store=store) as folder:
+    with artifacts.dag_run("d", run_id, "expand_variants", store=store) as dag_folder:
+        folder = dag_folder.path
         (folder / "request.json").write_text(json.dumps({"dag_id": "d", "runs": [{"key": k} for k in keys]}))
     return f"runs/{artifacts.dag_run_name('d', run_id)}"
 
@@ -231,7 +244,7 @@ def test_a_republish_cut_short_leaves_the_published_unit_whole(store, monkeypatc
     never touches an object the live manifest lists: readers still get the earlier try."""
     folder = expanded(store, "r6")
     with artifacts.run_folder("d", "r6", "a", extra={"try_number": 1}, store=store) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "failed"}', "a/rank0.log": "try 1"})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "failed"}', "a/rank0.log": "try 1"})
 
     def cut(self, pairs):
         raise ConnectionError("the store went away")
@@ -239,9 +252,10 @@ def test_a_republish_cut_short_leaves_the_published_unit_whole(store, monkeypatc
     monkeypatch.setattr(artifacts.Store, "put", cut)
     with pytest.raises(MxbenchError, match="publishing to the artifact store .* failed: ConnectionError"):
         with artifacts.run_folder("d", "r6", "a", extra={"try_number": 2}, store=store) as space:
-            make_files(space.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "try 2"})
+            make_files(space.folder.path, {"a/meta.json": '{"status": "ok"}', "a/rank0.log": "try 2"})
     monkeypatch.undo()
-    with artifacts.dag_run("d", "r6", "parse_logs", all_units=True, store=store) as folder_here:
+    with artifacts.dag_run("d", "r6", "parse_logs", all_units=True, store=store) as dag_folder:
+        folder_here = dag_folder.path
         assert (folder_here / "a/rank0.log").read_text() == "try 1"  # whole, and readable
     assert store.manifest(folder, "a")["try_number"] == 1
 
@@ -251,24 +265,25 @@ def test_a_retry_on_the_worker_whose_publish_failed_keeps_that_try(store, monkey
     it newer than the store's try 1 and uses it: nothing measured twice, nothing buried."""
     folder = expanded(store, "r7")
     with artifacts.run_folder("d", "r7", "a", extra={"try_number": 1}, store=store) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "failed", "try_number": 1}'})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "failed", "try_number": 1}'})
     real_publish = artifacts.Workspace.publish
     monkeypatch.setattr(artifacts.Workspace, "publish", lambda self, extra=None: (_ for _ in ()).throw(OSError("down")))
     with pytest.raises(MxbenchError):
         with artifacts.run_folder("d", "r7", "a", extra={"try_number": 2}, store=store, every_s=3600) as space:
-            make_files(space.path, {"a/meta.json": '{"status": "ok", "try_number": 2}'})
+            make_files(space.folder.path, {"a/meta.json": '{"status": "ok", "try_number": 2}'})
     monkeypatch.setattr(artifacts.Workspace, "publish", real_publish)
     with artifacts.run_folder("d", "r7", "a", extra={"try_number": 3}, store=store) as space:
-        assert json.loads((space.path / "a/meta.json").read_text())["status"] == "ok" and space.aside is None
+        assert json.loads((space.folder.path / "a/meta.json").read_text())["status"] == "ok" and space.aside is None
     assert store.manifest(folder, "a")["try_number"] == 3
-    with artifacts.dag_run("d", "r7", "parse_logs", all_units=True, store=store) as here:
+    with artifacts.dag_run("d", "r7", "parse_logs", all_units=True, store=store) as dag_folder:
+        here = dag_folder.path
         assert json.loads((here / "a/meta.json").read_text()) == {"status": "ok", "try_number": 2}
 
 
 def test_a_stale_try_never_publishes_over_a_later_one(store):
     folder = expanded(store, "r8")
     with artifacts.run_folder("d", "r8", "a", extra={"try_number": 2}, store=store) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "ok"}'})
     stale = artifacts.Workspace(store, artifacts.dag_run_name("d", "r8"), config.home() / "stale")
     make_files(stale.path, {"a/meta.json": '{"status": "failed"}'})
     with pytest.raises(MxbenchError, match="try 2 .* published it after this try 1 began"):
@@ -282,12 +297,12 @@ def test_a_run_is_published_while_it_runs(store):
 
     folder = expanded(store, "r10")
     with artifacts.run_folder("d", "r10", "a", extra={"try_number": 1}, store=store, every_s=0.2) as space:
-        make_files(space.path, {"a/meta.json": '{"status": "running"}', "a/remote.json": "[]"})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "running"}', "a/remote.json": "[]"})
         deadline = time.monotonic() + 10
         while store.manifest(folder, "a") is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert set(store.manifest(folder, "a")["files"]) == {"a/meta.json", "a/remote.json"}
-        make_files(space.path, {"a/meta.json": '{"status": "ok"}'})
+        make_files(space.folder.path, {"a/meta.json": '{"status": "ok"}'})
     assert json.loads(store.read_bytes(f"{folder}/" + artifacts.object_of(
         "a/meta.json", store.manifest(folder, "a")["files"]["a/meta.json"]))) == {"status": "ok"}
 

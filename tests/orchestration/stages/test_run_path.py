@@ -71,10 +71,10 @@ class Trains:
 for run, fails in zip(runs, (False, True)):
     with artifacts.run_folder("mxbench_probe", "manual__probe", run["key"], extra={{}}) as space:
         try:
-            result = run_stage.run_one(run, DagRunFolder(space.path), data, 60, launcher_for=lambda name: Trains(fails))
+            result = run_stage.run_one(run, space.folder, data, 60, launcher_for=lambda name: Trains(fails))
         except run_stage.RunFailed as exc:
             result = {{"status": "failed", "cause": str(exc)}}
-        meta = read_json(space.path / run["key"] / "meta.json")
+        meta = read_json(space.folder.path / run["key"] / "meta.json")
         print(result["status"], meta["build"]["reported"])
 print("heavy:", ",".join(m for m in ("pandas", "numpy") if m in sys.modules) or "-")
 """
