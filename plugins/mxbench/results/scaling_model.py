@@ -20,7 +20,9 @@ the bytes they sent (``metrics.link_bytes_per_step``), x_net becomes link second
 x_net·8·gradient_bytes/link_bits, gradient_bytes the measured bytes per step over x_net: the
 same size at two rates differs only there, so c_net (the share of the link's time that shows in the
 step: 1 for none hidden behind compute) is identified from the rates, not from the 1-host sizes,
-whose setups differ in more than the link. PROJECTED sizes keep the fastest measured rate.
+whose setups differ in more than the link. It counts as identified only where positive with an
+interval that excludes 0 (``identified_network``); else it is marked not identified, and why. PROJECTED
+sizes keep the fastest measured rate.
 Throughput = devices·batch_per_device / T; efficiency = T(1 device) / T.
 
 Fit: non-negative least squares on each size's mean step time (no cost is negative; a term
@@ -233,6 +235,24 @@ def _sigma(points: Sequence[Point], resid: np.ndarray, df: int) -> Tuple[float, 
         pooled = ((res_var * df if df else 0.0) + per_mean * pure_df) / (df + pure_df)
         return float(np.sqrt(pooled)), df + pure_df
     return float(np.sqrt(res_var)), df
+
+
+def identified_network(model: Fit) -> Tuple[Fit, str]:
+    """(the fit, a line on its network term) for a fit whose network term was learned from the link
+    rates: identified where the term is positive and its interval excludes 0; else the fit marks it
+    not identified, so that a PROJECTED size needing more of it than was measured gets the allowance
+    (a term fitted at 0 would claim the link costs nothing), and the line says why."""
+    j = TERMS.index("network")
+    coef, low, high = model.coef[j], model.coef_low[j], model.coef_high[j]
+    if coef > 0 and low > 0:
+        return model, (f"network: identified, {coef:.2f} of the link's time shows in the step "
+                       f"[{low:.2f}–{high:.2f}, {model.level:.0%}]")
+    why = ("the fit put it at zero" if coef <= 0 else
+           f"its {model.level:.0%} interval {low:.2f}–{high:.2f} of the link's time includes 0")
+    return (replace(model, seen=tuple(s and k != j for k, s in enumerate(model.seen))),
+            f"network: not identified ({why}: at these rates the link's cost is within the runs' noise; a slower "
+            f"rate or more repeats would show it): a PROJECTED size that needs more of it than was measured "
+            f"assumes an allowance")
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ HOST_BYTES = 250e3  # planted: bytes each host of cpu2h sends a step (half of ea
 NETWORK_SHARE = 1.0  # planted: the link's time adds to the step whole
 
 
-def step_s(variant: dict, link_bits) -> float:
+def step_s(variant: dict, link_bits, share: float) -> float:
     if variant["hosts"] > 1:
-        return COMPUTE_S + NETWORK_SHARE * 8 * HOST_BYTES / link_bits
+        return COMPUTE_S + share * 8 * HOST_BYTES / link_bits
     m = variant["workers"]
     return COMPUTE_S + DEVICE_LINK_S * (m - 1) / m
 
@@ -44,7 +44,8 @@ def worker_log(rank: int, workers: int, speed: float, sent_bytes) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_bytes=True):
+def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_bytes=True, share=NETWORK_SHARE,
+            noise=0.01):
     """A DAG run folder of ssh runs whose hosts are joined at ``rate_bits``, parsed by parse_all."""
     params = {**PARAMS, "only_variants": list(variants)}
     runs = expand_runs(params, {"ssh": Target("ssh", 2, 0)})
@@ -55,7 +56,7 @@ def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_byte
     for t, run in enumerate(runs):
         v = run["variant"]
         linked = v["hosts"] > 1
-        speed = v["workers"] * BATCH / step_s(v, rate_bits) * float(np.exp(rng.normal(0, 0.01)))
+        speed = v["workers"] * BATCH / step_s(v, rate_bits, share) * float(np.exp(rng.normal(0, noise)))
         run_dir = folder / run["key"]
         run_dir.mkdir()
         for rank in range(v["workers"]):
@@ -96,12 +97,28 @@ def test_two_link_rates_identify_the_network_term(tmp_path, capsys):
     assert 0.8 < found.model.coef[network] < 1.2  # the planted share of the link's time
     assert abs(found.model.coef[0] - COMPUTE_S) < 0.03  # at the fast rate the rest is compute
     assert "learned from runs at link rates 10 Mbit/s, 1 Gbit/s" in found.notes[0]
+    assert found.notes[1].startswith("network: identified, ")
+    assert 0 < found.model.coef_low[network] < NETWORK_SHARE < found.model.coef_high[network]
     assert not any("network" in a for c in found.curve for a in c.assumed)  # no allowance anywhere
 
     assert cli.main(["scaling", str(fast), str(slow)]) == 0
     out = capsys.readouterr().out
     assert "from the link rates (per second of link time)" in out
     assert "2 CPU workers on 2 machines at 10 Mbit/s" in out and "these DAG runs' cost" in out
+
+
+@pytest.mark.parametrize("share, noise", [(0.0, 0.01), (0.02, 0.15)])
+def test_a_link_that_does_not_show_in_the_step_is_not_identified(tmp_path, share, noise):
+    """A link whose cost is nil (share 0), or lost in the runs' noise (2% of its time, speeds spread
+    15%): the term's interval holds 0, so the model says it is not identified, and why."""
+    fast = dag_run(tmp_path / "fast", 1e9, seed=6, share=share, noise=noise)
+    slow = dag_run(tmp_path / "slow", 10e6, seed=7, variants=["cpu2h-bs64"], share=share, noise=noise)
+    [found] = scaling_tables.fitted(*pooled(fast, slow))
+    network = scaling_tables.scaling_model.TERMS.index("network")
+    assert not found.model.seen[network]
+    assert found.notes[1].startswith("network: not identified (")
+    states = scaling_tables.terms_table([found]).set_index("term")["state"]
+    assert states["network"].startswith("not identified (its interval holds 0")
 
 
 def test_one_link_rate_keeps_the_allowance_and_says_why(tmp_path):
