@@ -20,9 +20,9 @@ the bytes they sent (``metrics.link_bytes_per_step``), x_net becomes link second
 x_net·8·gradient_bytes/link_bits, gradient_bytes the measured bytes per step over x_net: the
 same size at two rates differs only there, so c_net (the share of the link's time that shows in the
 step: 1 for none hidden behind compute) is identified from the rates, not from the 1-host sizes,
-whose setups differ in more than the link. It counts as identified only where positive with an
-interval that excludes 0 (``identified_network``); else it is marked not identified, and why. PROJECTED
-sizes keep the fastest measured rate.
+whose setups differ in more than the link. It counts as identified only where the same sizes' runs
+alone put it above 0 with an interval that excludes 0 (``link_share``, ``identified_network``); else
+it is marked not identified, and why. PROJECTED sizes keep the fastest measured rate.
 Throughput = devices·batch_per_device / T; efficiency = T(1 device) / T.
 
 Fit: non-negative least squares on each size's mean step time (no cost is negative; a term
@@ -237,23 +237,56 @@ def _sigma(points: Sequence[Point], resid: np.ndarray, df: int) -> Tuple[float, 
     return float(np.sqrt(res_var)), df
 
 
+def link_share(points: Sequence[Point], level: float = LEVEL) -> Optional[Tuple[float, float, float, int]]:
+    """The share of the link's time that shows in the step, from the sizes measured at two or more
+    link rates alone (each run's step time against its link seconds, an intercept per size: what
+    else differs between sizes, the 1-host ones' setup included, cannot bias it), with its t
+    interval: (share, low, high, residual degrees of freedom); None where no size was measured at
+    two rates. With one run per rate there is no spread to judge it by: df 0, interval NaN."""
+    by_size: Dict[Config, List[Point]] = {}
+    for p in points:
+        if p.config.link_bits and p.config.gradient_bytes:
+            by_size.setdefault(replace(p.config, link_bits=None), []).append(p)
+    xs, ys = [], []
+    for same in by_size.values():
+        x = np.concatenate([np.full(len(p.speeds), features(p.config)[3]) for p in same])
+        y = np.concatenate([p.steps for p in same])
+        if np.ptp(x) > 0:
+            xs.append(x - x.mean())
+            ys.append(y - y.mean())
+    if not xs:
+        return None
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    share = float(x @ y / (x @ x))
+    df = len(x) - len(xs) - 1
+    if df < 1:
+        return share, float("nan"), float("nan"), 0
+    resid = y - share * x
+    half = stats.t.ppf(0.5 + level / 2, df) * float(np.sqrt(resid @ resid / df / (x @ x)))
+    return share, share - half, share + half, df
+
+
 def identified_network(model: Fit) -> Tuple[Fit, str]:
     """(the fit, a line on its network term) for a fit whose network term was learned from the link
-    rates: identified where the term is positive and its interval excludes 0; else the fit marks it
-    not identified, so that a PROJECTED size needing more of it than was measured gets the allowance
-    (a term fitted at 0 would claim the link costs nothing), and the line says why."""
+    rates: identified where ``link_share`` is positive with an interval that excludes 0; else the
+    fit marks the term not identified, so that a PROJECTED size needing more of it than was
+    measured gets the allowance (a term fitted near 0 would claim the link costs nothing), and the
+    line says why."""
+    found = link_share(model.points, model.level)
+    if found is None:  # network_from_links learned the rates from a size measured at two of them
+        raise ValueError("no size was measured at two link rates")
+    share, low, high, df = found
+    if df >= 1 and low > 0:
+        return model, (f"network: identified from the same size at two rates: {share:.2f} of the link's time shows "
+                       f"in the step [{low:.2f}–{high:.2f}, {model.level:.0%}, {df} degrees of freedom]")
     j = TERMS.index("network")
-    coef, low, high = model.coef[j], model.coef_low[j], model.coef_high[j]
-    if coef > 0 and low > 0:
-        return model, (f"network: identified, {coef:.2f} of the link's time shows in the step "
-                       f"[{low:.2f}–{high:.2f}, {model.level:.0%}]")
-    why = ("the fit put it at zero" if coef <= 0 else
-           f"its {model.level:.0%} interval {low:.2f}–{high:.2f} of the link's time includes 0")
+    why = ("one run per rate leaves no spread to judge the link's cost against: 2 or more repeats"
+           if df < 1 else f"{share:.2f} of the link's time, its {model.level:.0%} interval {low:.2f}–{high:.2f} "
+           f"includes 0: at these rates the link's cost is within the runs' noise; a slower rate or more repeats "
+           f"would show it")
     return (replace(model, seen=tuple(s and k != j for k, s in enumerate(model.seen))),
-            f"network: not identified ({why}: at these rates the link's cost is within the runs' noise; a slower "
-            f"rate or more repeats would show it): a PROJECTED size that needs more of it than was measured "
-            f"assumes an allowance")
-
+            f"network: not identified ({why}): a PROJECTED size that needs more of it than was measured assumes "
+            f"an allowance")
 
 @dataclass(frozen=True)
 class Projection:
