@@ -191,16 +191,28 @@ def _identified(x: np.ndarray) -> List[int]:
 
 
 def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates: int = BOOTSTRAP) -> Fit:
-    """The step-time model of one setup's sizes (``points``: at least two distinct sizes)."""
+    """The step-time model of one setup's sizes (``points``: at least two distinct sizes). Where the
+    network term is in link seconds and ``link_share`` can judge it (one size at two rates, more than
+    one run a rate), its coefficient is that share, pinned, and the other terms are fitted to what
+    it leaves: the 1-host sizes' other differences then cannot pull it."""
     points = tuple(points)
     x = np.array([features(p.config) for p in points])
     y = np.array([p.steps.mean() for p in points])
     seen = _identified(x)
-    coef_active = _nnls(x[:, seen], y)
-    active = [j for j, c in zip(seen, coef_active) if j == 0 or c > 0]
+    net = TERMS.index("network")
+    judged = link_share(points, level) if links_learned(points) and net in seen else None
+    pinned, share, share_se, share_df, share_low, share_high = False, 0.0, 0.0, 1, 0.0, 0.0
+    if judged is not None and judged[3] >= 1:
+        pinned, (share, share_low, share_high, share_df) = True, judged
+        share_se = (share_high - share) / stats.t.ppf(0.5 + level / 2, share_df)
+        share = max(share, 0.0)
+    free = [j for j in seen if not (pinned and j == net)]
+    coef_active = _nnls(x[:, free], y - share * x[:, net])
+    active = [j for j, c in zip(free, coef_active) if j == 0 or c > 0]
     coef = np.zeros(len(TERMS))
-    coef[active] = _nnls(x[:, active], y)
-    resid, df = y - x @ coef, len(points) - len(active)
+    coef[active] = _nnls(x[:, active], y - share * x[:, net])
+    coef[net] += share
+    resid, df = y - x @ coef, len(points) - len(active) - int(pinned)
     sigma, df_sigma = _sigma(points, resid, df)
     rng = np.random.default_rng(seed)
     scaled = resid * np.sqrt(len(points) / df) if df > 0 else np.zeros_like(resid)
@@ -208,9 +220,13 @@ def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates
     for b in range(replicates):
         moved = [(rng.choice(p.steps, len(p.steps)).mean() - p.steps.mean()) * _unbias(len(p.steps)) for p in points]
         y_star = x @ coef + rng.choice(scaled, len(points)) + np.array(moved)
-        boot[b, active] = _nnls(x[:, active], y_star)
+        share_b = max(share + share_se * rng.standard_t(share_df), 0.0) if pinned else 0.0
+        boot[b, active] = _nnls(x[:, active], y_star - share_b * x[:, net])
+        boot[b, net] += share_b
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
+    if pinned:  # the share's own t interval: a few hundred draws of a t on 2 df do not find its tails
+        low[net], high[net] = share_low, share_high
     return Fit(points, coef, low, high, tuple(j in seen for j in range(len(TERMS))), df_sigma, sigma, boot, level)
 
 

@@ -22,11 +22,11 @@ HOST_BYTES = 250e3  # planted: bytes each host of cpu2h sends a step (half of ea
 NETWORK_SHARE = 1.0  # planted: the link's time adds to the step whole
 
 
-def step_s(variant: dict, link_bits, share: float) -> float:
+def step_s(variant: dict, link_bits, share: float, one_host_compute: float = COMPUTE_S) -> float:
     if variant["hosts"] > 1:
         return COMPUTE_S + share * 8 * HOST_BYTES / link_bits
     m = variant["workers"]
-    return COMPUTE_S + DEVICE_LINK_S * (m - 1) / m
+    return one_host_compute + DEVICE_LINK_S * (m - 1) / m
 
 
 def worker_log(rank: int, workers: int, speed: float, sent_bytes) -> str:
@@ -45,7 +45,7 @@ def worker_log(rank: int, workers: int, speed: float, sent_bytes) -> str:
 
 
 def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_bytes=True, share=NETWORK_SHARE,
-            noise=0.01):
+            noise=0.01, one_host_compute=COMPUTE_S):
     """A DAG run folder of ssh runs whose hosts are joined at ``rate_bits``, parsed by parse_all."""
     params = {**PARAMS, "only_variants": list(variants)}
     runs = expand_runs(params, {"ssh": Target("ssh", 2, 0)})
@@ -56,7 +56,8 @@ def dag_run(folder, rate_bits, seed, variants=PARAMS["only_variants"], read_byte
     for t, run in enumerate(runs):
         v = run["variant"]
         linked = v["hosts"] > 1
-        speed = v["workers"] * BATCH / step_s(v, rate_bits, share) * float(np.exp(rng.normal(0, noise)))
+        step = step_s(v, rate_bits, share, one_host_compute)
+        speed = v["workers"] * BATCH / step * float(np.exp(rng.normal(0, noise)))
         run_dir = folder / run["key"]
         run_dir.mkdir()
         for rank in range(v["workers"]):
@@ -106,6 +107,19 @@ def test_two_link_rates_identify_the_network_term(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "from the link rates (per second of link time)" in out
     assert "2 CPU workers on 2 machines at 10 Mbit/s" in out and "these DAG runs' cost" in out
+
+
+def test_the_network_share_comes_from_the_two_rates_whatever_the_one_host_sizes_cost(tmp_path):
+    """The 1-host sizes compute in 0.1 s, the 2-host size in 0.25 s (this machine's workers share its
+    cores): no single compute term fits both, but the share of the link's time is the one the two
+    rates give (pinned), not one the misfit pulls."""
+    fast = dag_run(tmp_path / "fast", 1e9, seed=12, one_host_compute=0.1)
+    slow = dag_run(tmp_path / "slow", 10e6, seed=13, variants=["cpu2h-bs64"], one_host_compute=0.1)
+    [found] = scaling_tables.fitted(*pooled(fast, slow))
+    network = scaling_tables.scaling_model.TERMS.index("network")
+    share, low, high, _ = scaling_tables.scaling_model.link_share(found.model.points)
+    assert found.model.coef[network] == share and 0.95 < share < 1.05
+    assert (found.model.coef_low[network], found.model.coef_high[network]) == (low, high)
 
 
 @pytest.mark.parametrize("share, noise", [(0.0, 0.01), (0.02, 0.15)])
