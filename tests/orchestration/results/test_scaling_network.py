@@ -220,6 +220,9 @@ def test_the_store_keeps_each_runs_link_and_its_scaling_model_learns_the_network
     history = store.read_history(url, variant="cpu2h-bs64").set_index("run_id")
     assert set(history.loc["slow", "link_bits"]) == {10e6} and set(history.loc["fast", "link_bits"]) == {1e9}
     assert np.allclose(history["link_bytes_per_step"].astype(float), HOST_BYTES)
+    assert cli.main(["history", "cpu2h-bs64", "--url", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "link" and sorted(line.split()[-2] for line in lines[1:]) == ["1"] * 3 + ["10"] * 3
 
     assert cli.main(["scaling", "--store", "--url", url]) == 0
     out = capsys.readouterr().out
