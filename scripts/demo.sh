@@ -19,10 +19,11 @@ log=$MXBENCH_HOME/demo.log
 echo "mxbench: Airflow metadata DB and pools (log: $log)"
 scripts/airflow-init.sh >"$log" 2>&1
 # The ssh leg's hosts: two sshd (setup.sh installs openssh-server when root), each in a network
-# namespace of its own, joined by a link shaped to MXBENCH_DEMO_LINK_RATE (default 1gbit); where
-# namespaces cannot be made, on 127.0.0.1 and 127.0.0.2, and the report says so. They are the
-# Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is skipped and the
-# report says why.
+# namespace of its own, joined by a link shaped to MXBENCH_DEMO_LINK_RATE (default 1gbit) and by a
+# second, "slow" one (MXBENCH_DEMO_SLOW_LINK_RATE, default 4mbit: the cpu-link preset's, idle
+# otherwise); where namespaces cannot be made, on 127.0.0.1 and 127.0.0.2, and the report says so.
+# They are the Airflow connections mxbench_ssh_1 and mxbench_ssh_2. Without sshd the leg is skipped
+# and the report says why.
 cleanup() {
   python -m standins.sshd stop --root "$MXBENCH_HOME/sshd" >/dev/null 2>&1 || true
   python -m standins.kube stop --root "$MXBENCH_HOME/kube" >/dev/null 2>&1 || true
@@ -35,7 +36,8 @@ if ! reason=$(python -m standins.sshd check); then
 else
   extra=$(python -c 'import json, sys; print(json.dumps({"mxbench_python": sys.argv[1]}))' "$PWD/.venv/train/bin/python")
   if exports=$(python -m standins.sshd start --root "$MXBENCH_HOME/sshd" --extra "$extra" \
-      --link-rate "${MXBENCH_DEMO_LINK_RATE:-1gbit}" 2>>"$log"); then
+      --link-rate "${MXBENCH_DEMO_LINK_RATE:-1gbit}" --link "slow=${MXBENCH_DEMO_SLOW_LINK_RATE:-4mbit}" \
+      2>>"$log"); then
     eval "$exports"
     echo "mxbench: ssh leg: $(python -m standins.sshd describe --root "$MXBENCH_HOME/sshd"); stopped when the demo ends"
   else

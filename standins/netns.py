@@ -8,6 +8,11 @@ machine's own namespace (where Airflow runs) reaches the hosts through one more 
 bridge. Addresses come from the benchmarking range 198.18.0.0/15 (RFC 2544): one /24 per network,
 one no route of this machine's own namespace already covers.
 
+A network may also give every host more links (``links``: name -> rate), like a second NIC: each
+another veth (``eth1``, ``eth2``, ...) into a bridge of its own in the switch namespace, shaped to
+its rate, with a /24 of its own that only the hosts reach (the machine's own namespace keeps to the
+first link, which carries SSH).
+
 What is simplified: one machine's CPUs and memory serve every "host"; the link has a rate but no
 delay or loss (this kernel has no ``netem``); the bridge is an ideal switch.
 
@@ -33,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 BENCHMARK_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -123,6 +128,8 @@ class Network:
     subnet: str        # "198.18.7.0/24"
     rate: str          # "1gbit": each host port's rate, each way
     count: int         # how many hosts
+    # the hosts' other links, in order (eth1, eth2, ...): name -> {"rate": "4mbit", "subnet": "198.18.8.0/24"}
+    links: dict = field(default_factory=dict)
 
     @property
     def switch(self) -> str:
@@ -148,6 +155,11 @@ class Network:
         net = ipaddress.ip_network(self.subnet)
         return [str(net[2 + i]) for i in range(self.count)]
 
+    def link_addresses(self, name: str) -> list[str]:
+        """The hosts' addresses on their link ``name`` (of ``links``)."""
+        net = ipaddress.ip_network(self.links[name]["subnet"])
+        return [str(net[2 + i]) for i in range(self.count)]
+
     def exec_argv(self, i: int) -> list[str]:
         """Put before a command line to run it in host i's network namespace. Not `ip netns exec`:
         that also gives the command a mount namespace with a fresh /sys, without the cgroup mounts,
@@ -155,20 +167,22 @@ class Network:
         return ["nsenter", f"--net=/var/run/netns/{self.namespace(i)}", "--"]
 
     def describe(self) -> str:
+        others = "".join(f"; a second link '{name}' into a bridge of its own, shaped to {link['rate']}, addresses "
+                         f"{link['subnet']}" for name, link in self.links.items())
         return (f"network namespaces joined by a bridge, each host's link shaped to {self.rate} each way "
-                f"(tbf; no delay or loss), addresses {self.subnet}")
+                f"(tbf; no delay or loss), addresses {self.subnet}{others}")
 
     def to_json(self) -> dict:
         return {"kind": "netns", "rate": self.rate, "prefix": self.prefix, "root_link": self.root_link,
-                "subnet": self.subnet, "count": self.count}
+                "subnet": self.subnet, "count": self.count, "links": self.links}
 
     @classmethod
     def from_json(cls, d: dict) -> "Network":
-        return cls(d["prefix"], d["root_link"], d["subnet"], d["rate"], int(d["count"]))
+        return cls(d["prefix"], d["root_link"], d["subnet"], d["rate"], int(d["count"]), d.get("links") or {})
 
     def set_rate(self, rate: str, host: Optional[int] = None) -> None:
-        """Shape every host's link to ``rate`` from now on, each way; with ``host`` (0-based), that
-        host's alone (a fault: the network's ``rate`` stays what the others have)."""
+        """Shape every host's (first) link to ``rate`` from now on, each way; with ``host`` (0-based),
+        that host's alone (a fault: the network's ``rate`` stays what the others have)."""
         burst = _burst(rate_bits(rate))
         for i in range(self.count) if host is None else [host]:
             for where, dev in ((self.namespace(i), "eth0"), (self.switch, f"host{i + 1}")):
@@ -241,13 +255,16 @@ def sweep_orphans() -> list[str]:
     return removed
 
 
-def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
+def make(count: int = 2, rate: str = "1gbit", detach: bool = False, links: Optional[dict] = None) -> Network:
     """Make ``count`` host namespaces joined by a bridge, every port shaped to ``rate``; the
-    machine's own namespace gets ``.1`` of the network's /24, the hosts ``.2``, ``.3``, ..."""
+    machine's own namespace gets ``.1`` of the network's /24, the hosts ``.2``, ``.3``, ...
+    ``links`` (name -> rate): more links of every host, each a bridge of its own (``_add_link``)."""
     reason = unavailable()
     if reason:
         raise RuntimeError(f"cannot make network namespaces: {reason}")
     bits = rate_bits(rate)
+    for other in (links or {}).values():
+        rate_bits(other)
     sweep_orphans()  # before choosing a subnet: an orphan's route would keep its /24 taken
     n = next(_count)
     pid = os.getpid()
@@ -274,9 +291,31 @@ def make(count: int = 2, rate: str = "1gbit", detach: bool = False) -> Network:
             run("ip", "-n", ns, "link", "set", "lo", "up")
             for where, dev in ((ns, "eth0"), (sw, port)):  # the host's sending and its receiving
                 _shape(where, dev, rate, burst)
+        for k, (name, other) in enumerate((links or {}).items(), start=1):
+            _add_link(net, k, name, other)
     except BaseException:
         net.remove()
         raise
     if not detach:
         atexit.register(net.remove)
     return net
+
+
+def _add_link(net: Network, k: int, name: str, rate: str) -> None:
+    """Every host's ``eth<k>`` into bridge ``br<k>`` of the switch, each port shaped to ``rate``, on
+    the k-th /24 after the network's: only the hosts are on it, so no route of this machine's own
+    namespace can clash with it."""
+    subnets = list(BENCHMARK_RANGE.subnets(new_prefix=24))
+    subnet = subnets[(subnets.index(ipaddress.ip_network(net.subnet)) + k) % len(subnets)]
+    net.links[name] = {"rate": rate, "subnet": str(subnet)}
+    sw, bridge, burst = net.switch, f"br{k}", _burst(rate_bits(rate))
+    run("ip", "-n", sw, "link", "add", bridge, "type", "bridge")
+    run("ip", "-n", sw, "link", "set", bridge, "up")
+    for i, address in enumerate(net.link_addresses(name)):
+        ns, dev, port = net.namespace(i), f"eth{k}", f"host{i + 1}l{k}"
+        run("ip", "link", "add", "name", dev, "netns", ns, "type", "veth", "peer", "name", port, "netns", sw)
+        run("ip", "-n", sw, "link", "set", port, "master", bridge, "up")
+        run("ip", "-n", ns, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", dev)
+        run("ip", "-n", ns, "link", "set", dev, "up")
+        for where, side in ((ns, dev), (sw, port)):
+            _shape(where, side, rate, burst)

@@ -5,7 +5,9 @@ public-key authentication only. By default it listens on one loopback address (1
 127.0.0.2, ...) and a free port: the hosts share one network stack and no traffic between them
 crosses a link. With ``link_rate`` (e.g. "1gbit") each host is instead a network namespace of its
 own (``standins.netns``), listening on port 22 of its 198.18.x.y address, the hosts joined by a
-link shaped to that rate, so what their roles send each other crosses it. Where namespaces cannot
+link shaped to that rate, so what their roles send each other crosses it; ``links`` (name -> rate,
+e.g. {"slow": "4mbit"}) gives every host another link of its own rate, a second NIC, which each
+connection lists in its extra ``mxbench_links`` (a variant that names the link runs over it). Where namespaces cannot
 be made, the fleet falls back to loopback hosts and ``fleet.network`` says why. One client key
 (ed25519, no passphrase) is authorized on all of them. Stdlib only (and ``mxbench_train.localhost``
 and ``standins.netns``, stdlib only); no Airflow import.
@@ -238,7 +240,14 @@ class Fleet:
                           "look_for_keys": "false", "mxbench_workdir": str(h.workdir),
                           **({"mxbench_network": network} if network else {}),
                           **({"mxbench_link_rate": self.network["rate"]} if self.network["kind"] == "netns" else {}),
+                          **({"mxbench_links": self.links_of(i)} if self.network.get("links") else {}),
                           **extra}}
+
+    def links_of(self, i: int) -> dict:
+        """Host i's other links as its connection's ``mxbench_links``: name -> {address, rate}."""
+        network = netns.Network.from_json(self.network)
+        return {name: {"address": network.link_addresses(name)[i], "rate": link["rate"]}
+                for name, link in network.links.items()}
 
     def airflow_env(self, conn_ids: Iterable[str] = DEFAULT_CONN_IDS, **extra) -> dict[str, str]:
         """{"AIRFLOW_CONN_<ID>": json of connection(i)} for the first len(conn_ids) hosts."""
@@ -440,12 +449,13 @@ def _start_host(root: Path, name: str, address: str, version: tuple[int, int], d
 
 
 def start(root: Path, addresses: Iterable[str] = DEFAULT_ADDRESSES, user: Optional[str] = None,
-          detach: bool = False, link_rate: Optional[str] = None) -> Fleet:
+          detach: bool = False, link_rate: Optional[str] = None, links: Optional[dict] = None) -> Fleet:
     """Start one sshd per address ("host1", "host2", ...) under root; the Fleet to stop them.
 
     link_rate (e.g. "1gbit"): as many hosts as addresses, each in a network namespace of its own
     joined by links of that rate (the addresses then are the namespaces'); where namespaces cannot
-    be made, the loopback addresses, with the reason in ``fleet.network["why"]``.
+    be made, the loopback addresses, with the reason in ``fleet.network["why"]``. ``links`` (name ->
+    rate; with link_rate): every host's other links (``netns.make``).
 
     detach=False (library): each sshd also gets SIGTERM when the thread that called start()
     exits (PR_SET_PDEATHSIG), so a killed test run does not leave listeners behind.
@@ -468,7 +478,7 @@ def start(root: Path, addresses: Iterable[str] = DEFAULT_ADDRESSES, user: Option
     if link_rate is not None:
         netns.rate_bits(link_rate)  # a wrong rate is the caller's mistake, not a reason to fall back
         try:
-            network = netns.make(len(addresses), link_rate, detach=detach)
+            network = netns.make(len(addresses), link_rate, detach=detach, links=links)
         except RuntimeError as e:
             fleet.network = {"kind": "loopback", "why": str(e)}
     if network is not None:
@@ -492,11 +502,12 @@ def _exports(env: dict[str, str]) -> str:
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
 
-def _same_network(fleet: Fleet, addresses: list[str], link_rate: Optional[str]) -> bool:
+def _same_network(fleet: Fleet, addresses: list[str], link_rate: Optional[str], links: dict) -> bool:
     """The recorded fleet is what this `start` asks for (a fallback is asked again)."""
     if link_rate is None:
         return fleet.network == {"kind": "loopback"} and [h.address for h in fleet.hosts] == addresses
-    return fleet.network.get("rate") == link_rate and len(fleet.hosts) == len(addresses)
+    recorded = {name: link["rate"] for name, link in (fleet.network.get("links") or {}).items()}
+    return fleet.network.get("rate") == link_rate and len(fleet.hosts) == len(addresses) and recorded == links
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -512,6 +523,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     st.add_argument("--link-rate", default=None,
                     help="hosts in network namespaces joined by links of this rate (e.g. 1gbit); "
                          "loopback addresses where namespaces cannot be made")
+    st.add_argument("--link", action="append", default=[], metavar="NAME=RATE",
+                    help="with --link-rate: every host gets another link NAME of this rate (e.g. slow=4mbit), "
+                         "listed in its connection's mxbench_links")
     sp = sub.add_parser("stop", help="stop the fleet recorded in ROOT/fleet.json")
     sp.add_argument("--root", required=True, type=Path)
     sub.add_parser("check", help='print "ok" or why sshd cannot be started here')
@@ -547,15 +561,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not isinstance(extra, dict):
         ap.error("--extra must be a JSON object")
     addresses = [a for a in args.addresses.split(",") if a]
+    links = dict(link.split("=", 1) for link in args.link if "=" in link)
+    if len(links) != len(args.link):
+        ap.error("--link is NAME=RATE, like slow=4mbit")
     fleet = Fleet.load(root)
-    if fleet is not None and fleet.alive() and _same_network(fleet, addresses, args.link_rate) \
+    if fleet is not None and fleet.alive() and _same_network(fleet, addresses, args.link_rate, links) \
             and (args.user is None or args.user == fleet.user):
         pass  # reuse
     else:
         if fleet is not None:
             fleet.stop()
         try:
-            fleet = start(root, addresses, user=args.user, detach=True, link_rate=args.link_rate)
+            fleet = start(root, addresses, user=args.user, detach=True, link_rate=args.link_rate,
+                          links=links)
         except RuntimeError as e:
             print(f"mxbench: {e}", file=sys.stderr)
             return 1

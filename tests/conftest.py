@@ -128,12 +128,13 @@ def ssh_hosts(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def netns_ssh_hosts(tmp_path_factory):
-    """Two real sshd, each in a network namespace of its own, joined by a link shaped to 1 Gbit/s
-    (standins.netns): (fleet, network). Nothing of either is left at teardown."""
+    """Two real sshd, each in a network namespace of its own, joined by a link shaped to 1 Gbit/s,
+    and by a second, ``slow`` one at 4 Mbit/s (standins.netns; the cpu-link preset's): (fleet,
+    network). Nothing of either is left at teardown."""
     from mxbench_train.localhost import is_running as alive
     from standins import netns, sshd
 
-    fleet = sshd.start(tmp_path_factory.mktemp("sshd-netns"), link_rate="1gbit")
+    fleet = sshd.start(tmp_path_factory.mktemp("sshd-netns"), link_rate="1gbit", links={"slow": "4mbit"})
     assert fleet.network["kind"] == "netns", fleet.network  # root with iproute2: this machine and CI
     network = netns.Network.from_json(fleet.network)
     try:

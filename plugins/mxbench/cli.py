@@ -237,6 +237,7 @@ def scaling_of_store(args) -> int:
 def cmd_history(args) -> int:
     from mxbench import store
     from mxbench.report.builds_view import machine_text
+    from mxbench.results.scaling_model import rate_text
 
     url = args.url or store.default_url()
     found = store.read_history(url, args.variant, args.launcher, args.fingerprint)
@@ -245,10 +246,12 @@ def cmd_history(args) -> int:
         return 1
     names = store.machine_names(url)
     shown = found.assign(measured_at=found["measured_at"].map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
-                         machine=found["environment"].map(lambda fp: machine_text(fp, names)))
-    # build: what ran (the version the trainer reported), which need not be the package asked for
+                         machine=found["environment"].map(lambda fp: machine_text(fp, names)),
+                         link=found["link_bits"].map(lambda bits: rate_text(bits) if bits == bits and bits else None))
+    # build: what ran (the version the trainer reported), which need not be the package asked for;
+    # link: the rate of the link between its hosts, where it crossed one that said (revision 0011)
     columns = ["measured_at", "dag_id", "run_id", "trigger", "mxnet_package", "build", "runtime", "launcher", "repeat",
-               "machine", "status", "samples_per_sec"]
+               "machine", "status", "samples_per_sec", "link"]
     print(shown[columns].astype(object).where(shown[columns].notna(), "-").to_string(index=False))
     return 0
 
@@ -366,7 +369,8 @@ def build_parser():
     p.set_defaults(func=cmd_scaling)
     p = sub.add_parser("history", help="every stored repeat of a variant, oldest first (the results store), with "
                                        "the build asked for (mxnet_package), the one that ran (build: the version "
-                                       "the trainer reported) and the interpreter or image (runtime)")
+                                       "the trainer reported), the interpreter or image (runtime) and the rate of "
+                                       "the link between its hosts (link)")
     series_arguments(p)
     p.set_defaults(func=cmd_history)
     p = sub.add_parser("builds", help="what each MXNet build did to a variant's speed: per launcher, machine and "

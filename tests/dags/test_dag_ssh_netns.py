@@ -1,7 +1,9 @@
 """The ssh leg through dag.test() over hosts with a network between them: two sshd, each in a
 network namespace of its own, joined by a link shaped to 1 Gbit/s (standins.netns). The two-host
 dist_sync job's pushes and pulls cross that link, and the report's conditions say which network
-the leg crossed. Nothing of the network is left once the fleet stops.
+the leg crossed. Nothing of the network is left once the fleet stops. The hosts' second link (4
+Mbit/s) carries the cpu-link preset's twin, and the scaling model of that one DAG run learns the
+network term from the two rates.
 """
 import json
 import subprocess
@@ -10,6 +12,8 @@ import pandas as pd
 import pytest
 
 from conftest import run_dag, train_python
+from mxbench.report import scaling_tables
+from mxbench.run_folder import read_json
 from standins import netns
 
 pytestmark = pytest.mark.slow  # dag.test() runs over real sshd in namespaces
@@ -70,3 +74,27 @@ def test_the_run_records_its_link_rate_and_the_bytes_its_hosts_read(netns_dag_ru
     batches = 1000 // 64 // 2  # each worker's, of 1000 synthetic images in one epoch
     read = run["link_bytes_per_step"] * batches
     assert 0.3 * max(sent) < read <= 1.02 * max(sent), (read, sent)
+
+
+LINK_CONF = {"preset": "cpu-link", "launchers": ["ssh"], "repeats": 2, "epochs": 1, "synthetic_images": 1000}
+
+
+def test_one_dag_run_over_both_links_identifies_the_network_term(airflow_db, netns_ssh_hosts):
+    """The cpu-link preset: cpu2h-bs64 over the hosts' default link (1 Gbit/s) and its twin over
+    their slow one (4 Mbit/s, each connection's mxbench_links), in one DAG run; its roles bind the
+    slow link's addresses, each run records its own rate, and the scaling model of this run alone
+    learns the network term from them, positive with an interval that excludes 0 (two rounds: one
+    run a rate leaves no spread to judge it by)."""
+    fleet, network = netns_ssh_hosts
+    run, dag_dir = run_dag(LINK_CONF, fleet.airflow_env(mxbench_python=train_python()))
+    assert run.state == "success"
+    runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("variant")
+    assert (runs["status"] == "ok").all(), runs["status"]
+    assert set(runs.loc["cpu2h-bs64", "link_bits"]) == {1e9} and set(runs.loc["cpu2h-bs64-slow", "link_bits"]) == {4e6}
+    plan = json.loads((dag_dir / "cpu2h-bs64-slow__ssh__r1" / "plan.json").read_text())
+    assert {p["host"] for p in plan} == set(network.link_addresses("slow"))
+    assert runs.loc["cpu2h-bs64-slow", "samples_per_sec"].max() < runs.loc["cpu2h-bs64", "samples_per_sec"].min()
+
+    [found] = scaling_tables.models(pd.read_csv(dag_dir / "tables" / "runs.csv"), read_json(dag_dir / "request.json"))
+    assert found.notes[0].startswith("network: learned from runs at link rates 4 Mbit/s, 1 Gbit/s")
+    assert found.notes[1].startswith("network: identified from the same size at two rates: "), found.notes

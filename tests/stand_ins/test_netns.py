@@ -89,6 +89,40 @@ def test_hosts_answer_over_ssh_in_namespaces_of_their_own_behind_a_shaped_link(t
     fleet.stop()  # idempotent
 
 
+def test_a_second_link_joins_the_hosts_on_addresses_of_its_own_shaped_to_its_rate(tmp_path):
+    """``--link slow=4mbit``: every host's eth1 into a bridge of its own, shaped to 4 Mbit/s both
+    ways, on a /24 only the hosts reach; each connection lists it in ``mxbench_links``; a start that
+    asks for the same links reuses the fleet; stop leaves nothing of either link."""
+    root = tmp_path / "fleet"
+    argv = [*SSHD_CLI, "start", "--root", str(root), "--link-rate", "1gbit", "--link", "slow=4mbit"]
+    started = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    fleet = sshd.Fleet.load(root)
+    try:
+        assert started.returncode == 0, started.stderr
+        network = netns.Network.from_json(fleet.network)
+        slow = network.link_addresses("slow")
+        assert network.links["slow"]["rate"] == "4mbit" and network.links["slow"]["subnet"] != network.subnet
+        assert fleet.connection(1)["extra"]["mxbench_links"] == {"slow": {"address": slow[1], "rate": "4mbit"}}
+        assert "a second link 'slow' into a bridge of its own, shaped to 4mbit" in fleet.describe_network()
+        # host 1 reaches host 2 over the slow link: host 2's stack answers there (sshd listens on the
+        # first link's address only, so it refuses: ECONNREFUSED, not a timeout or no route)
+        errno = _ssh(fleet, fleet.hosts[0], f"{sys.executable} -c \"import socket; s = socket.socket(); "
+                     f"s.bind(('{slow[0]}', 0)); s.settimeout(5); print(s.connect_ex(('{slow[1]}', 22)))\"")
+        assert errno.strip() == "111", errno
+        for i in range(2):
+            for where, dev in ((network.namespace(i), "eth1"), (network.switch, f"host{i + 1}l1")):
+                shown = subprocess.run(["tc", "-n", where, "qdisc", "show", "dev", dev], capture_output=True,
+                                       text=True, check=True).stdout
+                assert "tbf" in shown and "rate 4Mbit" in shown, (where, dev, shown)
+        again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and sshd.Fleet.load(root).network == fleet.network  # reused
+    finally:
+        subprocess.run([*SSHD_CLI, "stop", "--root", str(root)], capture_output=True, timeout=120)
+        if fleet is not None:
+            fleet.stop()
+    _gone(fleet, network)
+
+
 def test_cli_fleet_in_namespaces_is_removed_by_stop(tmp_path):
     root = tmp_path / "fleet"
     started = subprocess.run([*SSHD_CLI, "start", "--root", str(root), "--link-rate", "10gbit"],

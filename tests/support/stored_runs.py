@@ -18,7 +18,7 @@ OTHER_CPU_BOX = {**CPU_BOX, "host": "box-2", "cpu_model": "Intel Xeon 8375C", "c
 GPU_BOX = {**CPU_BOX, "gpu": {"available": True, "driver": "535.104", "cuda": "12.2",
                               "gpus": [{"index": i, "name": "Tesla V100-SXM2-16GB"} for i in range(8)]}}
 CPU_FP = store.fingerprint(CPU_BOX)[0]
-HEAD = "0010"  # the newest migration
+HEAD = "0011"  # the newest migration
 OTHER_FP = store.fingerprint(OTHER_CPU_BOX)[0]
 
 

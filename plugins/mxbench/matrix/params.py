@@ -19,7 +19,9 @@ PARAMS_SCHEMA: Dict[str, dict] = {
     "preset": {"default": "cpu-demo", "type": "string", "enum": list(PRESETS), "title": "Matrix preset",
                "description": "seed: the study's six GPU setups (ResNet-110, 300 epochs); seed-k8s: its "
                               "Kubernetes-vs-ssh study (4 GPUs device, dist_sync on 1 and 2 machines, hostNetwork); "
-                              "cpu-demo: a small CPU matrix that runs in minutes on any machine; aa-calibration: "
+                              "cpu-demo: a small CPU matrix that runs in minutes on any machine; cpu-link: its "
+                              "2-host variant over the ssh hosts' default link and their 'slow' one (mxbench_links), "
+                              "so that the scaling model learns the network from the two rates; aa-calibration: "
                               "three of cpu-demo's variants, each launcher against itself (A/A calibration); "
                               "convergence: one CPU model at batch sizes 128, 200 and 256, timed to a target "
                               "accuracy (time to accuracy).",
@@ -41,8 +43,8 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                                        "uses the first n; the first runs the scheduler. Only connections marked "
                                        "for mxbench (id mxbench_..., or \"mxbench\": true in the extra). Extras: "
                                        "mxbench_python, mxbench_workdir, mxbench_data_dir, mxbench_address, "
-                                       "mxbench_env, host_key (no_host_key_check: true turns checking off), "
-                                       "allow_agent.",
+                                       "mxbench_env, mxbench_link_rate, mxbench_links, host_key "
+                                       "(no_host_key_check: true turns checking off), allow_agent.",
                         "section": "Machines"},
     "kubernetes_connection": {"default": DEFAULT_KUBERNETES_CONNECTION, "type": "string",
                               "pattern": r"^[A-Za-z0-9_.-]{1,200}$", "title": "Kubernetes cluster (connection id)",

@@ -27,7 +27,8 @@ MACHINE_SETS_ENV = "MXBENCH_MACHINE_SETS"  # e.g. {"local": ["local"], "gpu_host
 DEFAULT_SSH_CONNECTIONS = ("mxbench_ssh_1", "mxbench_ssh_2")
 DEFAULT_KUBERNETES_CONNECTION = "mxbench_kubernetes"
 DEPTHS = (8, 14, 20, 32, 44, 56, 110)  # CIFAR ResNet depths, 6n+2
-PRESETS = ("cpu-demo", "seed", "seed-k8s", "aa-calibration", "convergence")
+PRESETS = ("cpu-demo", "cpu-link", "seed", "seed-k8s", "aa-calibration", "convergence")
+SLOW_LINK = "slow"  # the cpu-link preset's second link: the name in each ssh connection's mxbench_links
 ARM_B = "-b"  # an A/A calibration's second arm of a launcher: local-b runs like local, compared with it
 HOST_NETWORK_SUFFIX = "-hostnet"  # a variant's twin that runs its pods with hostNetwork: true
 SYNTHETIC = "synthetic"
@@ -78,6 +79,7 @@ class Variant:
     disp_batches: int = 20
     host_network: bool = False  # Kubernetes only: pods on the node's network, not the pod network
     launchers: Tuple[str, ...] = ()  # the only launchers it runs under; empty: every chosen one
+    link: str = ""  # ssh: the hosts' link its roles talk over, by its name in mxbench_links; "": their default
 
     @property
     def devices(self) -> int:
@@ -159,6 +161,18 @@ def cpu_demo_preset() -> List[Variant]:
     return variants
 
 
+def cpu_link_preset() -> List[Variant]:
+    """The 2-host variant over two links of the same ssh hosts: their default one and their
+    ``slow`` one (each connection's ``mxbench_links``; the demo's hosts have both), in the same
+    rounds, so that the scaling model of this one DAG run learns the network term from the two rates
+    (``mxbench scaling RUN_DIR``); cpu1-bs64 is the model's third size."""
+    demo = {v.id: v for v in cpu_demo_preset()}
+    two_hosts = demo["cpu2h-bs64"]
+    return [demo["cpu1-bs64"], two_hosts,
+            replace(two_hosts, id=f"cpu2h-bs64-{SLOW_LINK}", setup=f"{two_hosts.setup}, {SLOW_LINK} link",
+                    link=SLOW_LINK, launchers=("ssh",))]
+
+
 def convergence_preset() -> List[Variant]:
     """The seed's batch-size question, timed to accuracy (``convergence``): one model (ResNet-8, on
     the CPU) at batch 128, 200 and 256, for enough epochs that validation accuracy climbs past the
@@ -173,6 +187,8 @@ def preset(name: str) -> List[Variant]:
         return seed_preset()
     if name == "cpu-demo":
         return cpu_demo_preset()
+    if name == "cpu-link":
+        return cpu_link_preset()
     if name == "seed-k8s":
         return seed_k8s_preset()
     if name == "aa-calibration":  # the demo's and the regression DAG's; the preset turns A/A on (``calibrating``)
@@ -198,10 +214,14 @@ class Target:
     notes: Tuple[str, ...] = ()  # what the report must say about these machines
     host_network: bool = False  # its pods may run on the node's network (Kubernetes: allow_host_network)
     stand_in: bool = False  # a stand-in for the real thing (the loopback Kubernetes API server)
+    links: Tuple[str, ...] = ()  # the links other than their default that every host has (ssh: mxbench_links)
 
 
 def check_fits(variant: Variant, target: Target) -> Optional[str]:
     """Why ``variant`` cannot run on ``target``, in one line; None when it can."""
+    if variant.link and variant.link not in target.links:
+        return (f"variant {variant.id} runs over the hosts' link {variant.link!r}, which not every {target.launcher} "
+                f"host has (an ssh connection's mxbench_links names it)")
     if variant.host_network and not target.host_network:
         return (f"variant {variant.id} runs its pods on the host network, which the {target.launcher} target does "
                 "not allow (mxbench_pod.allow_host_network of the kubernetes_connection)")

@@ -62,10 +62,14 @@ def fitted(runs: pd.DataFrame, variants: Dict[str, dict], threshold: float = THR
         gpus = any(variants[r["variant"]].get("gpus_per_worker") for r in rows if r.get("variant") in variants
                    and r.get("launcher") == key[0])
         model = scaling_model.fit(points, seed=seed)
+        notes = [network]
+        if scaling_model.links_learned(points):
+            model, identified = scaling_model.identified_network(model)
+            notes.append(identified)
         found.append(SetupModel(key, gpus, model, scaling_model.project(model),
                                 scaling_model.holdout(points, seed=seed),
                                 scaling_model.threshold_size(model, threshold),
-                                [network] + ([] if gpus else [CPU_NOTE])))
+                                notes + ([] if gpus else [CPU_NOTE])))
     return found
 
 
@@ -80,14 +84,16 @@ def terms_table(found: List[SetupModel]) -> pd.DataFrame:
     rows = []
     for m in found:
         for j, term in enumerate(scaling_model.TERMS):
+            from_links = term == "network" and scaling_model.links_learned(m.model.points)
             state = ("fitted" if m.model.coef[j] > 0 else "fitted at zero") if m.model.seen[j] \
                 else "not identified by these sizes (an allowance where a projection needs it)"
-            if term == "network" and scaling_model.links_learned(m.model.points):
-                state += " from the link rates (per second of link time)"
+            if from_links:  # fitted, but its interval may have held 0 (``identified_network``)
+                state = ("fitted" if m.model.seen[j] else "not identified (its interval holds 0; an allowance where "
+                         "a projection needs it)") + " from the link rates (per second of link time)"
             rows.append({"setup": m.name, "term": term, "ms a step (per unit)": fmt(m.model.coef[j] * 1e3, 2),
                          f"{m.model.level:.0%} interval (bootstrap over runs)":
                              f"{fmt(m.model.coef_low[j] * 1e3, 2)}–{fmt(m.model.coef_high[j] * 1e3, 2)}"
-                             if m.model.seen[j] else "", "state": state})
+                             if m.model.seen[j] or from_links else "", "state": state})
     return pd.DataFrame(rows)
 
 

@@ -20,7 +20,9 @@ the bytes they sent (``metrics.link_bytes_per_step``), x_net becomes link second
 x_net·8·gradient_bytes/link_bits, gradient_bytes the measured bytes per step over x_net: the
 same size at two rates differs only there, so c_net (the share of the link's time that shows in the
 step: 1 for none hidden behind compute) is identified from the rates, not from the 1-host sizes,
-whose setups differ in more than the link. PROJECTED sizes keep the fastest measured rate.
+whose setups differ in more than the link. It counts as identified only where the same sizes' runs
+alone put it above 0 with an interval that excludes 0 (``link_share``, ``identified_network``); else
+it is marked not identified, and why. PROJECTED sizes keep the fastest measured rate.
 Throughput = devices·batch_per_device / T; efficiency = T(1 device) / T.
 
 Fit: non-negative least squares on each size's mean step time (no cost is negative; a term
@@ -189,16 +191,28 @@ def _identified(x: np.ndarray) -> List[int]:
 
 
 def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates: int = BOOTSTRAP) -> Fit:
-    """The step-time model of one setup's sizes (``points``: at least two distinct sizes)."""
+    """The step-time model of one setup's sizes (``points``: at least two distinct sizes). Where the
+    network term is in link seconds and ``link_share`` can judge it (one size at two rates, more than
+    one run a rate), its coefficient is that share, pinned, and the other terms are fitted to what
+    it leaves: the 1-host sizes' other differences then cannot pull it."""
     points = tuple(points)
     x = np.array([features(p.config) for p in points])
     y = np.array([p.steps.mean() for p in points])
     seen = _identified(x)
-    coef_active = _nnls(x[:, seen], y)
-    active = [j for j, c in zip(seen, coef_active) if j == 0 or c > 0]
+    net = TERMS.index("network")
+    judged = link_share(points, level) if links_learned(points) and net in seen else None
+    pinned, share, share_se, share_df, share_low, share_high = False, 0.0, 0.0, 1, 0.0, 0.0
+    if judged is not None and judged[3] >= 1:
+        pinned, (share, share_low, share_high, share_df) = True, judged
+        share_se = (share_high - share) / stats.t.ppf(0.5 + level / 2, share_df)
+        share = max(share, 0.0)
+    free = [j for j in seen if not (pinned and j == net)]
+    coef_active = _nnls(x[:, free], y - share * x[:, net])
+    active = [j for j, c in zip(free, coef_active) if j == 0 or c > 0]
     coef = np.zeros(len(TERMS))
-    coef[active] = _nnls(x[:, active], y)
-    resid, df = y - x @ coef, len(points) - len(active)
+    coef[active] = _nnls(x[:, active], y - share * x[:, net])
+    coef[net] += share
+    resid, df = y - x @ coef, len(points) - len(active) - int(pinned)
     sigma, df_sigma = _sigma(points, resid, df)
     rng = np.random.default_rng(seed)
     scaled = resid * np.sqrt(len(points) / df) if df > 0 else np.zeros_like(resid)
@@ -206,9 +220,13 @@ def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates
     for b in range(replicates):
         moved = [(rng.choice(p.steps, len(p.steps)).mean() - p.steps.mean()) * _unbias(len(p.steps)) for p in points]
         y_star = x @ coef + rng.choice(scaled, len(points)) + np.array(moved)
-        boot[b, active] = _nnls(x[:, active], y_star)
+        share_b = max(share + share_se * rng.standard_t(share_df), 0.0) if pinned else 0.0
+        boot[b, active] = _nnls(x[:, active], y_star - share_b * x[:, net])
+        boot[b, net] += share_b
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
+    if pinned:  # the share's own t interval: a few hundred draws of a t on 2 df do not find its tails
+        low[net], high[net] = share_low, share_high
     return Fit(points, coef, low, high, tuple(j in seen for j in range(len(TERMS))), df_sigma, sigma, boot, level)
 
 
@@ -234,6 +252,57 @@ def _sigma(points: Sequence[Point], resid: np.ndarray, df: int) -> Tuple[float, 
         return float(np.sqrt(pooled)), df + pure_df
     return float(np.sqrt(res_var)), df
 
+
+def link_share(points: Sequence[Point], level: float = LEVEL) -> Optional[Tuple[float, float, float, int]]:
+    """The share of the link's time that shows in the step, from the sizes measured at two or more
+    link rates alone (each run's step time against its link seconds, an intercept per size: what
+    else differs between sizes, the 1-host ones' setup included, cannot bias it), with its t
+    interval: (share, low, high, residual degrees of freedom); None where no size was measured at
+    two rates. With one run per rate there is no spread to judge it by: df 0, interval NaN."""
+    by_size: Dict[Config, List[Point]] = {}
+    for p in points:
+        if p.config.link_bits and p.config.gradient_bytes:
+            by_size.setdefault(replace(p.config, link_bits=None), []).append(p)
+    xs, ys = [], []
+    for same in by_size.values():
+        x = np.concatenate([np.full(len(p.speeds), features(p.config)[3]) for p in same])
+        y = np.concatenate([p.steps for p in same])
+        if np.ptp(x) > 0:
+            xs.append(x - x.mean())
+            ys.append(y - y.mean())
+    if not xs:
+        return None
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    share = float(x @ y / (x @ x))
+    df = len(x) - len(xs) - 1
+    if df < 1:
+        return share, float("nan"), float("nan"), 0
+    resid = y - share * x
+    half = stats.t.ppf(0.5 + level / 2, df) * float(np.sqrt(resid @ resid / df / (x @ x)))
+    return share, share - half, share + half, df
+
+
+def identified_network(model: Fit) -> Tuple[Fit, str]:
+    """(the fit, a line on its network term) for a fit whose network term was learned from the link
+    rates: identified where ``link_share`` is positive with an interval that excludes 0; else the
+    fit marks the term not identified, so that a PROJECTED size needing more of it than was
+    measured gets the allowance (a term fitted near 0 would claim the link costs nothing), and the
+    line says why."""
+    found = link_share(model.points, model.level)
+    if found is None:  # network_from_links learned the rates from a size measured at two of them
+        raise ValueError("no size was measured at two link rates")
+    share, low, high, df = found
+    if df >= 1 and low > 0:
+        return model, (f"network: identified from the same size at two rates: {share:.2f} of the link's time shows "
+                       f"in the step [{low:.2f}–{high:.2f}, {model.level:.0%}, {df} degrees of freedom]")
+    j = TERMS.index("network")
+    why = ("one run per rate leaves no spread to judge the link's cost against: 2 or more repeats"
+           if df < 1 else f"{share:.2f} of the link's time, its {model.level:.0%} interval {low:.2f}–{high:.2f} "
+           f"includes 0: at these rates the link's cost is within the runs' noise; a slower rate or more repeats "
+           f"would show it")
+    return (replace(model, seen=tuple(s and k != j for k, s in enumerate(model.seen))),
+            f"network: not identified ({why}): a PROJECTED size that needs more of it than was measured assumes "
+            f"an allowance")
 
 @dataclass(frozen=True)
 class Projection:

@@ -18,6 +18,7 @@ from mxbench.results.metrics import add_scaling
 SIZE_FACTS = ["devices", "workers", "hosts", "gpus_per_worker", "batch_size", "batch_per_device", "kvstore"]
 MODEL = ["num_layers", "batch_per_device"]  # a model, as add_scaling groups: depth and images per device
 DAG_RUN = ["dag_id", "run_id"]
+LINK_COLUMNS = ["link_bits", "link_bytes_per_step"]  # the runs table's, as the store keeps them
 
 
 class MixedMachines(ValueError):
@@ -62,13 +63,15 @@ def one_machine(rows: pd.DataFrame) -> Optional[str]:
 def fit_inputs(rows: pd.DataFrame) -> Tuple[pd.DataFrame, Dict[str, dict]]:
     """``sized`` rows of one kind of machine as the runs table and the variants ``scaling_model.setups``
     reads (what ``report.scaling_tables`` fits a DAG run folder from): every repeat of every DAG run a
-    point's speeds. The store keeps no P2P matrix: a GPU size of more than one device per host is
-    fitted with its P2P layout unknown."""
+    point's speeds, with its link's rate and bytes a step where stored (revision 0011), from which the
+    network term is learned. The store keeps no P2P matrix: a GPU size of more than one device per
+    host is fitted with its P2P layout unknown."""
     one_machine(rows)
     runs = pd.DataFrame({"variant": rows["variant"], "launcher": rows["launcher"], "status": "ok",
                          "samples_per_sec": rows["samples_per_sec"].astype(float), "num_layers": rows["num_layers"],
                          "batch_per_device": rows["batch_per_device"], "devices": rows["devices"],
-                         "p2p_pairs": None, "dag_id": rows["dag_id"], "run_id": rows["run_id"]})
+                         "p2p_pairs": None, "dag_id": rows["dag_id"], "run_id": rows["run_id"],
+                         **{c: rows[c] if c in rows else None for c in LINK_COLUMNS}})
     variants = {r["variant"]: {"id": r["variant"], **{c: _plain(r[c]) for c in SIZE_FACTS}}
                 for r in rows.drop_duplicates("variant", keep="last").to_dict("records")}
     return runs.reset_index(drop=True), variants

@@ -23,7 +23,7 @@ HISTORY_COLUMNS = [dag_runs.c.measured_at, dag_runs.c.logical_date, dag_runs.c.s
                    repeats.c.runtime, repeats.c.setup_key, repeats.c.variant, repeats.c.launcher, repeats.c.repeat,
                    repeats.c.environment, repeats.c.status, repeats.c.cause, repeats.c.samples_per_sec,
                    repeats.c.sec_per_epoch, repeats.c.target_accuracy, repeats.c.time_to_target_s,
-                   repeats.c.contended]
+                   repeats.c.contended, repeats.c.link_bits, repeats.c.link_bytes_per_step]
 PROBE_DAG_IDS = config.PROBE_DAG_IDS
 # what a repeat ran, best source first: its trainer's own report (revision 0004), its DAG run's
 # first measured run's, the package asked for

@@ -23,7 +23,7 @@ VARIANT_COLUMNS = [c.name for c in variants.columns if c.name != "id"]
 # runs.csv columns copied as they are into a repeat row
 MEASURES = ("samples_per_sec", "epoch_samples_per_sec", "sec_per_epoch", "validation_accuracy",
             "gpu_util_pct", "gpu_mem_mib", "duration_s", "cpu_pressure", "steal", "foreign_cores",
-            "run_pressure", "canary_s")
+            "run_pressure", "canary_s", "link_bits", "link_bytes_per_step")
 # runs.csv columns saying what a run ran on (revision 0004): read as text, or "1.10" would become 1.1
 RUN_BUILD_COLUMNS = ("mxnet_asked", "mxnet_reported", "runtime")
 KUBERNETES = "kubernetes"  # the launcher whose runs' runtime is an image

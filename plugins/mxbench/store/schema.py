@@ -126,6 +126,9 @@ repeats = sa.Table(
     # revision 0010: what the run felt itself; NULL: not measured
     sa.Column("run_pressure", sa.Float),  # worst worker's CPU pressure ("some") in its own cgroup
     sa.Column("canary_s", sa.Float),  # slowest time of its workers' canary workload, before or after
+    # revision 0011: the link between its hosts (the scaling model's network term); NULL: none stated or read
+    sa.Column("link_bits", sa.Float),  # the slowest link's rate, bits/s
+    sa.Column("link_bytes_per_step", sa.Float),  # bytes its busiest host sent a step
     sa.Column("started_at", UTCDateTime),
     sa.Column("ended_at", UTCDateTime),
     sa.Column("duration_s", sa.Float),

@@ -10,9 +10,9 @@ import posixpath
 import re
 import shlex
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from mxbench.builds.record import RunBuild
 from mxbench.launchers.base import LOCAL_ONLY
@@ -32,6 +32,7 @@ LINK_CHECK_S = 3.0  # how long a lost connection's host may take to answer a new
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LINK_RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit|)$")
 RATE_UNITS = {"": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+LINK_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,18 @@ class SshHost:
     network: Optional[str] = None
     # mxbench_link_rate: the rate of the host's link, each way, bits/s (the scaling model's network term)
     link_bits: Optional[float] = None
+    # mxbench_links: the host's other links (a second NIC): name -> (its address there, its rate in bits/s)
+    links: Dict[str, Tuple[str, float]] = field(default_factory=dict)
 
     def __str__(self):
         return f"host {self.conn_id} ({self.address})"
+
+    def over(self, link: str) -> "SshHost":
+        """This host as its roles run over its link ``link`` (of ``mxbench_links``; "" the default one)."""
+        if not link:
+            return self
+        address, bits = self.links[link]
+        return replace(self, address=address, link_bits=bits)
 
     def python_for(self, build: RunBuild) -> Optional[str]:
         """The ``mxbench_builds`` interpreter of ``build`` (by its package, else its version)."""
@@ -99,7 +109,29 @@ def host_settings(conn_id: str, host: str, extra: dict, connect=None, checks_hos
         raise MxbenchError(f"{where}: mxbench_network must be one line of text")
     return SshHost(conn_id, address, python, workdir, data_dir, {k: str(v) for k, v in env.items()},
                    checks_host_key, str(keep).strip().lower() in ("true", "1", "yes"), connect, builds, network,
-                   link_bits(extra.get("mxbench_link_rate"), where))
+                   link_bits(extra.get("mxbench_link_rate"), where), other_links(extra, where))
+
+
+def other_links(extra: dict, where: str) -> Dict[str, Tuple[str, float]]:
+    """``mxbench_links``: the host's other links, name -> (IP address, bits/s), from an object like
+    {"slow": {"address": "198.18.9.2", "rate": "4mbit"}}; a variant with ``link`` "slow" runs over it."""
+    links = _object_extra(extra, "mxbench_links")
+    if not isinstance(links, dict) or not all(isinstance(k, str) and LINK_NAME.match(k) and isinstance(v, dict)
+                                              for k, v in links.items()):
+        raise MxbenchError(f'{where}: mxbench_links must be an object of link names (letters, digits, _ -) to '
+                           f'{{"address": IP, "rate": "4mbit"}}')
+    found = {}
+    for name, link in links.items():
+        try:
+            address = str(ipaddress.ip_address(str(link.get("address"))))
+        except ValueError:
+            raise MxbenchError(f"{where}: mxbench_links[{name!r}] needs the IP address the host has on that link, "
+                               f"not {link.get('address')!r}") from None
+        bits = link_bits(link.get("rate"), f"{where}: mxbench_links[{name!r}]")
+        if bits is None:
+            raise MxbenchError(f"{where}: mxbench_links[{name!r}] needs its rate (like 4mbit)")
+        found[name] = (address, bits)
+    return found
 
 
 def link_bits(rate, where: str) -> Optional[float]:

@@ -196,8 +196,9 @@ class SshLauncher:
         notes += [f"the network of {', '.join(conn_ids)}: {network}" for network, conn_ids in networks.items()]
         notes += [f"host key checking is OFF for {h.conn_id} (its connection says no_host_key_check)"
                   for h in self.hosts if not h.checks_host_key]
+        links = [name for name in self.hosts[0].links if all(name in h.links for h in self.hosts)]
         return Target(self.name, hosts=len(self.hosts), gpus_per_host=min(p["gpus"] for p in probes.values()),
-                      on_this_machine=bool(here), notes=tuple(notes))
+                      on_this_machine=bool(here), notes=tuple(notes), links=tuple(links))
 
     def quiet_probe(self, variant: Variant, seconds: float) -> Dict[str, dict]:
         """The run's hosts (the first ``variant.hosts``) over the same ``seconds``, each by
@@ -253,10 +254,11 @@ class SshLauncher:
 
     def execute(self, variant: Variant, data_dir, run_folder: RunFolder, deadline_s: float,
                 build: Optional[RunBuild] = None) -> Launched:
-        """Run the variant's plan on the first ``variant.hosts`` hosts, with ``build``'s
+        """Run the variant's plan on the first ``variant.hosts`` hosts, over their link ``variant.link``
+        (its addresses and rate; SSH itself keeps to each connection's host), with ``build``'s
         interpreter on each. ``ssh.json`` in the run folder says how long each step took, which
         interpreter each host ran and which hosts the data was copied to."""
-        hosts = self.hosts[:variant.hosts]
+        hosts = [h.over(variant.link) for h in self.hosts[:variant.hosts]]
         remote: Dict[str, str] = {}  # conn_id: this run's folder there, once made (what fetch cleans up)
         steps, ran, interrupted = StepTimes(run_folder.step_times("ssh")), False, False
         try:
