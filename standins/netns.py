@@ -28,6 +28,7 @@ Stdlib only; every ``ip``/``tc``/``bridge`` call is an argv (``run``), never a s
 from __future__ import annotations
 
 import atexit
+import ctypes
 import ipaddress
 import itertools
 import json
@@ -35,8 +36,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -103,6 +106,34 @@ def kill_processes(namespace: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def listen_in(namespace: str, address: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``address:port`` inside ``namespace``: made by a thread of its own
+    that enters the namespace (setns(2) moves only the calling thread) and ends there; a socket
+    stays in the namespace it was made in, whichever thread uses it."""
+    made: dict = {}
+
+    def enter_and_listen() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open(f"/var/run/netns/{namespace}") as target:
+            if libc.setns(target.fileno(), _CLONE_NEWNET) != 0:
+                made["error"] = OSError(ctypes.get_errno(), f"setns into {namespace}")
+                return
+        try:
+            made["socket"] = socket.create_server((address, port))
+        except OSError as error:
+            made["error"] = error
+
+    thread = threading.Thread(target=enter_and_listen, name=f"listen-{namespace}")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        raise RuntimeError(f"cannot listen on {address}:{port} in namespace {namespace}: {made['error']}")
+    return made["socket"]
 
 
 def _namespaces() -> list[str]:

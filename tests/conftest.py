@@ -154,7 +154,8 @@ def kube_standin(tmp_path_factory):
     from standins import netns
     from standins.kube import start
 
-    with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True) as standin:
+    # a node not heard from over its link for 10 s is Ready: Unknown (a cluster waits 40 s): link faults end fast
+    with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True, node_grace_s=10) as standin:
         assert standin.network["kind"] == "vxlan", standin.network  # root with iproute2: this machine and CI
         yield standin
     # every pod's processes, the roles' own children included, ended with the stand-in (their

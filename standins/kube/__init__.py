@@ -39,6 +39,10 @@ What is real
     its own (127.<k>.x.y, <k> at random; nodes 127.<k>.0.<i>), and the annotation and the log say
     why. ``<root>/network.json`` records what was made. ``$(VAR)`` expansion and
     ``valueFrom.fieldRef`` / ``resourceFieldRef`` follow Kubernetes.
+  * Node heartbeats (``heartbeats``): each node's kubelet posts its status over the node's own
+    link every 2 s; a node not heard from for ``--node-grace`` seconds (default 40, a control
+    plane's node-monitor-grace-period) goes ``Ready: Unknown`` (NodeStatusUnknown) with the
+    ``node.kubernetes.io/unreachable`` taint, and Ready again once it is heard from.
 
 What is simplified (and how it shows)
   * Every node is this whole machine: capacity cpu = os.cpu_count(), memory = MemTotal, and
@@ -69,13 +73,15 @@ What is simplified (and how it shows)
     (limits are not enforced on the process), no ``watch``, no exec/attach/port-forward.
   * Processes that leave their process group (setsid/daemonise) escape the container clean-up,
     unless the pod has a network namespace of its own: removing it kills what still runs in it.
+  * A node's link down does not stop its kubelet from acting on what the API server says (a
+    deletion still kills the pod's processes): the kubelet runs in the machine's own namespace.
   * Events and logs live in memory for the life of the stand-in (logs: while the pod exists).
 
 For tests, each started container's pid is exposed in the annotation ``standin.mxbench/pid``
 and appended to ``<root>/pids.log``.
 
 Use: ``python -m standins.kube start --root DIR [--nodes N] [--gpus-per-node K]
-[--port P] [--no-validate] [--pod-network vxlan|none] [--link-rate 1gbit]``
+[--port P] [--no-validate] [--pod-network vxlan|none] [--link-rate 1gbit] [--node-grace 40]``
 (detaches; writes DIR/kubeconfig, DIR/port, DIR/standin.pid and
 prints the kubeconfig path), ``serve`` (same, foreground), ``stop --root DIR``, ``check --root DIR``.
 From Python: ``with start(root) as standin: ... standin.kubeconfig ...``. Standard library only,
@@ -83,7 +89,8 @@ except ``kubernetes_validate`` when validation is on (and ``mxbench_train.localh
 
 Modules: ``api`` (Status errors, quantities, patches, selectors), ``validation`` (what the API
 server checks and defaults in a pod), ``objects`` (the object store: pods, events, status),
-``scheduler`` (the nodes and the control loop), ``kubelet`` (containers as processes), ``network``
+``scheduler`` (the nodes and the control loop), ``kubelet`` (containers as processes), ``heartbeats``
+(the nodes' status over their links), ``network``
 (the pod network: namespaces and the VXLAN overlay, or the machine's own stack), ``cluster``
 (the three wired together), ``server`` (the HTTP API), ``lifecycle`` (serve, start, stop),
 ``__main__`` (the CLI).

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import standins.kube
 
+from .heartbeats import DEFAULT_GRACE_S
 from .lifecycle import _stop_cli, answers, serve, spawn
 from .network import DEFAULT_LINK_RATE
 
@@ -25,18 +26,21 @@ def main(argv=None):
                                   "this machine's own stack")
         command.add_argument("--link-rate", default=DEFAULT_LINK_RATE,
                              help="the rate of each node's link, each way (tbf), e.g. 1gbit")
+        command.add_argument("--node-grace", type=float, default=DEFAULT_GRACE_S,
+                             help="seconds without a heartbeat over a node's link before it is Ready: Unknown "
+                                  "(node-monitor-grace-period)")
         command.add_argument("--verbose", action="store_true")
     for name in ("stop", "check"):
         commands.add_parser(name).add_argument("--root", required=True, type=Path)
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args.root, args.nodes, args.gpus_per_node, args.port, args.validate, args.verbose, args.pod_network,
-              args.link_rate)
+              args.link_rate, args.node_grace)
         return 0
     if args.command == "start":
         try:
             spawn(args.root, args.nodes, args.gpus_per_node, args.validate, args.port, pod_network=args.pod_network,
-                  link_rate=args.link_rate)
+                  link_rate=args.link_rate, node_grace_s=args.node_grace)
         except RuntimeError as error:
             print(f"kube stand-in failed to start: {error}", file=sys.stderr)
             return 1

@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+from .heartbeats import DEFAULT_GRACE_S, NodeHeartbeats
 from .kubelet import Kubelet
 from .network import DEFAULT_LINK_RATE, pod_network
 from .objects import ObjectStore
@@ -15,10 +16,11 @@ STOP_GRACE_SECONDS = 3  # grace given to pods when the stand-in itself stops
 
 class Cluster:
     """The stand-in's state (the object store, whose one lock guards everything), its pod network
-    (written to ``<root>/network.json``), scheduler and kubelet."""
+    (written to ``<root>/network.json``), scheduler, kubelet and the nodes' heartbeats (a node not
+    heard from over its link for ``node_grace_s`` is Ready: Unknown, ``heartbeats``)."""
 
     def __init__(self, root, nodes=2, gpus_per_node=0, validate=True, pod_network_kind="vxlan",
-                 link_rate=DEFAULT_LINK_RATE):
+                 link_rate=DEFAULT_LINK_RATE, node_grace_s=DEFAULT_GRACE_S):
         self.root = Path(root)
         self.store = ObjectStore(self.root, validate)
         if validate:
@@ -30,6 +32,8 @@ class Cluster:
         self.kubelet = Kubelet(self.store, self.root, self.network)
         self.scheduler = Scheduler(self.store, self.kubelet, self.nodes, self.network)
         self.scheduler.start()
+        self.heartbeats = NodeHeartbeats(self.nodes, self.network, node_grace_s)
+        self.heartbeats.start()
 
     def shutdown(self, grace=STOP_GRACE_SECONDS):
         """Stop every container (SIGTERM, SIGKILL after ``grace``) and wait for all of them."""
@@ -48,4 +52,5 @@ class Cluster:
                 pod.signal_container(signal.SIGKILL, 0)
         for runner in runners:
             runner.join(10)
+        self.heartbeats.stop()
         self.network.remove()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .api import GIT_VERSION, TOKEN
 from .cluster import Cluster
+from .heartbeats import DEFAULT_GRACE_S
 from .network import DEFAULT_LINK_RATE
 from .server import Handler, Server, discovery
 
@@ -24,11 +25,11 @@ def kubeconfig_text(port):
 
 
 def serve(root, nodes=2, gpus_per_node=0, port=0, validate=True, verbose=False, pod_network="vxlan",
-          link_rate=DEFAULT_LINK_RATE):
+          link_rate=DEFAULT_LINK_RATE, node_grace_s=DEFAULT_GRACE_S):
     """Run in the foreground until SIGTERM/SIGINT; then stop every pod, remove the pod network and exit."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(root, nodes, gpus_per_node, validate, pod_network, link_rate)
+    cluster = Cluster(root, nodes, gpus_per_node, validate, pod_network, link_rate, node_grace_s)
     server = Server(("127.0.0.1", port), Handler)
     server.cluster, server.verbose = cluster, verbose
     port = server.server_address[1]
@@ -100,14 +101,14 @@ class StandIn:
 
 
 def spawn(root, nodes=2, gpus_per_node=0, validate=True, port=0, timeout=30, pod_network="vxlan",
-          link_rate=DEFAULT_LINK_RATE):
+          link_rate=DEFAULT_LINK_RATE, node_grace_s=DEFAULT_GRACE_S):
     """Start ``serve`` detached (own session, log in ROOT/standin.log); the Popen and its port."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     (root / "port").unlink(missing_ok=True)
     argv = [sys.executable, "-m", "standins.kube", "serve", "--root", str(root), "--nodes", str(nodes),
             "--gpus-per-node", str(gpus_per_node), "--port", str(port), "--pod-network", pod_network,
-            "--link-rate", link_rate] + ([] if validate else ["--no-validate"])
+            "--link-rate", link_rate, "--node-grace", f"{node_grace_s:g}"] + ([] if validate else ["--no-validate"])
     with open(root / "standin.log", "ab") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -126,9 +127,11 @@ def spawn(root, nodes=2, gpus_per_node=0, validate=True, port=0, timeout=30, pod
     raise RuntimeError(f"kube stand-in did not answer within {timeout}s; see {root / 'standin.log'}")
 
 
-def start(root, nodes=2, gpus_per_node=0, validate=True, port=0, pod_network="vxlan", link_rate=DEFAULT_LINK_RATE):
+def start(root, nodes=2, gpus_per_node=0, validate=True, port=0, pod_network="vxlan", link_rate=DEFAULT_LINK_RATE,
+          node_grace_s=DEFAULT_GRACE_S):
     """Start a stand-in serving from ROOT; a StandIn (use as a context manager, or call .stop())."""
-    process, bound = spawn(root, nodes, gpus_per_node, validate, port, pod_network=pod_network, link_rate=link_rate)
+    process, bound = spawn(root, nodes, gpus_per_node, validate, port, pod_network=pod_network, link_rate=link_rate,
+                           node_grace_s=node_grace_s)
     return StandIn(root, process, bound)
 
 

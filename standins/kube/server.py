@@ -1,13 +1,21 @@
 """The stand-in's HTTP API server: discovery documents, routes to the object store, the pod log
-endpoint (followed logs in chunks)."""
+endpoint (followed logs in chunks). A whole log (not followed) of a pod on a node behind a link comes
+through that node's kubelet port (``heartbeats.KubeletPort``), as a real API server reads it from the
+node's kubelet: its bytes cross the node's link, a link that drops stalls them, and after
+LOG_RELAY_SILENCE_S of nothing the response is cut short (a node not answering at all is a 500)."""
 import json
 import re
+import socket
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from .api import GIT_VERSION, ApiError, not_found, parse_label_selector, parse_rfc3339_ns, rfc3339_nano
+from .heartbeats import KUBELET_PORT
+
+LOG_RELAY_SILENCE_S = 10.0
 
 
 def discovery(port):
@@ -164,11 +172,15 @@ class Handler(BaseHTTPRequestHandler):
         if not follow or done:
             data = render(backlog)
             data = data[:limit] if limit is not None else data
+            kubelet = self._kubelet(pod, namespace, name, query.get("container") or "base")
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if kubelet is None:
+                self.wfile.write(data)
+            else:
+                self._through(kubelet, data)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
@@ -192,6 +204,46 @@ class Handler(BaseHTTPRequestHandler):
                 seen = len(pod.log)
                 done = pod.finished or pod.removed or store.stopping
         self.wfile.write(b"0\r\n\r\n")
+
+
+    def _kubelet(self, pod, namespace, name, container):
+        """A connection to the kubelet port of the pod's node, where its node is behind a link; None
+        where it is not. A node that does not answer is the 500 a real API server gives."""
+        cluster = self.server.cluster
+        if cluster.network.kind != "vxlan":
+            return None
+        node = next(n for n in cluster.nodes if n["metadata"]["name"] == pod.obj["spec"]["nodeName"])
+        address = node["status"]["addresses"][0]["address"]
+        try:
+            return socket.create_connection((address, KUBELET_PORT), timeout=LOG_RELAY_SILENCE_S)
+        except OSError as error:
+            url = f"https://{address}:{KUBELET_PORT}/containerLogs/{namespace}/{name}/{container}"
+            raise ApiError(500, "InternalError",
+                           f'Get "{url}": dial tcp {address}:{KUBELET_PORT}: {error}') from None
+
+    def _through(self, kubelet, data):
+        """``data`` to the kubelet port and back, on to the client as it comes; cut short (the
+        connection closed) once LOG_RELAY_SILENCE_S pass with nothing."""
+        def send():
+            try:
+                kubelet.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=send, daemon=True).start()
+        got = 0
+        with kubelet:
+            try:
+                while got < len(data):
+                    chunk = kubelet.recv(65536)
+                    if not chunk:
+                        break
+                    self.wfile.write(chunk)
+                    got += len(chunk)
+            except OSError:
+                pass
+        if got < len(data):
+            self.close_connection = True
 
 
 class Server(ThreadingHTTPServer):

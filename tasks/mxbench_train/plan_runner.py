@@ -39,8 +39,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class RoleFailed(MxbenchError):
-    def __init__(self, role: Role, status: str, log_path: Path):
-        self.role, self.status, self.log_path = role, status, log_path
+    """``link_fault``: the host and link whose fault ended the role, where one did (a launcher's handle
+    says so in its ``link_fault``), so that the report can say the run was lost to it."""
+
+    def __init__(self, role: Role, status: str, log_path: Path, link_fault: Optional[str] = None):
+        self.role, self.status, self.log_path, self.link_fault = role, status, log_path, link_fault
         tail = _tail(log_path)
         super().__init__(
             f"role {role.name} on host {role.host} {status}; log {log_path}"
@@ -217,7 +220,8 @@ def _wait(plan, procs, logs, ended, warnings, deadline, deadline_s):
     broken, broken_at = None, None  # the first scheduler/server that ended badly while workers ran
 
     def failed(role):
-        return RoleFailed(role, procs[role.name].describe(), logs[role.name])
+        status = procs[role.name].describe()  # first: it may find the link fault
+        return RoleFailed(role, status, logs[role.name], getattr(procs[role.name], "link_fault", None))
 
     while True:
         if INTERRUPTED:

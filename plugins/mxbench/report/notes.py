@@ -41,6 +41,7 @@ def conditions(folder: DagRunFolder) -> List[Condition]:
                                f"REUSED: {', '.join(reused)} were measured by an earlier attempt of this DAG run and "
                                "reused as they were."))
     found += [Condition(shorten("R" + note.split(": ", 1)[1].split(":")[0][1:]), note) for note in retried_notes(runs)]
+    found += link_fault_conditions(runs)
     contended = contention.contended_line(runs)
     if contended:
         found.append(Condition(contended.split(" had other work")[0] + " had other work on their hosts", contended))
@@ -88,6 +89,19 @@ def conditions(folder: DagRunFolder) -> List[Condition]:
             f"No GPU on the {join_names(no_gpu)} {plural(no_gpu, 'target')}: training ran on the CPU; "
             "GPU columns are n/a, and workers on one host share its cores, so scaling shows the host, not MXNet."))
     return found
+
+
+def link_fault_conditions(runs: pd.DataFrame) -> List[Condition]:
+    """One line per run a link fault ended (``meta.json``'s ``link_fault``: the host or node and its
+    link): that round is lost, not re-measured, and the verdicts rest on the rounds that measured."""
+    if "link_fault" not in runs:
+        return []
+    lost = runs[runs["link_fault"].notna() & (runs["status"] != "ok")]
+    return [Condition(shorten(f"Link fault: {row['key']} lost"),
+                      f"LINK FAULT: round {row['repeat']} of {row['variant']} under {row['launcher']} "
+                      f"({row['key']}) was lost to a link fault: {row['link_fault']}. The round was not "
+                      "re-measured: the verdicts rest on the rounds that measured.")
+            for row in lost.to_dict("records")]
 
 
 def pod_network_condition(request: dict, folder: DagRunFolder) -> Optional[Condition]:

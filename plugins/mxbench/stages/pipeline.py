@@ -282,7 +282,7 @@ def parse_run(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[fl
            "samples_per_sec": None, "epoch_samples_per_sec": None, "sec_per_epoch": None, "first_epoch_s": None,
            "warmup_excluded": None, "validation_accuracy": None, "gpu_util_pct": None, "gpu_mem_mib": None,
            "p2p_pairs": None, "started_at": None, "ended_at": None, "duration_s": None, "trainer_wall_s": None,
-           "reused": False, "warnings": None, "link_bits": None, "link_bytes_per_step": None,
+           "reused": False, "warnings": None, "link_bits": None, "link_bytes_per_step": None, "link_fault": None,
            "mxnet_asked": (run.get("build") or {}).get("package"), "mxnet_reported": None, "runtime": None,
            "worker": None, "try_number": None, "quiet_wait_s": None, "quiet": None,
            "earlier_attempts": len(dag_folder.earlier_attempts(run["key"])),
@@ -295,7 +295,7 @@ def parse_run(run: dict, dag_folder: DagRunFolder, images_per_epoch: Optional[fl
     row.update(status=meta["status"], cause=meta.get("cause"), duration_s=meta.get("duration_s"),
                trainer_wall_s=meta.get("trainer_wall_s"), started_at=meta.get("started_at"),
                ended_at=meta.get("ended_at"), reused=bool(meta.get("reused")),
-               worker=meta.get("worker"), try_number=meta.get("try_number"),
+               worker=meta.get("worker"), try_number=meta.get("try_number"), link_fault=meta.get("link_fault"),
                **quiet_gate.columns(meta.get("quiet")))
     ran = meta.get("build") or {}  # what the run trained with, as its launcher and trainer said
     row.update(mxnet_reported=ran.get("reported"), runtime=ran.get("image") or ran.get("python"))

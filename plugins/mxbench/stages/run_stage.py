@@ -165,7 +165,8 @@ def run_one(run: dict, dag_folder: DagRunFolder, data: dict, deadline_s: float, 
                     # first role's start to last role's exit: the trainer processes' own wall time
                     trainer_wall_s=max(r.start_s + (r.wall_s or 0) for r in results))
     except RoleFailed as exc:
-        meta.update(status="failed", cause=str(exc), failed_role=exc.role.name, exit_status=exc.status)
+        meta.update(status="failed", cause=str(exc), failed_role=exc.role.name, exit_status=exc.status,
+                    link_fault=exc.link_fault)
     except MxbenchError as exc:
         meta.update(status="failed", cause=str(exc))
     except Exception as exc:  # a launcher bug still leaves a record of the run

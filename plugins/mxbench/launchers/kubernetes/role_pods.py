@@ -18,8 +18,13 @@ from mxbench_train.role_plan import Role
 
 STATUS_POLL_S = 0.25  # one list call per run this often, whatever run_plan's own poll rate
 # RolePod.returncode of a pod that did not start in time, that vanished (deleted by someone else,
-# its node lost), or whose API server stopped answering: no exit code, describe() says why
-START_TIMEOUT, GONE, API_LOST = -1000, -1001, -1002
+# its node lost), whose API server stopped answering, or whose node is not Ready (unreachable: its
+# link down or throttled to a trickle): no exit code, describe() says why
+START_TIMEOUT, GONE, API_LOST, NODE_LOST = -1000, -1001, -1002, -1003
+NODE_POLL_S = 2.0  # one node list per run this often: a node's Ready changes on a scale of seconds
+FETCH_RETRY_S = 120.0  # how long a log read cut short by its node's link is tried again
+FETCH_RETRY_PAUSE_S = 1.0
+RETRY = object()  # RolePod._read_log: cut short, read again
 REQUEST_TIMEOUT_S = 30  # every API call: a hung API server must not hang the run
 API_GRACE_S = 60.0
 # a pod's log is untrusted: lines longer than this are cut into pieces of it (the reader's pending
@@ -42,6 +47,8 @@ class RunPods:
         self._status: Dict[str, object] = {}
         self._read_at = 0.0
         self._listed_ok_at = time.monotonic()
+        self._nodes: Dict[str, object] = {}
+        self._nodes_read_at = 0.0
         self._lock = threading.Lock()
 
     def create(self, body: dict):
@@ -75,6 +82,32 @@ class RunPods:
                 self._status = {p.metadata.name: p for p in listed.items}
                 self._read_at = self._listed_ok_at = time.monotonic()
             return self._status.get(name)
+
+    def node_lost(self, name: str) -> Optional[str]:
+        """Why node ``name`` is not Ready, naming it and its address, as last listed; None while it is
+        (or cannot be read: a lost API server is ``status``'s to tell). The control plane marks a node
+        Ready: Unknown once its kubelet has not posted its status for a while (node-monitor-grace-period):
+        the node or its link is down, or the link is throttled to a trickle."""
+        with self._lock:
+            if time.monotonic() - self._nodes_read_at > NODE_POLL_S:
+                try:
+                    listed = self.client.list_node(_request_timeout=REQUEST_TIMEOUT_S).items
+                except Exception:
+                    listed = None
+                if listed is not None:
+                    self._nodes = {n.metadata.name: n for n in listed}
+                self._nodes_read_at = time.monotonic()
+            node = self._nodes.get(name)
+        ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None) if node else None
+        if ready is None or ready.status == "True":
+            return None
+        address = next((a.address for a in node.status.addresses or [] if a.type == "InternalIP"), "no address")
+        said = f"{ready.reason}: {ready.message}"
+        if ready.status == "Unknown":
+            return (f"node {name} ({address}) is unreachable: its kubelet has not posted its status since "
+                    f"{ready.last_heartbeat_time} ({said}); the link to the node is down or throttled to a trickle, "
+                    "or the node is down")
+        return f"node {name} ({address}) is not ready ({said})"
 
     def events(self, name: str) -> str:
         """The latest warning about a pod (FailedScheduling, ...), as one line; '' when none."""
@@ -154,6 +187,7 @@ class RolePod:
         self._stream, self._stopped_by_us = None, False
         self._streamed = 0  # bytes of the log's own lines the follower took (before the cap)
         self.outputs_refused: Optional[str] = None  # why unpacking its outputs refused something
+        self.link_fault: Optional[str] = None  # why its node was lost, where that ended it (run_plan's RoleFailed)
         self.pod = pods.create(body)
         self._follower = threading.Thread(target=self._follow, args=(echo,), daemon=True,
                                           name=f"log-{role.name}")
@@ -175,8 +209,11 @@ class RolePod:
         except ApiLost as exc:
             self._returncode, self._why = API_LOST, str(exc)
             return self._returncode
+        lost = self.pods.node_lost(pod.spec.node_name) if pod is not None and pod.spec.node_name else None
         if pod is None:
             self._returncode, self._why = GONE, f"its pod {self.name} is gone (deleted, or its node was lost)"
+        elif lost and pod.status.phase in ("Pending", "Running"):  # a run with a node gone measures nothing
+            self._returncode, self._why, self.link_fault = NODE_LOST, f"lost its node: {lost} (pod {self.name})", lost
         elif pod.status.phase == "Succeeded":
             self._returncode = 0
         elif pod.status.phase == "Failed":
@@ -199,7 +236,7 @@ class RolePod:
                          + (f": {event}" if event else ""))
 
     def describe(self) -> str:
-        if self._returncode in (START_TIMEOUT, GONE, API_LOST):
+        if self._returncode in (START_TIMEOUT, GONE, API_LOST, NODE_LOST):
             return self._why
         code = self._returncode
         if code is None:
@@ -270,7 +307,8 @@ class RolePod:
         self._follower.join(timeout=wait_s)
         self._stop.set()  # from here on it writes nothing more
         if self._stream is not None and self._follower.is_alive():
-            try:
+            try:  # the socket first: close() alone waits for the follower's read, which a pod still
+                self._stream.shutdown()  # running on a lost node may never finish
                 self._stream.close()
             except Exception:
                 pass
@@ -281,38 +319,21 @@ class RolePod:
         its outputs block go into the run folder, and the rest replaces ``roles/<role>.log`` where it
         holds at least what was streamed (a rotated log may not). Read as a stream, at most
         FETCH_MAX_BYTES, into a capped log: the block (at the end) is kept apart, so the cap never
-        cuts it off. Whatever unpacking refuses is kept in ``outputs_refused``: it fails the run."""
-        try:  # the raw response: the client's own decoding turns the body into "b'...'"
-            response = self.pods.client.read_namespaced_pod_log(
-                self.name, self.pods.namespace, container=CONTAINER, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_S)
-        except Exception:
-            return  # never started, or gone: what the follower streamed stays
-        follower_done = self._end_stream(wait_s=5)
-        fetched = self.log_path.with_name(f".{self.log_path.name}.fetched")
-        block, kept, read, complete = OutputsBlock(), 0, 0, True
-        try:
-            with CappedLog(fetched) as log:
-                for raw in lines_of(response.stream(decode_content=True)):
-                    read += len(raw) + 1
-                    if read > FETCH_MAX_BYTES:
-                        complete = False
-                        print(f"mxbench: pod {self.name}: its log is over {FETCH_MAX_BYTES} bytes; read no further "
-                              "(its outputs block, at the end, is lost)", file=sys.stderr)
-                        break
-                    if block.feed(raw.decode(errors="replace")):
-                        log.write(raw + b"\n")
-                        kept += len(raw) + 1
-        except Exception as exc:  # the stream broke: what the follower streamed stays
-            complete = False
-            print(f"mxbench: reading the log of pod {self.name} again failed: {exc}", file=sys.stderr)
-        finally:
-            response.close()  # not drained when cut short: never back into the pool
-        if follower_done and complete and kept >= self._streamed:
-            os.replace(fetched, self.log_path)
-        else:
-            fetched.unlink(missing_ok=True)
-        if not complete:
+        cuts it off. Whatever unpacking refuses is kept in ``outputs_refused``: it fails the run.
+        The API server reads the log from the pod's node, over the node's link: a read cut short (or
+        refused by a server error) is tried again once the node is Ready, for up to FETCH_RETRY_S;
+        nothing of a cut read is kept."""
+        give_up = time.monotonic() + FETCH_RETRY_S
+        while True:
+            block = self._read_log()
+            if block is not RETRY:
+                break
+            if time.monotonic() > give_up:
+                print(f"mxbench: pod {self.name}: its log could not be read whole within {FETCH_RETRY_S:g} s "
+                      "(its node's link did not come back); what was streamed stays", file=sys.stderr)
+                return
+            self._wait_for_node(give_up)
+        if block is None:
             return
         try:
             data, skipped = block.result()
@@ -328,6 +349,59 @@ class RolePod:
         if skipped:
             print(f"mxbench: pod {self.name} left out of its outputs (too big for the log): {', '.join(skipped)}",
                   file=sys.stderr)
+
+    def _read_log(self):
+        """One read of the whole log: its OutputsBlock once read whole; RETRY where the read was cut
+        short or the server failed (5xx); None where there is nothing to read (never started, gone)
+        or it is over FETCH_MAX_BYTES."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:  # the raw response: the client's own decoding turns the body into "b'...'"
+            response = self.pods.client.read_namespaced_pod_log(
+                self.name, self.pods.namespace, container=CONTAINER, _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as exc:
+            if (exc.status or 0) >= 500:
+                print(f"mxbench: reading the log of pod {self.name} failed: {api_error(exc)}", file=sys.stderr)
+                return RETRY
+            return None  # never started, or gone: what the follower streamed stays
+        except Exception as exc:  # the API server did not answer
+            print(f"mxbench: reading the log of pod {self.name} failed: {exc}", file=sys.stderr)
+            return RETRY
+        follower_done = self._end_stream(wait_s=5)
+        fetched = self.log_path.with_name(f".{self.log_path.name}.fetched")
+        block, kept, read, outcome = OutputsBlock(), 0, 0, None
+        try:
+            with CappedLog(fetched) as log:
+                for raw in lines_of(response.stream(decode_content=True)):
+                    read += len(raw) + 1
+                    if read > FETCH_MAX_BYTES:
+                        print(f"mxbench: pod {self.name}: its log is over {FETCH_MAX_BYTES} bytes; read no further "
+                              "(its outputs block, at the end, is lost)", file=sys.stderr)
+                        break
+                    if block.feed(raw.decode(errors="replace")):
+                        log.write(raw + b"\n")
+                        kept += len(raw) + 1
+                else:
+                    outcome = block
+        except Exception as exc:  # the stream broke (its node's link dropped): read again
+            outcome = RETRY
+            print(f"mxbench: reading the log of pod {self.name} again failed: {exc}", file=sys.stderr)
+        finally:
+            response.close()  # not drained when cut short: never back into the pool
+        if follower_done and outcome is block and kept >= self._streamed:
+            os.replace(fetched, self.log_path)
+        else:
+            fetched.unlink(missing_ok=True)
+        return outcome
+
+    def _wait_for_node(self, give_up: float) -> None:
+        """Until the pod's node is Ready again (or ``give_up``), and a pause either way."""
+        time.sleep(FETCH_RETRY_PAUSE_S)
+        pod = self.pods.status(self.name, fresh=True)
+        node = pod.spec.node_name if pod is not None else None
+        while node and self.pods.node_lost(node) and time.monotonic() < give_up:
+            time.sleep(NODE_POLL_S)
 
     # stopping
 

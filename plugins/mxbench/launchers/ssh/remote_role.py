@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from mxbench.launchers.base import RoleLogSink
-from mxbench.launchers.ssh.commands import HEARTBEAT_S, SshHost, link_lost
+from mxbench.launchers.ssh.commands import HEARTBEAT_S, SshHost, link_lost, peer_silent
 from mxbench_train.errors import MxbenchError
 from mxbench_train.plan_runner import describe_exit
 from mxbench_train.role_plan import Role
@@ -26,6 +26,7 @@ class RemoteRole:
         self._code = None
         self._lost: Optional[BaseException] = None  # why the connection ended, where it did
         self._peer: Optional[tuple] = None
+        self.link_fault: Optional[str] = None  # the host's link, where its silence lost the connection
         self._beat = time.monotonic()
         self.chan = None
         try:
@@ -80,7 +81,10 @@ class RemoteRole:
 
     def describe(self) -> str:
         if self._code is None or self._code < 0:
-            why = link_lost(self._lost, self._peer)
+            silent = peer_silent(self._peer) if self._peer else None
+            if silent:
+                self.link_fault = f"{self.host}: {silent}"
+            why = silent or link_lost(self._lost, None)
             return f"lost its SSH connection to {self.host} (no exit status came back{': ' + why if why else ''})"
         return describe_exit(self._code)
 
