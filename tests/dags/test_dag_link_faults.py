@@ -1,10 +1,12 @@
-"""Link faults under a DAG run (issue 44): dag.test() through the real run operators, ssh on hosts in
-network namespaces (standins.netns) and pods on the Kubernetes stand-in's nodes (namespaces behind
-links of their own). Round 1's ssh run has host 2's link taken down once it trains; round 2's pod
-run has node 2's link throttled to 8 kbit/s (dag.test() runs the rounds in no set order). Each
-faulted run ends within its bound with a cause naming the host or node and its link; the other runs
-measure and are kept, the report says which rounds were lost to a link fault, and the DAG run
-finishes (failed by check_runs, naming them).
+"""Link faults under the real scheduler (issue 44): a real Airflow stack (api-server, dag-processor,
+scheduler with the LocalExecutor) that this module starts and stops runs one DAG run, triggered
+through the REST API, with ssh on hosts in network namespaces (standins.netns) and pods on the
+Kubernetes stand-in's nodes (namespaces behind links of their own). Round 1's ssh run has host 2's
+link taken down once it trains; round 2's pod run has node 2's link throttled to 8 kbit/s. Each
+faulted run ends within its bound with a cause naming the host or node and its link, and its task
+fails with that cause in its log; the other runs measure and are kept, their tasks succeed, the
+report says which rounds were lost to a link fault, and the DAG run finishes (failed by
+check_runs, naming them) with no task left running and the pool's slot back.
 Whatever happens, the links come back and no pod or training process is left behind.
 """
 import json
@@ -12,30 +14,31 @@ import os
 import signal
 import threading
 import time
+import urllib.parse
 
 import pandas as pd
 import pytest
 from test_dag_kubernetes import k8s_env
 
-from conftest import core_api, pods_left, run_dag, train_python
+from conftest import QUIET_WAIT_S, core_api, pods_left, train_python
 from mxbench.launchers.kubernetes.pods import run_label
 from mxbench.launchers.ssh.commands import LINK_SILENCE_S
 from mxbench.run_folder import RunFolder
 from standins import netns
+from standins.airflow_stack import AirflowStack
 from standins.kube.heartbeats import HEARTBEAT_S, PROBE_TIMEOUT_S
 
-pytestmark = pytest.mark.slow  # dag.test() runs over sshd and pods in namespaces
+pytestmark = pytest.mark.slow  # a real Airflow stack runs over sshd and pods in namespaces
+
+DAG = "mxbench_benchmark"
 
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["ssh", "kubernetes"], "repeats": 2,
         "epochs": 5, "synthetic_images": 1000}
 SSH_CUT, POD_THROTTLED = "cpu2h-bs64__ssh__r1", "cpu2h-bs64__kubernetes__r2"
 NODE_GRACE_S = 10  # the kube_standin fixture's node-monitor-grace-period
-
-
-def _runs_started_since(t0: float):
-    from mxbench import config
-
-    return [p for p in (config.home() / "runs").glob("*") if p.stat().st_mtime >= t0]
+RUN_DEADLINE_S = 12 * 60
+RUN_TASK = "local.run_variant"  # the machine set that ssh and kubernetes share (one pool, one slot)
+POOL = "mxbench_local"
 
 
 def _training(path) -> bool:
@@ -66,29 +69,30 @@ def ssh_training(folder) -> bool:
 
 
 class Faults:
-    """For each (key, training, fault, restore): a thread that, once ``training(run folder of key)``,
-    applies ``fault()`` and, once the run's meta.json says it ended, ``restore()`` (dag.test() runs
-    the mapped runs in no set order). ``at[key]``: when its fault began (time.time())."""
+    """For each (key, training, fault, restore): a thread that, once ``training(folder / key)`` (a run
+    of the DAG run's folder ``folder``), applies ``fault()`` and, once the run's meta.json says it
+    ended, ``restore()``. ``at[key]``: when its fault began (time.time())."""
 
-    def __init__(self, t0, plan):
-        self.t0, self.at, self.done = t0, {}, threading.Event()
+    def __init__(self, folder, plan):
+        self.folder, self.at, self.done = folder, {}, threading.Event()
         self.threads = [threading.Thread(target=self._run, args=step, daemon=True) for step in plan]
         for thread in self.threads:
             thread.start()
 
     def _wait(self, ready):
-        while not self.done.is_set() and not any(ready(d) for d in _runs_started_since(self.t0)):
+        while not self.done.is_set() and not ready():
             time.sleep(0.1)
         return not self.done.is_set()
 
     def _run(self, key, training, fault, restore):
+        run = self.folder / key
         try:
-            if not self._wait(lambda d: (d / key).is_dir() and training(d / key)):
+            if not self._wait(lambda: run.is_dir() and training(run)):
                 return
             fault()
             self.at[key] = time.time()
-            self._wait(lambda d: (d / key / "meta.json").is_file() and json.loads(
-                (d / key / "meta.json").read_text()).get("status") not in ("running", None))
+            self._wait(lambda: (run / "meta.json").is_file() and json.loads(
+                (run / "meta.json").read_text()).get("status") not in ("running", None))
         finally:
             restore()
 
@@ -111,24 +115,66 @@ def _training_processes(network: netns.Network):
     return pids
 
 
+def run_path(run_id: str) -> str:
+    return f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+
+
+def task_instances(stack, run_id: str) -> list:
+    answer = stack.call("GET", f"{run_path(run_id)}/taskInstances?limit=100", stack.token("admin"))
+    assert answer.status == 200, answer.text
+    return answer.json()["task_instances"]
+
+
+def task_log(stack, run_id: str, ti: dict) -> str:
+    """A task instance's log as the UI reads it (the REST API), its events as JSON text."""
+    answer = stack.call("GET", f"{run_path(run_id)}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}"
+                               f"?map_index={ti['map_index']}&full_content=true", stack.token("admin"))
+    assert answer.status == 200, answer.text
+    return json.dumps(answer.json()["content"], ensure_ascii=False)
+
+
 @pytest.fixture(scope="module")
-def faulted_dag_run(airflow_db, netns_ssh_hosts, kube_standin):
+def faulted_dag_run(tmp_path_factory, netns_ssh_hosts, kube_standin):
+    """The stack, still running, and its DAG run, finished: (stack, run id, state, run folder, when
+    each fault began)."""
+    from mxbench import config
+
     fleet, ssh_network = netns_ssh_hosts
     nodes = netns.Network.from_json(kube_standin.network["underlay"])
     plan = [(SSH_CUT, ssh_training, lambda: ssh_network.set_link(1, up=False),
              lambda: ssh_network.set_link(1, up=True)),
             (POD_THROTTLED, pod_training(kube_standin), lambda: nodes.set_rate("8kbit", host=1),
              lambda: nodes.set_rate(nodes.rate, host=1))]
-    env = {**fleet.airflow_env(mxbench_python=train_python()), **k8s_env(kube_standin)}
-    t0 = time.time()
-    faults = Faults(t0, plan)
-    try:
-        run, dag_dir = run_dag(CONF, env)
-    finally:
-        faults.stop()  # restores what it faulted, whatever happened
-        ssh_network.set_link(1, up=True)
-        nodes.set_rate(nodes.rate, host=1)
-    yield run, dag_dir, faults.at
+    home = tmp_path_factory.mktemp("link-faults")
+    # the namespace ssh hosts, and the stand-in, whose pods read the data where this stack's DAG run prepares it
+    env = {**fleet.airflow_env(mxbench_python=train_python()),
+           **k8s_env(kube_standin, data={"host_path": str(home / "data")})}
+    stack = AirflowStack(home, env=env)
+    stack.prepare()
+    with stack.stopped_at_end():
+        stack.start()
+        admin = stack.token("admin")
+        assert stack.call("PATCH", f"/api/v2/dags/{DAG}", admin, {"is_paused": False}).status == 200
+        began = time.monotonic()
+        answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", admin,
+                            {"logical_date": None, "conf": {"quiet_wait_s": QUIET_WAIT_S, **CONF}})
+        assert answer.status == 200, answer.text
+        run_id = answer.json()["dag_run_id"]
+        folder = home / "runs" / config.dag_run_dir(DAG, run_id).name
+        faults = Faults(folder, plan)
+
+        def finished():
+            found = stack.call("GET", run_path(run_id), stack.token("admin")).json()
+            return found["state"] if found["state"] in ("success", "failed") else None
+
+        try:
+            state = stack.wait_for(finished, RUN_DEADLINE_S, f"DAG run {run_id}", every=3)
+        finally:
+            faults.stop()  # restores what it faulted, whatever happened
+            ssh_network.set_link(1, up=True)
+            nodes.set_rate(nodes.rate, host=1)
+        print(f"\nfaulted DAG run {state} in {time.monotonic() - began:.0f} s under the scheduler")
+        yield stack, run_id, state, folder, faults.at
     # nothing left after the test, also a failed one: pods (their namespaces with them) and the
     # far host's roles, which stop by themselves once no heartbeat comes
     api = core_api(kube_standin)
@@ -145,7 +191,7 @@ def faulted_dag_run(airflow_db, netns_ssh_hosts, kube_standin):
 
 def test_a_link_fault_ends_its_run_naming_host_and_link_and_the_dag_run_goes_on(faulted_dag_run, netns_ssh_hosts,
                                                                                 kube_standin):
-    run, dag_dir, at = faulted_dag_run
+    stack, run_id, state, dag_dir, at = faulted_dag_run
     fleet, _ = netns_ssh_hosts
     assert set(at) == {SSH_CUT, POD_THROTTLED}, at  # both faults landed while their run trained
     runs = pd.read_csv(dag_dir / "tables" / "runs.csv").set_index("key")
@@ -173,13 +219,38 @@ def test_a_link_fault_ends_its_run_naming_host_and_link_and_the_dag_run_goes_on(
     # what the faulted ssh run measured before the fault stays in its folder
     assert _training(dag_dir / SSH_CUT / "roles" / "worker-0.log")
 
-    states = {ti.task_id: ti.state for ti in run.get_task_instances() if ti.map_index < 0}
+    states = {ti["task_id"]: ti["state"] for ti in task_instances(stack, run_id) if ti["map_index"] < 0}
     assert states["report"] == "success" and states["check_runs"] == "failed", states
-    assert run.state == "failed"
+    assert state == "failed"
+
+
+def test_the_faulted_tasks_fail_with_their_cause_the_others_succeed_and_the_pool_slot_comes_back(faulted_dag_run):
+    stack, run_id, state, dag_dir, _ = faulted_dag_run
+    tis = task_instances(stack, run_id)
+    shown = sorted((ti["task_id"], ti["rendered_map_index"], ti["state"]) for ti in tis)
+    runs = {ti["rendered_map_index"]: ti for ti in tis if ti["task_id"] == RUN_TASK}
+    assert {key: ti["state"] for key, ti in runs.items()} == {
+        "cpu2h-bs64__ssh__r1": "failed", "cpu2h-bs64__kubernetes__r1": "success",
+        "cpu2h-bs64__kubernetes__r2": "failed", "cpu2h-bs64__ssh__r2": "success"}, shown
+    assert len({ti["pid"] for ti in runs.values()}) == len(runs)  # each in a task process of its own
+    others = {ti["task_id"]: ti["state"] for ti in tis if ti["task_id"] not in (RUN_TASK, "check_runs")}
+    assert set(others.values()) == {"success"}, shown
+    # each faulted task's log (as the UI shows it) and its run folder name the run's cause
+    for key, words in ((SSH_CUT, "lost its SSH connection to host mxbench_ssh_2"),
+                       (POD_THROTTLED, "on host standin-node-2 lost its node: node standin-node-2 (")):
+        log = task_log(stack, run_id, runs[key])
+        assert f"run {key} failed: " in log and words in log, log[-3000:]
+        meta = json.loads((dag_dir / key / "meta.json").read_text())
+        assert meta["status"] == "failed" and words in meta["cause"], meta
+    # nothing left running or queued, and the one-slot pool is free again
+    assert not [ti for ti in tis if ti["state"] not in ("success", "failed", "skipped")], shown
+    pool = stack.call("GET", f"/api/v2/pools/{POOL}", stack.token("admin")).json()
+    assert (pool["slots"], pool["open_slots"], pool["occupied_slots"], pool["running_slots"],
+            pool["queued_slots"]) == (1, 1, 0, 0, 0), pool
 
 
 def test_the_report_says_which_rounds_a_link_fault_lost(faulted_dag_run, netns_ssh_hosts):
-    _, dag_dir, _ = faulted_dag_run
+    _, _, _, dag_dir, _ = faulted_dag_run
     fleet, _ = netns_ssh_hosts
     md = (dag_dir / "report" / "report.md").read_text()
     address = fleet.hosts[1].address
