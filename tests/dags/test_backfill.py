@@ -83,6 +83,18 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     assert "Step finder" in (folder / "report" / "report.md").read_text()
 
 
+def test_the_scheduled_run_waits_for_quiet_as_the_stacks_setting_says(backfilled):
+    """Today's scheduled DAG run has no conf: its quiet check's bound is the form's default, which
+    the stack's [mxbench] quiet_wait_s sets (the deployment's 60 s elsewhere)."""
+    stack, _ = backfilled
+    scheduled = [folder for folder in (stack.home / "runs").iterdir() if (folder / "stored.json").is_file()
+                 and json.loads((folder / "stored.json").read_text()).get("trigger") == "scheduled"]
+    (folder,) = scheduled
+    assert json.loads((folder / "request.json").read_text())["params"]["quiet_wait_s"] == QUIET_WAIT_S
+    checks = [json.loads(meta.read_text()).get("quiet") for meta in folder.glob("*/meta.json")]
+    assert [c for c in checks if c] and all(c["bound_s"] == QUIET_WAIT_S for c in checks if c), checks
+
+
 def test_the_backfills_reports_name_their_night_and_build_and_the_last_shows_its_builds_first(backfilled, capsys):
     """Issue 43: each report's title says the night and the build it measured; the last backfill
     DAG run's report opens with the builds view over the backfill; ``mxbench builds`` gives it too."""
