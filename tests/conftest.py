@@ -70,6 +70,17 @@ def cifar_rec(tmp_path_factory, cifar_source):
 QUIET_WAIT_S = SCRATCH_QUIET_WAIT_S
 
 
+@pytest.fixture(scope="session")
+def stack_db(tmp_path_factory) -> Path:
+    """A metadata DB migrated, with the mxbench pools, once for the session's Airflow stacks: each
+    copies it (``AirflowStack.prepare(template=...)``) instead of two Airflow CLI runs of its own."""
+    from standins.airflow_stack import AirflowStack
+
+    stack = AirflowStack(tmp_path_factory.mktemp("stack-db"))
+    stack.migrate()
+    return stack.sqlite_db()
+
+
 def share_build_venvs(home: Path) -> None:
     """Make ``home``'s MXNet build venvs (``home/envs``) the session's (``$MXBENCH_HOME/envs``): a
     build's venv, made and stamped once, serves every Airflow home of the session instead of pip
