@@ -22,9 +22,9 @@ Reproduces the seed study (ResNet on CIFAR-10: 1, 2, 4, 8 GPUs and 2 machines x 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from mxbench.airflow_glue import dag_tasks
+from mxbench.airflow_glue import dag_params, dag_tasks
 from mxbench.matrix.params import PARAMS_SCHEMA
 
 
@@ -34,7 +34,7 @@ from mxbench.matrix.params import PARAMS_SCHEMA
     catchup=False,
     max_active_runs=1,  # two DAG runs measuring at once would spoil each other's numbers
     doc_md=__doc__,
-    params={name: Param(**spec) for name, spec in PARAMS_SCHEMA.items()},
+    params=dag_params.form_params(PARAMS_SCHEMA),
     tags=["mxbench", "benchmark"],
     # no retries of its own: a deployment sets [core] default_task_retries (a run task whose worker
     # was lost then runs again on another; a run that measured is never measured twice)

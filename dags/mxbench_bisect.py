@@ -20,9 +20,9 @@ triggers the next until the first bad build is named: among 8 builds, at most 3 
 from __future__ import annotations
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from mxbench.airflow_glue import bisect_tasks, dag_tasks
+from mxbench.airflow_glue import bisect_tasks, dag_params, dag_tasks
 from mxbench.airflow_glue.notify import failure_notifiers
 from mxbench.matrix.params import BISECT_PARAMS_SCHEMA
 
@@ -32,7 +32,7 @@ from mxbench.matrix.params import BISECT_PARAMS_SCHEMA
     catchup=False,
     max_active_runs=1,  # the next probe waits for this one: two measuring at once would spoil both
     doc_md=__doc__,
-    params={name: Param(**spec) for name, spec in BISECT_PARAMS_SCHEMA.items()},
+    params=dag_params.form_params(BISECT_PARAMS_SCHEMA),
     tags=["mxbench", "regression", "bisect"],
     on_failure_callback=failure_notifiers(),
 )

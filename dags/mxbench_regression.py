@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import pendulum
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import Param, dag
+from airflow.sdk import dag
 
-from mxbench.airflow_glue import dag_tasks
+from mxbench.airflow_glue import dag_params, dag_tasks
 from mxbench.airflow_glue.notify import failure_notifiers
 from mxbench.matrix.params import REGRESSION_PARAMS_SCHEMA
 
@@ -50,7 +50,7 @@ from mxbench.matrix.params import REGRESSION_PARAMS_SCHEMA
     catchup=False,  # the past is measured on purpose, with airflow backfill create
     max_active_runs=1,  # two DAG runs measuring at once would spoil each other's numbers
     doc_md=__doc__,
-    params={name: Param(**spec) for name, spec in REGRESSION_PARAMS_SCHEMA.items()},
+    params=dag_params.form_params(REGRESSION_PARAMS_SCHEMA),
     tags=["mxbench", "regression"],
     # no retries of its own: a deployment sets [core] default_task_retries (a run task whose worker
     # was lost then runs again on another; a run that measured is never measured twice)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,12 +106,19 @@ class Response:
         return json.loads(self.body)
 
 
+# A scratch stack's quiet check looks once, for 1 s (the shortest bound the form takes): the check
+# runs as in a real DAG run, and a busy test machine costs each run 1 s of waiting, not the
+# deployment default's 60 s.
+SCRATCH_QUIET_WAIT_S = 1
+
+
 class AirflowStack:
     """``home``: the stack's folder. ``users``: {name: role} (USERS by default). ``env``: more
     environment for every process. ``logs``: the processes' log folder (home/logs).
     ``passwords_file``: where the users' passwords are kept (home/passwords.json). ``checkout``:
-    False leaves MXBENCH_HOME, AIRFLOW_HOME, the DAG and plugin folders and the scheduler's idle
-    sleep to the calling environment (the demo's, from scripts/airflow-env.sh; the benchmarks').
+    False leaves MXBENCH_HOME, AIRFLOW_HOME, the DAG and plugin folders, the scheduler's idle
+    sleep and the quiet wait (``SCRATCH_QUIET_WAIT_S``) to the calling environment (the demo's,
+    from scripts/airflow-env.sh; the benchmarks').
     ``port``: the api-server's (a free one)."""
 
     def __init__(self, home: Path, users=None, env=None, *, logs=None, passwords_file=None, checkout=True,
@@ -123,9 +131,11 @@ class AirflowStack:
         self.users = dict(USERS if users is None else users)
         self.passwords_file = Path(passwords_file) if passwords_file else self.home / "passwords.json"
         self.passwords = kept_passwords(self.passwords_file, self.users)
-        # the checkout's folders and the scheduler's idle sleep, as scripts/airflow-env.sh sets them
+        # the checkout's folders and the scheduler's idle sleep, as scripts/airflow-env.sh sets them,
+        # and a scratch stack's short quiet wait (a run its conf does not give one, a scheduled one)
         at_home = {**checkout_env(self.home, self.home / "airflow"),
-                   "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5"} if checkout else {}
+                   "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+                   "AIRFLOW__MXBENCH__QUIET_WAIT_S": str(SCRATCH_QUIET_WAIT_S)} if checkout else {}
         self.env = {
             **os.environ, **at_home, **server_env(port),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, r in self.users.items()),
@@ -142,12 +152,33 @@ class AirflowStack:
             raise StackError(f"airflow {' '.join(args)}:\n{(done.stderr or done.stdout)[-3000:]}")
         return done.stdout
 
-    def prepare(self):
+    def prepare(self, template=None):
         """The metadata DB, the mxbench pools (as scripts/airflow-init.sh makes them) and the DAGs
-        serialized: before the scheduler runs, as SQLite takes one writer at a time."""
+        serialized: before the scheduler runs, as SQLite takes one writer at a time. ``template``:
+        a DB file that ``migrate`` made (a scratch stack's), copied instead of migrating again."""
+        if template is None:
+            self.migrate()
+        else:
+            self.copy_db(template)
+        self.airflow("dags", "reserialize")
+
+    def migrate(self) -> None:
+        """The metadata DB migrated and the mxbench pools made."""
         self.airflow("db", "migrate")
         make_pools(self.airflow)
-        self.airflow("dags", "reserialize")
+
+    def copy_db(self, template) -> None:
+        """``template`` (a file ``migrate`` made) as this stack's metadata DB: two Airflow CLI runs
+        fewer, several seconds each on busy cores."""
+        shutil.copyfile(template, self.sqlite_db())
+
+    def sqlite_db(self) -> Path:
+        """The metadata DB's file: Airflow's default, airflow.db in AIRFLOW_HOME."""
+        if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in self.env:
+            raise StackError("the metadata DB is not the default SQLite file: no file to copy")
+        path = Path(self.env["AIRFLOW_HOME"]) / "airflow.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def start(self, processes=tuple(PROCESSES), deadline_s: float = 120):
         """Start ``processes``: the api-server and dag-processor first, the rest (the scheduler, any

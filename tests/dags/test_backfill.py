@@ -20,11 +20,11 @@ DEADLINE_S = 15 * 60
 
 
 @pytest.fixture(scope="module")
-def backfilled(tmp_path_factory):
+def backfilled(tmp_path_factory, stack_db):
     """The stack, still running, and its three DAG runs, all finished."""
     stack = AirflowStack(tmp_path_factory.mktemp("backfill"))
     share_build_venvs(stack.home)  # mxnet==1.9.0's venv: test_dag_builds trains with it too
-    stack.prepare()
+    stack.prepare(template=stack_db)
     # before the scheduler runs: SQLite takes one writer at a time
     stack.airflow("backfill", "create", "--dag-id", "mxbench_regression", "--from-date", FROM, "--to-date", TO,
                   "--dag-run-conf", json.dumps(CONF))
@@ -32,11 +32,14 @@ def backfilled(tmp_path_factory):
     stack.airflow("dags", "unpause", "mxbench_regression")
     with stack.stopped_at_end():
         stack.start()
+        admin = stack.token("admin")
 
         def finished():
-            out = stack.airflow("dags", "list-runs", "mxbench_regression", "-o", "json")
-            # the JSON is the last line starting with "[": warnings may come before it
-            runs = json.loads(next((line for line in reversed(out.splitlines()) if line.startswith("[")), "[]"))
+            # through the REST API: a CLI call every few seconds would burn a core beside the runs
+            # (each one imports Airflow), and the runs would see it as contention
+            answer = stack.call("GET", "/api/v2/dags/mxbench_regression/dagRuns?limit=100", admin)
+            assert answer.status == 200, answer.text
+            runs = answer.json()["dag_runs"]
             return len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) and runs
 
         yield stack, stack.wait_for(finished, DEADLINE_S, "the backfill", every=3)
@@ -83,6 +86,18 @@ def test_a_backfill_measures_one_build_per_date_and_lands_in_the_store(backfille
     assert "Step finder" in (folder / "report" / "report.md").read_text()
 
 
+def test_the_scheduled_run_waits_for_quiet_as_the_stacks_setting_says(backfilled):
+    """Today's scheduled DAG run has no conf: its quiet check's bound is the form's default, which
+    the stack's [mxbench] quiet_wait_s sets (the deployment's 60 s elsewhere)."""
+    stack, _ = backfilled
+    scheduled = [folder for folder in (stack.home / "runs").iterdir() if (folder / "stored.json").is_file()
+                 and json.loads((folder / "stored.json").read_text()).get("trigger") == "scheduled"]
+    (folder,) = scheduled
+    assert json.loads((folder / "request.json").read_text())["params"]["quiet_wait_s"] == QUIET_WAIT_S
+    checks = [json.loads(meta.read_text()).get("quiet") for meta in folder.glob("*/meta.json")]
+    assert [c for c in checks if c] and all(c["bound_s"] == QUIET_WAIT_S for c in checks if c), checks
+
+
 def test_the_backfills_reports_name_their_night_and_build_and_the_last_shows_its_builds_first(backfilled, capsys):
     """Issue 43: each report's title says the night and the build it measured; the last backfill
     DAG run's report opens with the builds view over the backfill; ``mxbench builds`` gives it too."""
@@ -126,9 +141,9 @@ def test_the_backfills_reports_name_their_night_and_build_and_the_last_shows_its
 def test_the_ui_shows_a_regression_run_and_the_history_of_both_builds(backfilled):
     stack, runs = backfilled
     viewer = stack.token("viewer")
-    latest = max(runs, key=lambda r: r["end_date"])  # the fullest history
-    report = stack.call("GET", f"/mxbench/report/mxbench_regression/{urllib.parse.quote(latest['run_id'], safe='')}",
-                        viewer)
+    latest = max(runs, key=lambda r: r["end_date"])  # the fullest history (the REST API's DAG runs)
+    run_id = urllib.parse.quote(latest["dag_run_id"], safe="")
+    report = stack.call("GET", f"/mxbench/report/mxbench_regression/{run_id}", viewer)
     assert report.status == 200 and "Step finder" in report.text and "Regression check" in report.text
     history = stack.call("GET", "/mxbench/history", viewer)
     assert history.status == 200

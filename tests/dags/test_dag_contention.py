@@ -88,14 +88,14 @@ HOGGED_POD_RUN = f"{VARIANT}__kubernetes__r2"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, kube_standin):
+def stack(tmp_path_factory, kube_standin, stack_db):
     from conftest import kubernetes_connection
 
     home = tmp_path_factory.mktemp("contention")
     # the pods read the data where this stack's DAG runs prepare it
     pods = kubernetes_connection(kube_standin, data={"host_path": str(home / "data")})
     stack = AirflowStack(home, env={"AIRFLOW_CONN_MXBENCH_KUBERNETES": json.dumps(pods)})
-    stack.prepare()
+    stack.prepare(template=stack_db)
     with stack.stopped_at_end():
         stack.start()
         admin = stack.token("admin")

@@ -169,6 +169,24 @@ def test_trigger_form_params_validate(dagbag):
             params.validate()
 
 
+def test_the_forms_default_quiet_wait_is_the_deployment_setting(monkeypatch):
+    """Airflow's [mxbench] quiet_wait_s gives the form's default (what a scheduled DAG run waits);
+    one outside the form's bounds fails the parse, naming the setting."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__MXBENCH__QUIET_WAIT_S", "7")
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    for dag_id in ("mxbench_benchmark", "mxbench_regression", "mxbench_bisect"):
+        assert bag.dags[dag_id].params["quiet_wait_s"] == 7, dag_id
+        assert bag.dags[dag_id].params.get_param("quiet_wait_s").schema["maximum"] == 1800, dag_id
+    for bad in ("1801", "-1", "2.5", "sixty"):
+        monkeypatch.setenv("AIRFLOW__MXBENCH__QUIET_WAIT_S", bad)
+        bag = DagBag(dag_folder=str(REPO / "dags"))
+        assert bag.dags == {} and len(bag.import_errors) == 3, bad
+        assert all("AIRFLOW__MXBENCH__QUIET_WAIT_S" in error for error in bag.import_errors.values()), bad
+
+
 def test_the_quiet_wait_is_a_bounded_param_of_every_form(dagbag):
     from airflow.sdk.definitions.param import ParamsDict
 

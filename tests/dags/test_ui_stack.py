@@ -26,9 +26,9 @@ ARTIFACTS = Path(os.environ.get("MXBENCH_TEST_ARTIFACTS", REPO / "test-artifacts
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, stack_db):
     stack = AirflowStack(tmp_path_factory.mktemp("ui-stack"))
-    stack.prepare()
+    stack.prepare(template=stack_db)
     with stack.stopped_at_end():
         stack.start()
         yield stack
@@ -127,7 +127,7 @@ def test_the_ui_lists_the_views(stack, admin):
 
 
 @pytest.fixture(scope="module")
-def team_stack(tmp_path_factory):
+def team_stack(tmp_path_factory, stack_db):
     """An api-server in Airflow's multi-team mode: the DAGs' bundle belongs to team "bench";
     "member" is a viewer in that team, "rival" a viewer in another."""
     bundles = [{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
@@ -136,10 +136,10 @@ def team_stack(tmp_path_factory):
                          users={"admin": "admin", "member": "viewer:bench", "rival": "viewer:rivals"},
                          env={"AIRFLOW__CORE__MULTI_TEAM": "True",
                               "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles)})
-    stack.airflow("db", "migrate")
+    stack.copy_db(stack_db)
     for team in ("bench", "rivals"):  # a bundle's team must exist before the bundle is synced
         stack.airflow("teams", "create", team)
-    # the rest of prepare(): the DB is migrated already, and no task runs here to need the pools
+    # the rest of prepare(): the DAGs serialized (the copied DB has the pools already)
     stack.airflow("dags", "reserialize")
     with stack.stopped_at_end():
         stack.start(["api-server"])

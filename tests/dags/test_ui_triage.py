@@ -25,7 +25,7 @@ SERIES = {"cpu2-bs32": "scheduled__day3", "cpu4-bs32": "scheduled__day3"}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, stack_db):
     from mxbench import store
 
     home = tmp_path_factory.mktemp("triage-stack")
@@ -37,7 +37,7 @@ def stack(tmp_path_factory):
         store.record_dag_run(url, DagRunFolder(folder), dag_id=DAG, run_id=f"scheduled__day{day}", trigger="scheduled")
     stack = AirflowStack(home)
     stack.url_of_store = url
-    stack.airflow("db", "migrate")
+    stack.copy_db(stack_db)
     with stack.stopped_at_end():
         stack.start(processes=("api-server",))
         yield stack

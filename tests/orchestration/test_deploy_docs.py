@@ -262,17 +262,23 @@ def test_bucket_policy_lets_the_store_and_the_logs_in_and_nothing_else():
 
 
 def settings_read_by_the_code():
+    """Every MXBENCH_* variable the code names, and every Airflow setting of its own section
+    (``conf.get("mxbench", "key")``) as the variable that sets it, AIRFLOW__MXBENCH__KEY."""
     names = set()
     for folder in ("plugins", "dags", "tasks"):
         for path in (REPO / folder).rglob("*.py"):
-            names |= set(re.findall(r"[\"'](MXBENCH_[A-Z0-9_]+)[\"']", path.read_text()))
+            text = path.read_text()
+            names |= set(re.findall(r"[\"'](MXBENCH_[A-Z0-9_]+)[\"']", text))
+            names |= {f"AIRFLOW__MXBENCH__{key.upper()}"
+                      for key in re.findall(r"conf\.get\w*\(\s*[\"']mxbench[\"'],\s*[\"'](\w+)[\"']", text)}
     return names - INTERNAL_SETTINGS
 
 
 def test_the_doc_names_every_setting_connection_and_file():
     doc = DOC.read_text()
     settings = settings_read_by_the_code()
-    assert {"MXBENCH_ARTIFACTS", "MXBENCH_HOME", "MXBENCH_RESULTS_URL"} <= settings  # the scan works
+    assert {"MXBENCH_ARTIFACTS", "MXBENCH_HOME", "MXBENCH_RESULTS_URL",
+            "AIRFLOW__MXBENCH__QUIET_WAIT_S"} <= settings  # the scan works
     missing = sorted(s for s in settings | {"AIRFLOW__CORE__DEFAULT_TASK_RETRIES"} if s not in doc)
     assert not missing, f"docs/deploy.md does not mention: {missing}"
     conn_ids = {*DEFAULT_SSH_CONNECTIONS, DEFAULT_KUBERNETES_CONNECTION, "mxbench_artifacts", "mxbench_results"}

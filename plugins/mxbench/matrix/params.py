@@ -14,6 +14,10 @@ from mxbench.matrix.variants import (
 )
 from mxbench.stats.floors import ALPHA, repeats_needed, rounds_needed
 
+# The quiet check's default wait where the deployment sets none (Airflow's [mxbench] quiet_wait_s)
+DEFAULT_QUIET_WAIT_S = 60
+QUIET_WAIT_MAX_S = 1800
+
 # The trigger form. Airflow renders it and refuses a DAG run whose conf breaks it.
 PARAMS_SCHEMA: Dict[str, dict] = {
     "preset": {"default": "cpu-demo", "type": "string", "enum": list(PRESETS), "title": "Matrix preset",
@@ -131,7 +135,7 @@ PARAMS_SCHEMA: Dict[str, dict] = {
                             "title": "Run deadline (minutes)",
                             "description": "A run still going after this is killed and reported as failed.",
                             "section": "What to run"},
-    "quiet_wait_s": {"default": 60, "type": "integer", "minimum": 0, "maximum": 1800,
+    "quiet_wait_s": {"default": DEFAULT_QUIET_WAIT_S, "type": "integer", "minimum": 0, "maximum": QUIET_WAIT_MAX_S,
                      "title": "Wait for quiet hosts (seconds)",
                      "description": "Before each run, look at its hosts (2 s at a time) until no other process "
                                     "uses a quarter of a core and the hypervisor steals under 5%, for at most this "
@@ -205,6 +209,16 @@ BISECT_PARAMS_SCHEMA: Dict[str, dict] = {
                      "description": "Leave empty: filled in by the bisect (its id in the results store, which "
                                     "refuses a DAG run the chain did not hand these params)."},
 }
+
+
+def with_quiet_wait(schema: Mapping[str, dict], quiet_wait_s: int) -> Dict[str, dict]:
+    """``schema`` (one of the forms above) with ``quiet_wait_s`` as the quiet check's default wait:
+    the deployment's setting, which the Airflow side reads and hands here."""
+    if isinstance(quiet_wait_s, bool) or not isinstance(quiet_wait_s, int) \
+            or not 0 <= quiet_wait_s <= QUIET_WAIT_MAX_S:
+        raise ValueError(f"quiet_wait_s must be a whole number of seconds from 0 to {QUIET_WAIT_MAX_S}, "
+                         f"not {quiet_wait_s!r}")
+    return {**schema, "quiet_wait_s": {**schema["quiet_wait_s"], "default": quiet_wait_s}}
 
 
 def bisect_chain_params(params: Mapping) -> dict:
