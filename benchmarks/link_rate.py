@@ -38,7 +38,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the preset (2 or more: one run a rate "
                                                               "leaves no spread to identify the term by)")
     args, scratch = begin(parser, "link-rate")
-    slow, fast = args.rates.split(",")
+    rates = args.rates.split(",")
+    if len(rates) != 2:
+        parser.error("--rates is two rates: the slow link's, then the default link's (like 4mbit,1gbit)")
+    slow, fast = rates
     started = time.monotonic()
     print(f"scratch folder: {scratch}")
     stack_env(scratch)  # before anything imports airflow: it reads its configuration once

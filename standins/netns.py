@@ -31,7 +31,6 @@ import atexit
 import ctypes
 import ipaddress
 import itertools
-import json
 import os
 import re
 import shutil
@@ -220,11 +219,6 @@ class Network:
                 _shape(where, dev, rate, burst)
         if host is None:
             self.rate = rate
-
-    def sent(self, i: int) -> int:
-        """Bytes host i has sent into the bridge so far (its switch port's received bytes)."""
-        shown = run("ip", "-n", self.switch, "-j", "-s", "link", "show", f"host{i + 1}").stdout
-        return int(json.loads(shown)[0]["stats64"]["rx"]["bytes"])
 
     def set_link(self, i: int, up: bool) -> None:
         """Take host i's link down (its switch port) or bring it back."""

@@ -260,14 +260,6 @@ class Fleet:
     def alive(self) -> bool:
         return bool(self.hosts) and all(h.alive() for h in self.hosts)
 
-    def set_link_rate(self, rate: str) -> None:
-        """Shape the namespace hosts' links to ``rate`` from now on (connections made after say so)."""
-        if self.network["kind"] != "netns":
-            raise RuntimeError(f"the hosts have no link to shape: {self.network}")
-        network = netns.Network.from_json(self.network)
-        network.set_rate(rate)
-        self.network = network.to_json()
-
     def stop(self) -> None:
         """Stop every sshd of the fleet and whatever its sessions started; idempotent."""
         for h in self.hosts:
@@ -564,6 +556,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     links = dict(link.split("=", 1) for link in args.link if "=" in link)
     if len(links) != len(args.link):
         ap.error("--link is NAME=RATE, like slow=4mbit")
+    if links and args.link_rate is None:
+        ap.error("--link needs --link-rate: the other links are beside the shaped default one")
     fleet = Fleet.load(root)
     if fleet is not None and fleet.alive() and _same_network(fleet, addresses, args.link_rate, links) \
             and (args.user is None or args.user == fleet.user):

@@ -68,6 +68,9 @@ def cifar_rec(tmp_path_factory, cifar_source):
 
 # Each run's quiet check looks once, as in the test stacks' scheduled runs (the setting they make)
 QUIET_WAIT_S = SCRATCH_QUIET_WAIT_S
+# the kube stand-in's node-monitor-grace-period: a node not heard from over its link this long is Ready:
+# Unknown (a cluster waits 40 s), so that link faults end fast; not so short that a loaded box's late heartbeat trips it
+NODE_GRACE_S = 20
 
 
 @pytest.fixture(scope="session")
@@ -77,8 +80,9 @@ def stack_db(tmp_path_factory) -> Path:
     from standins.airflow_stack import AirflowStack
 
     stack = AirflowStack(tmp_path_factory.mktemp("stack-db"))
+    db = stack.sqlite_db()  # first: refuses a metadata DB that is not a file, before migrating anything
     stack.migrate()
-    return stack.sqlite_db()
+    return db
 
 
 def share_build_venvs(home: Path) -> None:
@@ -164,8 +168,8 @@ def kube_standin(tmp_path_factory):
     from standins import netns
     from standins.kube import start
 
-    # a node not heard from over its link for 10 s is Ready: Unknown (a cluster waits 40 s): link faults end fast
-    with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True, node_grace_s=10) as standin:
+    with start(tmp_path_factory.mktemp("kube"), nodes=2, gpus_per_node=0, validate=True,
+               node_grace_s=NODE_GRACE_S) as standin:
         assert standin.network["kind"] == "vxlan", standin.network  # root with iproute2: this machine and CI
         yield standin
     # every pod's processes, the roles' own children included, ended with the stand-in (their

@@ -210,9 +210,10 @@ class Handler(BaseHTTPRequestHandler):
         """A connection to the kubelet port of the pod's node, where its node is behind a link; None
         where it is not. A node that does not answer is the 500 a real API server gives."""
         cluster = self.server.cluster
-        if cluster.network.kind != "vxlan":
+        node_name = pod.obj["spec"].get("nodeName")  # a pod that ended unscheduled has none
+        if cluster.network.kind != "vxlan" or not node_name:
             return None
-        node = next(n for n in cluster.nodes if n["metadata"]["name"] == pod.obj["spec"]["nodeName"])
+        node = next(n for n in cluster.nodes if n["metadata"]["name"] == node_name)
         address = node["status"]["addresses"][0]["address"]
         try:
             return socket.create_connection((address, KUBELET_PORT), timeout=LOG_RELAY_SILENCE_S)

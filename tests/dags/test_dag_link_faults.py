@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from test_dag_kubernetes import k8s_env
 
-from conftest import QUIET_WAIT_S, core_api, pods_left, train_python
+from conftest import NODE_GRACE_S, QUIET_WAIT_S, core_api, pods_left, train_python
 from mxbench.launchers.kubernetes.pods import run_label
 from mxbench.launchers.ssh.commands import LINK_SILENCE_S
 from mxbench.run_folder import RunFolder
@@ -35,7 +35,6 @@ DAG = "mxbench_benchmark"
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["ssh", "kubernetes"], "repeats": 2,
         "epochs": 5, "synthetic_images": 1000}
 SSH_CUT, POD_THROTTLED = "cpu2h-bs64__ssh__r1", "cpu2h-bs64__kubernetes__r2"
-NODE_GRACE_S = 10  # the kube_standin fixture's node-monitor-grace-period
 RUN_DEADLINE_S = 12 * 60
 RUN_TASK = "local.run_variant"  # the machine set that ssh and kubernetes share (one pool, one slot)
 POOL = "mxbench_local"
@@ -134,7 +133,7 @@ def task_log(stack, run_id: str, ti: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def faulted_dag_run(tmp_path_factory, netns_ssh_hosts, kube_standin):
+def faulted_dag_run(tmp_path_factory, stack_db, netns_ssh_hosts, kube_standin):
     """The stack, still running, and its DAG run, finished: (stack, run id, state, run folder, when
     each fault began)."""
     from mxbench import config
@@ -150,7 +149,7 @@ def faulted_dag_run(tmp_path_factory, netns_ssh_hosts, kube_standin):
     env = {**fleet.airflow_env(mxbench_python=train_python()),
            **k8s_env(kube_standin, data={"host_path": str(home / "data")})}
     stack = AirflowStack(home, env=env)
-    stack.prepare()
+    stack.prepare(template=stack_db)
     with stack.stopped_at_end():
         stack.start()
         admin = stack.token("admin")

@@ -87,13 +87,13 @@ def terms_table(found: List[SetupModel]) -> pd.DataFrame:
             from_links = term == "network" and scaling_model.links_learned(m.model.points)
             state = ("fitted" if m.model.coef[j] > 0 else "fitted at zero") if m.model.seen[j] \
                 else "not identified by these sizes (an allowance where a projection needs it)"
-            if from_links:  # fitted, but its interval may have held 0 (``identified_network``)
-                state = ("fitted" if m.model.seen[j] else "not identified (its interval holds 0; an allowance where "
+            if from_links:  # learned, but maybe not identified: the network line says why (``identified_network``)
+                state = ("fitted" if m.model.seen[j] else "not identified (see the network line; an allowance where "
                          "a projection needs it)") + " from the link rates (per second of link time)"
             rows.append({"setup": m.name, "term": term, "ms a step (per unit)": fmt(m.model.coef[j] * 1e3, 2),
                          f"{m.model.level:.0%} interval (bootstrap over runs)":
                              f"{fmt(m.model.coef_low[j] * 1e3, 2)}–{fmt(m.model.coef_high[j] * 1e3, 2)}"
-                             if m.model.seen[j] or from_links else "", "state": state})
+                             if m.model.seen[j] else "", "state": state})
     return pd.DataFrame(rows)
 
 

@@ -226,7 +226,7 @@ def fit(points: Sequence[Point], level: float = LEVEL, seed: int = 0, replicates
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
     if pinned:  # the share's own t interval: a few hundred draws of a t on 2 df do not find its tails
-        low[net], high[net] = share_low, share_high
+        low[net], high[net] = max(share_low, 0.0), share_high  # as the share itself, never below 0
     return Fit(points, coef, low, high, tuple(j in seen for j in range(len(TERMS))), df_sigma, sigma, boot, level)
 
 

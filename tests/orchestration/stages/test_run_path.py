@@ -42,7 +42,7 @@ import mxbench.airflow_glue.operators
 from mxbench import artifacts
 from mxbench.stages import run_stage
 from mxbench.launchers import Launched
-from mxbench.run_folder import DagRunFolder, read_json
+from mxbench.run_folder import read_json
 from mxbench.matrix.variants import Target, expand_runs
 from mxbench_train.errors import MxbenchError
 from mxbench_train.events import format_event

@@ -88,15 +88,19 @@ class RunPods:
         (or cannot be read: a lost API server is ``status``'s to tell). The control plane marks a node
         Ready: Unknown once its kubelet has not posted its status for a while (node-monitor-grace-period):
         the node or its link is down, or the link is throttled to a trickle."""
-        with self._lock:
-            if time.monotonic() - self._nodes_read_at > NODE_POLL_S:
-                try:
-                    listed = self.client.list_node(_request_timeout=REQUEST_TIMEOUT_S).items
-                except Exception:
-                    listed = None
-                if listed is not None:
-                    self._nodes = {n.metadata.name: n for n in listed}
+        with self._lock:  # one caller lists; the others read the last list meanwhile, never wait on the API
+            due = time.monotonic() - self._nodes_read_at > NODE_POLL_S
+            if due:
                 self._nodes_read_at = time.monotonic()
+        if due:
+            try:
+                listed = self.client.list_node(_request_timeout=REQUEST_TIMEOUT_S).items
+            except Exception:
+                listed = None
+            if listed is not None:
+                with self._lock:
+                    self._nodes = {n.metadata.name: n for n in listed}
+        with self._lock:
             node = self._nodes.get(name)
         ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None) if node else None
         if ready is None or ready.status == "True":
@@ -307,11 +311,11 @@ class RolePod:
         self._follower.join(timeout=wait_s)
         self._stop.set()  # from here on it writes nothing more
         if self._stream is not None and self._follower.is_alive():
-            try:  # the socket first: close() alone waits for the follower's read, which a pod still
-                self._stream.shutdown()  # running on a lost node may never finish
-                self._stream.close()
-            except Exception:
-                pass
+            for end in (self._stream.shutdown, self._stream.close):  # the socket first: close() alone waits
+                try:  # for the follower's read, which a pod still running on a lost node may never finish
+                    end()
+                except Exception:
+                    pass
         return not self._follower.is_alive()
 
     def fetch_log(self) -> None:
@@ -420,10 +424,12 @@ class RolePod:
             time.sleep(STATUS_POLL_S)
 
     def close(self):
-        if not self._stopped_by_us and self._returncode is not None and self._returncode >= 0:
-            self.fetch_log()  # it ended by itself: its log and outputs are complete
-        self._end_stream(wait_s=0)
-        self.pods.delete(self.name)
+        try:
+            if not self._stopped_by_us and self._returncode is not None and self._returncode >= 0:
+                self.fetch_log()  # it ended by itself: its log and outputs are complete
+            self._end_stream(wait_s=0)
+        finally:  # a fetch that failed (the API server lost) still leaves no pod behind
+            self.pods.delete(self.name)
 
     def record(self) -> Optional[dict]:
         return {"pod": self.name, "namespace": self.pods.namespace}

@@ -350,13 +350,10 @@ def peer_silent(peer: tuple) -> Optional[str]:
     return None
 
 
-def link_lost(exc: Optional[BaseException], peer: Optional[tuple]) -> str:
-    """Why a connection to ``peer`` (address, port) ended, in words. Paramiko hears a link silenced
-    past LINK_SILENCE_S only as an end of file, so a fresh connection attempt tells a link that is
-    down from a host that hung up."""
-    silent = peer_silent(peer) if peer else None
-    if silent:
-        return silent
+def link_lost(exc: Optional[BaseException]) -> str:
+    """Why a connection ended, in words, where ``peer_silent`` found its host answering. Paramiko hears
+    a link silenced past LINK_SILENCE_S only as an end of file, so the callers try a fresh connection
+    first: that tells a link that is down from a host that hung up."""
     if exc is None:
         return ""
     return f"the connection ended ({type(exc).__name__}{': ' if str(exc) else ''}{exc})"

@@ -84,7 +84,7 @@ class RemoteRole:
             silent = peer_silent(self._peer) if self._peer else None
             if silent:
                 self.link_fault = f"{self.host}: {silent}"
-            why = silent or link_lost(self._lost, None)
+            why = silent or link_lost(self._lost)
             return f"lost its SSH connection to {self.host} (no exit status came back{': ' + why if why else ''})"
         return describe_exit(self._code)
 

@@ -108,11 +108,12 @@ class SshLauncher:
             raise MxbenchError("the ssh launcher has no hosts: list SSH connection ids in the "
                                "ssh_connections param")
         seen = {}
-        for host in hosts:
-            if host.address in seen:
-                raise MxbenchError(f"ssh connections {seen[host.address]!r} and {host.conn_id!r} are the same "
-                                   f"address {host.address}: each host needs its own (ps-lite binds it)")
-            seen[host.address] = host.conn_id
+        for host in hosts:  # its default address and those of its other links (mxbench_links)
+            for address in dict.fromkeys([host.address, *(address for address, _ in host.links.values())]):
+                if address in seen:
+                    raise MxbenchError(f"ssh connections {seen[address]!r} and {host.conn_id!r} are the same "
+                                       f"address {address}: each host needs its own (ps-lite binds it)")
+                seen[address] = host.conn_id
         self.hosts = list(hosts)
         self._clients: Dict[str, object] = {}
         self._isolation: Dict[tuple, str] = {}  # (conn_id, interpreter): its isolation_flag, asked once
@@ -438,7 +439,7 @@ class SshLauncher:
             # paramiko says a dropped connection in more ways than one (a read cut short by the silence
             # bound, then the file's close reading the rest as a "garbage packet"): ask the link each time
             silent = peer_silent(peer) if peer else None
-            why = silent or (link_lost(exc, None) if isinstance(exc, (TimeoutError, EOFError)) else f"{exc}")
+            why = silent or (link_lost(exc) if isinstance(exc, (TimeoutError, EOFError)) else f"{exc}")
             raise SftpLost(f"{host}: {what} over SFTP failed: {why or type(exc).__name__}", bool(silent)) from None
         finally:
             if sftp is not None:
