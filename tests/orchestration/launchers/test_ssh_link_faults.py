@@ -93,7 +93,10 @@ def test_a_link_throttled_to_a_trickle_mid_run_ends_the_run_naming_host_and_link
     assert "lost its SSH connection to host mxbench_ssh_2" in message, message
     assert f"{fleet.hosts[1].address}:22 does not answer now (timed out): the link to the host is down or throttled " \
            "to a trickle" in message, message
-    assert ended - throttled["at"] < LINK_SILENCE_S + 45, ended - throttled["at"]
+    # the silence bound starts only once the queue in front of the trickle holds back the launcher's
+    # traffic (up to a minute of the job's own), and host 2's clean-up then crosses the drained link:
+    # 39-107 s after the throttle in the runs seen, where a hang would last the run's deadline (600 s)
+    assert ended - throttled["at"] < LINK_SILENCE_S + 120, ended - throttled["at"]
     # what was measured before stays: the workers' streamed speed lines, and host 1's rank log fetched
     assert all("Speed:" in _read(run_dir / "roles" / f"worker-{i}.log") for i in range(2))
     assert list(run_dir.glob("rank*.log"))
