@@ -402,7 +402,10 @@ class RolePod:
     def _wait_for_node(self, give_up: float) -> None:
         """Until the pod's node is Ready again (or ``give_up``), and a pause either way."""
         time.sleep(FETCH_RETRY_PAUSE_S)
-        pod = self.pods.status(self.name, fresh=True)
+        try:
+            pod = self.pods.status(self.name, fresh=True)
+        except ApiLost:  # no node to wait for that can be read: the next read says what it can
+            return
         node = pod.spec.node_name if pod is not None else None
         while node and self.pods.node_lost(node) and time.monotonic() < give_up:
             time.sleep(NODE_POLL_S)
