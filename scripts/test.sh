@@ -3,11 +3,14 @@
 # pyproject.toml), checks the pure packages' types (mypy, [tool.mypy]), then runs pytest in the
 # orchestration env (tests that need mxnet run the training env's python as a subprocess). Between them it
 # builds the docs site (mkdocs.yml) with --strict, so a broken link or anchor fails the run; it builds into a
-# temporary folder, leaving nothing in the tree. pytest prints the 25 slowest tests of every run
-# (pyproject.toml addopts). CI runs everything.
+# temporary folder, leaving nothing in the tree. The tests run in two steps: first every test not
+# marked `alone`, in one more process than this machine has cores (pytest-xdist; each test file in one
+# process, so its module fixtures start once), then the `alone` ones by themselves (they read the
+# machine's other processes or its timing). Each step prints its 25 slowest tests (pyproject.toml
+# addopts). CI runs everything.
 #   scripts/test.sh                 # lint + every test
 #   scripts/test.sh --fast          # lint + the tests not marked slow (a few minutes)
-#   scripts/test.sh tests/train -k plan   # any pytest arguments
+#   scripts/test.sh tests/train -k plan   # any pytest arguments: one pytest process, as given
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --tests
@@ -16,8 +19,26 @@ cd "$(dirname "$0")/.."
 site=$(mktemp -d)
 .venv/airflow/bin/mkdocs build --strict --site-dir "$site"
 rm -rf "$site"
+pytest=(.venv/airflow/bin/python -m pytest)
+fast=""
 if [[ ${1:-} == --fast ]]; then
   shift
-  set -- -m "not slow" "$@"
+  fast="not slow and "
 fi
-exec .venv/airflow/bin/python -m pytest "$@"
+if [[ $# -gt 0 ]]; then
+  exec "${pytest[@]}" ${fast:+-m "not slow"} "$@"
+fi
+# the MXNet build venvs every process of this run shares (tests/conftest.py), gone with the run
+export MXBENCH_TEST_CACHE
+MXBENCH_TEST_CACHE=$(mktemp -d /tmp/mxbench-test-cache-XXXXXX)
+trap 'rm -rf "$MXBENCH_TEST_CACHE"' EXIT
+parallel=0 alone=0
+# --no-loadscope-reorder: the files start in collection order, tests/dags (the longest) first, rather than the
+# files with the most tests first, which left the longest DAG-run files to end the run alone.
+# OMP_WAIT_POLICY=passive: with more processes than cores, MXNet's OpenMP threads spinning while they wait
+# burn the cores the other processes' training needs (three tiny trainings at once: 27 s, not 34 s).
+OMP_WAIT_POLICY=passive "${pytest[@]}" -n "$(( $(nproc) + 1 ))" --dist loadfile --no-loadscope-reorder \
+  -m "${fast}not alone" || parallel=$?
+"${pytest[@]}" -m "${fast}alone" || alone=$?
+(( alone == 5 )) && alone=0  # 5: no test of this selection (pytest's "no tests collected")
+exit $(( parallel ? parallel : alone ))

@@ -19,6 +19,13 @@ sys.path.insert(0, str(REPO / "dags"))
 # and MXBENCH_HOME for this test session, SQLite, the checkout's DAGs and plugins.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="mxbench-tests-"))
 os.environ.update(checkout_env(_SESSION_HOME, _SESSION_HOME / "airflow"))
+# scripts/test.sh runs the tests in several pytest sessions at once (pytest-xdist workers), each with a
+# home of its own; MXBENCH_TEST_CACHE, a folder it makes for the whole run, holds the MXNet build venvs
+# they all use: each made once (pip, about 30 s on 2 busy cores) under its cache entry's lock, not once per session
+if os.environ.get("MXBENCH_TEST_CACHE"):
+    _SHARED_ENVS = Path(os.environ["MXBENCH_TEST_CACHE"]) / "envs"
+    _SHARED_ENVS.mkdir(parents=True, exist_ok=True)
+    (_SESSION_HOME / "envs").symlink_to(_SHARED_ENVS, target_is_directory=True)
 
 
 @pytest.fixture(scope="session")

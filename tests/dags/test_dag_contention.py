@@ -35,7 +35,8 @@ from conftest import QUIET_WAIT_S
 from mxbench.stats.outcomes import BORDERLINE, CANT_TELL, FASTER, SLOWER, UNDECIDABLE, WITHIN_BAND
 from standins.airflow_stack import AirflowStack, StackError
 
-pytestmark = pytest.mark.slow  # two DAG runs of real training under a real Airflow stack
+# two DAG runs of real training under a real Airflow stack; alone: every other process is the planted hog's rival
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 DAG = "mxbench_benchmark"
 VARIANT = "cpu1-bs64"

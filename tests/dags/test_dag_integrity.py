@@ -53,6 +53,7 @@ print(elapsed, ",".join(heavy) or "-")
     assert not (tmp_path / "home").exists()
 
 
+@pytest.mark.alone  # a wall-clock bound: other tests beside it would be its cost
 def test_the_ui_plugin_costs_little_where_it_is_not_served(tmp_path):
     """Every Airflow process that loads plugins imports it, each task's too: no api-server modules,
     no pandas, no I/O there."""

@@ -223,6 +223,7 @@ def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_p
     assert row["contended"] is True and "other processes used" in row["contention"], (row, hog_used)
 
 
+@pytest.mark.alone  # two busy loops: every other test beside it would be contended, and its cgroups seen here
 def test_a_local_launcher_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contended(cifar_rec, tmp_path):
     """Issue 39: the local launcher puts each role in a cgroup of its own (removed after the run);
     with two busy loops outside it, the 2-worker run's workers read their own cgroup's pressure,
