@@ -35,9 +35,10 @@ trap 'rm -rf "$MXBENCH_TEST_CACHE"' EXIT
 parallel=0 alone=0
 # --no-loadscope-reorder: the files start in collection order, tests/dags (the longest) first, rather than the
 # files with the most tests first, which left the longest DAG-run files to end the run alone.
-# OMP_WAIT_POLICY=passive: with more processes than cores, MXNet's OpenMP threads spinning while they wait
-# burn the cores the other processes' training needs (three tiny trainings at once: 27 s, not 34 s).
-OMP_WAIT_POLICY=passive "${pytest[@]}" -n "$(( $(nproc) + 1 ))" --dist loadfile --no-loadscope-reorder \
+# MXBENCH_LOCAL_CORES=1 and OMP_WAIT_POLICY=passive: with more processes than cores, each trainer's OpenMP
+# threads on every core, spinning while they wait, crowd out the others' training (three tiny trainings at
+# once: 34 s; 27 s with passive threads; 13 s with one thread each).
+MXBENCH_LOCAL_CORES=1 OMP_WAIT_POLICY=passive "${pytest[@]}" -n "$(( $(nproc) + 1 ))" --dist loadfile --no-loadscope-reorder \
   -m "${fast}not alone" || parallel=$?
 "${pytest[@]}" -m "${fast}alone" || alone=$?
 (( alone == 5 )) && alone=0  # 5: no test of this selection (pytest's "no tests collected")

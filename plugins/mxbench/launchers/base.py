@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Tupl
 
 from mxbench.builds.record import RunBuild
 from mxbench.run_folder import RunFolder
+from mxbench_train.errors import MxbenchError
 from mxbench_train.role_log import CappedLog, LineSplitter, TaskLogEcho
 
 if TYPE_CHECKING:
@@ -119,8 +120,22 @@ def cores_per_host(machines: Dict[str, Tuple[int, Optional[str]]]) -> int:
     return max(1, min(cores // per_machine[machine or host] for host, (cores, machine) in machines.items()))
 
 
-def local_cores(hosts: int) -> int:
-    return max(1, (os.cpu_count() or 1) // hosts)
+LOCAL_CORES_ENV = "MXBENCH_LOCAL_CORES"
+
+
+def local_cores(hosts: int, environ=os.environ) -> int:
+    """Cores each of a local run's ``hosts`` may use (they share this machine's): all of them, or at
+    most ``MXBENCH_LOCAL_CORES``, a deployer's cap for a machine that also does other work (the test
+    command sets 1: its processes train side by side, and each trainer's OpenMP threads spread over
+    every core would crowd the others' out)."""
+    cores = os.cpu_count() or 1
+    raw = environ.get(LOCAL_CORES_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise MxbenchError(f"{LOCAL_CORES_ENV}={raw!r}: expected a whole number of at least 1 "
+                               "(the most cores a local run may use)")
+        cores = min(cores, int(raw))
+    return max(1, cores // hosts)
 
 
 class RoleLogSink:

@@ -6,6 +6,7 @@ tests/dags/test_dag_builds.py."""
 import ast
 import inspect
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -119,6 +120,29 @@ def test_the_local_launcher_runs_the_builds_interpreter_and_refuses_a_build_with
     assert "no training interpreter" in LocalLauncher().build_problem(RunBuild("mxnet==1.9.0", "1.9.0"))
     with pytest.raises(MxbenchError, match="no training interpreter"):
         LocalLauncher().execute(variant, "/data", RunFolder(tmp_path), 10, build=RunBuild("mxnet==1.9.0", "1.9.0"))
+
+
+def test_a_local_run_uses_the_machines_cores_or_at_most_the_deployers_cap(tmp_path, monkeypatch):
+    import os
+
+    from mxbench.launchers.base import LOCAL_CORES_ENV
+    from mxbench.matrix.variants import preset
+
+    variant = next(v for v in preset("cpu-demo") if v.id == "cpu1-bs32")
+
+    def threads():
+        return [role.env["OMP_NUM_THREADS"] for role in LocalLauncher().plan(variant, "/data", RunFolder(tmp_path))]
+
+    monkeypatch.delenv(LOCAL_CORES_ENV, raising=False)  # scripts/test.sh sets it
+    assert threads() == [str(os.cpu_count())]
+    monkeypatch.setenv(LOCAL_CORES_ENV, "1")
+    assert threads() == ["1"]
+    monkeypatch.setenv(LOCAL_CORES_ENV, str(os.cpu_count() + 8))  # a cap: never more than the machine has
+    assert threads() == [str(os.cpu_count())]
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(LOCAL_CORES_ENV, bad)
+        with pytest.raises(MxbenchError, match=re.escape(f"MXBENCH_LOCAL_CORES={bad!r}: expected a whole number")):
+            LocalLauncher().plan(variant, "/data", RunFolder(tmp_path))
 
 
 # --- the build under test: ssh ----------------------------------------------------------------
