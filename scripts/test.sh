@@ -40,6 +40,8 @@ parallel=0 alone=0
 # once: 34 s; 27 s with passive threads; 13 s with one thread each).
 MXBENCH_LOCAL_CORES=1 OMP_WAIT_POLICY=passive "${pytest[@]}" -n "$(( $(nproc) + 1 ))" --dist loadfile --no-loadscope-reorder \
   -m "${fast}not alone" || parallel=$?
+# 0 passed, 1 some failed: go on to the alone tests; anything else (interrupted, a usage or internal error) ends here
+(( parallel <= 1 )) || exit "$parallel"
 "${pytest[@]}" -m "${fast}alone" || alone=$?
 (( alone == 5 )) && alone=0  # 5: no test of this selection (pytest's "no tests collected")
 exit $(( parallel ? parallel : alone ))

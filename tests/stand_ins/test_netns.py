@@ -192,6 +192,7 @@ def _made_then_terminated(how: str):
     return netns.Network.from_json(made["network"]), made["sleeper"]
 
 
+@pytest.mark.alone  # another process's make() would sweep the orphan first
 def test_a_network_whose_maker_was_killed_is_swept_by_the_next_but_a_detached_one_is_kept():
     kept, kept_sleeper = _made_then_terminated("detach")
     orphan, sleeper = _made_then_terminated("own")  # made last: a make() sweeps what came before

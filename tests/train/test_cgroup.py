@@ -125,6 +125,7 @@ def test_where_no_child_cgroup_can_be_made_a_working_systemd_run_gives_the_role_
     assert said[cgroup.SCOPE_ENV].startswith("mxbench-worker0-") and cgroup.UNAVAILABLE_ENV not in said
 
 
+@pytest.mark.alone  # another process's run would sweep them first
 def test_empty_cgroups_of_starters_gone_are_swept_and_busy_or_live_ones_stay(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -146,6 +147,7 @@ SHOW = ("import os, json; print(json.dumps({'cgroup': open('/proc/self/cgroup').
         "'env': os.environ.get('MXBENCH_CGROUP'), 'why': os.environ.get('MXBENCH_CGROUP_UNAVAILABLE')}))")
 
 
+@pytest.mark.alone  # it lists every run's cgroup on the machine
 def test_each_local_role_really_lands_in_a_cgroup_of_its_own_removed_after_the_run(tmp_path):
     """On this machine (root, cgroup v2 mounted): each role of run_plan in its own cgroup, also a
     run that failed; none is left behind."""
@@ -163,6 +165,7 @@ def test_each_local_role_really_lands_in_a_cgroup_of_its_own_removed_after_the_r
     assert _children_of_mount() - before == set()
 
 
+@pytest.mark.alone  # it lists every run's cgroup on the machine
 def test_the_supervised_role_of_an_ssh_host_lands_in_a_cgroup_of_its_own(tmp_path):
     before = _children_of_mount()
     # stdin stays open while the role runs: its end is the channel's, which would stop the role
@@ -177,6 +180,7 @@ def test_the_supervised_role_of_an_ssh_host_lands_in_a_cgroup_of_its_own(tmp_pat
     assert _children_of_mount() - before == set()
 
 
+@pytest.mark.alone  # two busy loops: the tests beside it would be contended
 def test_two_busy_loops_outside_raise_the_roles_own_pressure_and_mark_the_run_contended(tmp_path):
     """A role of two busy processes in its cgroup, with two busy loops outside it on this 2-core
     box: the role's HostWatch reads its own cgroup's pressure, and the results side marks the hogged

@@ -196,6 +196,7 @@ def test_a_failing_reading_never_costs_the_run(monkeypatch):
     assert watch.stop()["unreadable"] == ["host watch failed: PermissionError: no /proc for you"]
 
 
+@pytest.mark.alone  # a planted hog: the tests beside it would be contended
 def test_real_training_beside_a_planted_hog_is_marked_contended(cifar_rec, tmp_path):
     """The trainer for real (MXNet, a tiny ResNet) while a process outside its run burns a core: its
     run_end says what the hog used, and the results side marks the run contended, naming why."""

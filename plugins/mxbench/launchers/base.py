@@ -132,8 +132,8 @@ def local_cores(hosts: int, environ=os.environ) -> int:
     raw = environ.get(LOCAL_CORES_ENV, "").strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
-            raise MxbenchError(f"{LOCAL_CORES_ENV}={raw!r}: expected a whole number of at least 1 "
-                               "(the most cores a local run may use)")
+            raise MxbenchError(f"{LOCAL_CORES_ENV}={raw!r}: expected a whole number of at least 1 (the cores a "
+                               f"local run shares among its processes; default all {cores} of this machine's)")
         cores = min(cores, int(raw))
     return max(1, cores // hosts)
 

@@ -508,6 +508,7 @@ def test_fetching_after_a_failure_keeps_the_first_error(monkeypatch, tmp_path):
         ssh._fetch(ssh.hosts, {"h1": "/nowhere"}, RunFolder(run_dir))
 
 
+@pytest.mark.alone  # two busy loops, and it lists every run's cgroup on the machine
 def test_a_run_beside_two_busy_loops_reads_its_own_cgroup_and_is_marked_contended(ssh_hosts, monkeypatch, cifar_rec,
                                                                                   tmp_path):
     """Issue 39: over real sshd, the supervisor puts the role in a cgroup of its own on the host
