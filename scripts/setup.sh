@@ -6,7 +6,7 @@
 # network namespaces) and the runtimes MXNet links (libgomp1, libquadmath0) where missing.
 # A venv is rebuilt only when its requirements file (or one it includes with -r) changes.
 # .venv/airflow gets requirements-dev.txt: the runtime pins of requirements.txt (what the Airflow
-# image installs) plus the tests' and linters' tools.
+# image installs) plus the tests' and linters' tools. uv (pinned, in .venv/uv) installs them.
 #   scripts/setup.sh           what the demo uses
 #   scripts/setup.sh --tests   also what only the tests use (scripts/test.sh): postgresql, chromium
 #                              and chromium-driver, redis-server, and .venv/s3
@@ -72,20 +72,26 @@ if [[ -n $shared_libs ]] && { ! grep -q 'libgomp\.so\.1 ' <<<"$shared_libs" || !
   install_debs libgomp1 libquadmath0 || echo "mxbench: could not install libgomp1 and libquadmath0: MXNet will not load" >&2
 fi
 
-# uv installs a venv's requirements in seconds where pip takes a minute and a half on 2 cores (the
-# same versions: both take the newest that the pins allow). A pinned tool in a venv of its own; pip
-# does the work wherever uv cannot be had or fails (a machine whose wheels only pip's config finds).
+# uv installs a venv's requirements in seconds where pip takes a minute and a half on 2 cores (both
+# take the newest versions the pins allow). A pinned tool in a venv of its own, .venv/uv. uv reads
+# its own index settings (UV_INDEX_URL, ...), not pip's: where packages come only through pip's
+# configuration, or uv cannot be had or fails, pip does the work; MXBENCH_USE_UV=0 always gives pip.
 UV_VERSION=0.13.8
-uv_binary() {  # the path of uv, installed on first use; fails when it cannot be had
-  local uv=.venv/uv/bin/uv
-  if [[ $("$uv" --version 2>/dev/null) != "uv $UV_VERSION"* ]]; then
+uv= uv_missing=
+[[ ${MXBENCH_USE_UV:-1} != 0 ]] || uv_missing="MXBENCH_USE_UV=0"
+find_uv() {  # sets uv, installing it on first use; fails (saying why, once) when it cannot be had
+  [[ -z $uv_missing ]] || return 1
+  [[ -z $uv ]] || return 0
+  if [[ $(.venv/uv/bin/uv --version 2>/dev/null) != "uv $UV_VERSION"* ]]; then
     rm -rf .venv/uv
     if ! { "$PYTHON" -m venv .venv/uv && .venv/uv/bin/pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"; } >/dev/null 2>&1; then
       rm -rf .venv/uv
+      uv_missing="pip could not install uv==$UV_VERSION"
+      echo "mxbench: $uv_missing; pip installs the venvs (slower)" >&2
       return 1
     fi
   fi
-  echo "$uv"
+  uv=.venv/uv/bin/uv
 }
 
 make_venv() {  # name requirements-file extra-install-args...
@@ -97,9 +103,8 @@ make_venv() {  # name requirements-file extra-install-args...
   echo "mxbench: creating $venv from $reqs" >&2
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
-  local uv
-  if ! uv=$(uv_binary) || ! "$uv" pip install --quiet --python "$venv/bin/python" -r "$reqs" "$@"; then
-    [[ -z ${uv:-} ]] || echo "mxbench: uv could not install $reqs; pip tries" >&2
+  if ! find_uv || ! "$uv" pip install --quiet --python "$venv/bin/python" -r "$reqs" "$@"; then
+    [[ -n $uv_missing ]] || echo "mxbench: uv could not install $reqs; pip tries" >&2
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-compile -r "$reqs" "$@" \
       2> >(grep -v '^WARNING: Location' >&2)
   fi
