@@ -180,13 +180,23 @@ def browser():
 
 
 def log_in(browser, stack, user):
+    from selenium.common.exceptions import NoSuchElementException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as seen
     from selenium.webdriver.support.ui import WebDriverWait
+
+    def login_form(b):
+        try:
+            return b.find_element(By.NAME, "username")
+        except NoSuchElementException:
+            return False
+        except WebDriverException as exc:  # the UI sends "/" on to the login page while it is looked at
+            if "aborted by navigation" in (exc.msg or ""):
+                return False
+            raise
 
     browser.get(stack.url + "/")
     wait = WebDriverWait(browser, 60)
-    wait.until(seen.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    wait.until(login_form).send_keys(user)
     browser.find_element(By.NAME, "password").send_keys(stack.passwords[user])
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda b: "/auth/login" not in b.current_url and b.get_cookie("_token"))
