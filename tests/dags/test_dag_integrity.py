@@ -170,6 +170,38 @@ def test_trigger_form_params_validate(dagbag):
             params.validate()
 
 
+def draft_07_keywords_missing(schema: dict) -> set:
+    """The keywords of ``schema`` and its subschemas that draft-07 does not know, beyond the
+    Airflow form's own annotation (``section``)."""
+    import jsonschema
+
+    known = set(jsonschema.Draft7Validator.META_SCHEMA["properties"]) | {"section"}
+    missing = set(schema) - known
+    for sub in [*schema.get("properties", {}).values(), *([schema["items"]] if "items" in schema else [])]:
+        missing |= draft_07_keywords_missing(sub)
+    return missing
+
+
+def test_every_form_is_a_draft_07_schema_as_it_declares(dagbag):
+    """The forms declare draft-07 (``dag_params.SCHEMA_DIALECT``: Airflow checks a Param's schema
+    each time it resolves it, in a third of 2020-12's time): each Param's schema is one, and uses no
+    keyword that draft-07 would ignore."""
+    import jsonschema
+
+    from mxbench.airflow_glue.dag_params import SCHEMA_DIALECT
+
+    for dag_id, dag in dagbag.dags.items():
+        for name in dag.params:
+            schema = dag.params.get_param(name).schema
+            assert schema["$schema"] == SCHEMA_DIALECT, (dag_id, name)
+            assert jsonschema.validators.validator_for(schema) is jsonschema.Draft7Validator
+            jsonschema.Draft7Validator.check_schema(schema)
+            assert not draft_07_keywords_missing(schema), (dag_id, name, schema)
+    # the check itself finds a keyword draft-07 lacks, nested in an item's schema
+    assert draft_07_keywords_missing({"type": "array", "items": {"type": "array", "prefixItems": []}}) \
+        == {"prefixItems"}
+
+
 def test_the_forms_default_quiet_wait_is_the_deployment_setting(monkeypatch):
     """Airflow's [mxbench] quiet_wait_s gives the form's default (what a scheduled DAG run waits);
     one outside the form's bounds fails the parse, naming the setting."""
