@@ -238,10 +238,16 @@ def cmd_train(argv):
 
 
 def cmd_serve(_argv):
-    """Scheduler or server role: importing mxnet with DMLC_ROLE set runs it and exits."""
+    """Scheduler or server role. A server: importing mxnet with DMLC_ROLE set runs it and exits. A
+    scheduler: the same C calls without the Python package (``kvstore_scheduler``)."""
     role = os.environ.get("DMLC_ROLE")
     if role not in ("scheduler", "server"):
         raise MxbenchError(f"serve runs a scheduler or server role; DMLC_ROLE is {role!r}")
+    if role == "scheduler":
+        from . import kvstore_scheduler
+
+        kvstore_scheduler.run()
+        return 0
     import mxnet  # noqa: F401  (runs the role, then exits)
 
     return 0
