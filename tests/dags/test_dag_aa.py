@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # dag.test() runs that train
 
 ROUNDS = 6
 CONF = {"preset": "aa-calibration", "only_variants": ["cpu1-bs64"], "launchers": ["local"], "repeats": ROUNDS,
-        "epochs": 2, "synthetic_images": 500}
+        "epochs": 1, "synthetic_images": 500}
 
 
 @pytest.fixture(scope="module")

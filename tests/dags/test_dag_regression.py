@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # dag.test() runs that train
 # no confirmation rounds: dag.test() runs mapped tasks in no set order, so a confirmation round
 # could start before the first rounds end (and then runs); test_confirmation and the backfill
 # under the scheduler cover them
-CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 2, "synthetic_images": 1000, "baseline_runs": 3,
+CONF = {"only_variants": ["cpu1-bs64"], "repeats": 4, "epochs": 1, "synthetic_images": 1000, "baseline_runs": 3,
         "confirm_rounds": 0, "quiet_wait_s": QUIET_WAIT_S}
 DAY = pendulum.datetime(2026, 12, 1, tz="UTC")  # the manifest maps it to the pinned build
 
@@ -171,7 +171,7 @@ def test_a_manual_benchmark_run_with_the_regression_runs_id_keeps_to_itself(firs
         dag = DagBag(dag_folder=str(REPO / "dags")).dags["mxbench_benchmark"]
         # the same run_after and a logical date: dag.test() gives the regression run's id
         run = dag.test(run_after=nightly.run_after, logical_date=DAY,
-                       run_conf={"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 2,
+                       run_conf={"preset": "cpu-demo", "only_variants": ["cpu1-bs64"], "repeats": 1, "epochs": 1,
                                  "synthetic_images": 1000, "launchers": ["local"]})
     finally:
         del os.environ["MXBENCH_RESULTS_URL"]

@@ -15,7 +15,7 @@ from conftest import run_dag, train_python
 pytestmark = pytest.mark.slow  # dag.test() runs over real sshd
 
 CONF = {"preset": "cpu-demo", "only_variants": ["cpu2h-bs64"], "launchers": ["local", "ssh"], "repeats": 2,
-        "epochs": 2, "synthetic_images": 1000, "notes": ["ssh leg test <b>escaped</b>"]}
+        "epochs": 1, "synthetic_images": 1000, "notes": ["ssh leg test <b>escaped</b>"]}
 
 
 @pytest.fixture(scope="module")
