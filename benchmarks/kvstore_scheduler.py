@@ -8,7 +8,8 @@ building every operator's Python function; ``python -m mxbench_train serve`` mak
 without the package (``mxbench_train.kvstore_scheduler``). Each way in turn, ``--times`` times: a
 scheduler for a job of one worker and one server is started, its CPU seconds (user + system, from
 /proc) are read once it listens on its port, and it is killed (no node ever joins: up to there, both
-do the same work but for how they load the library). Prints the fastest of each and their ratio.
+load the same library and start ps-lite; only the first imports MXNet's Python package). Prints the
+fastest of each and their ratio.
 Target: the scheduler without the package starts on well under half the CPU.
 """
 import argparse

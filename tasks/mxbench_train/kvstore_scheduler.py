@@ -1,8 +1,9 @@
 """The scheduler role of a ``dist_*`` kvstore, run straight from libmxnet.
 
-``import mxnet`` with ``DMLC_ROLE=scheduler`` runs the scheduler and exits, but first builds every
-operator's Python function (about 1 CPU s); the scheduler only registers nodes and holds barriers
-in ps-lite, in C++, and never calls back into Python. This makes the same C calls on the same
+``import mxnet`` with ``DMLC_ROLE=scheduler`` runs the scheduler and exits, but first imports the
+whole package, numpy and every operator's generated Python function (0.7 CPU s more to start,
+``benchmarks/kvstore_scheduler.py``); the scheduler only registers nodes and holds barriers in
+ps-lite, in C++, and never calls back into Python. This makes the same C calls on the same
 library (found by MXNet's own ``libinfo``) without the Python package: ``MXKVStoreCreate("dist")``,
 ``MXKVStoreRunServer`` (which returns once every node has finalized), then ``MXNotifyShutdown``,
 as MXNet's exit hook does. A server role still imports mxnet: it unpickles the workers' optimizer.
@@ -30,8 +31,8 @@ def library_path() -> str:
     libinfo_spec.loader.exec_module(libinfo)
     try:
         return libinfo.find_lib_path()[0]
-    except RuntimeError as exc:
-        raise MxbenchError(f"kvstore scheduler: {str(exc).splitlines()[0]}") from None
+    except RuntimeError as exc:  # its message lists the paths it tried
+        raise MxbenchError(f"kvstore scheduler: {exc}") from None
 
 
 def run() -> None:
@@ -45,7 +46,9 @@ def run() -> None:
 
     def check(status: int, call: str) -> None:
         if status != 0:
-            raise MxbenchError(f"kvstore scheduler: {call} failed: {lib.MXGetLastError().decode(errors='replace')}")
+            # MXNet's message, without the C++ stack trace it appends: a launcher quotes a role's last line
+            message = lib.MXGetLastError().decode(errors="replace").split("Stack trace:")[0].strip()
+            raise MxbenchError(f"kvstore scheduler: {call} failed: {message}")
 
     handle = ctypes.c_void_p()
     check(lib.MXKVStoreCreate(b"dist", ctypes.byref(handle)), "MXKVStoreCreate")

@@ -48,6 +48,9 @@ def test_two_worker_dist_sync_job_completes_with_per_rank_logs(cifar_rec, tmp_pa
                   "--data-val", cifar_rec / "cifar10_val.rec")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
+    # the scheduler (kvstore_scheduler, no mxnet package) and the servers end by themselves once the workers do
+    for role in ("scheduler", "server-0", "server-1"):
+        assert f"{role}@127.0.0.1: exit 0," in out, out
     assert sorted(p.name for p in (tmp_path / "roles").iterdir()) == [
         "scheduler.log", "server-0.log", "server-1.log", "worker-0.log", "worker-1.log"]
     for rank in (0, 1):
