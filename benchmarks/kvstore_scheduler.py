@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tasks"))
 
-from mxbench_train.localhost import free_port  # noqa: E402
+from mxbench_train.localhost import free_port, proc_stat  # noqa: E402
 
 WAYS = {"import mxnet": ["-c", "import mxnet"], "mxbench_train serve": ["-m", "mxbench_train", "serve"]}
 TICK = os.sysconf("SC_CLK_TCK")
@@ -46,9 +46,7 @@ def started_cpu_s(args) -> float:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{args}: no scheduler listening on {port} within 120 s")
             time.sleep(0.02)
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return proc_stat(proc.pid).cpu_ticks / TICK
     finally:
         proc.kill()
         proc.wait()
